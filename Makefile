@@ -1,0 +1,106 @@
+# omnifs - the one entry point.  `make run`, `make check`, `make bench`.
+
+VERSION  := 0.1.0
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+BUILD    ?= build
+SAN      ?=
+
+# What a fresh Debian machine needs to build, run and test omnifs.
+DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libxxhash-dev libyaml-dev \
+            libjson-c-dev libibverbs-dev librdmacm-dev attr iproute2 util-linux \
+            perl python3 python3-prometheus-client clang
+LIBS_PC  := fuse3 json-c yaml-0.1 libxxhash
+
+CC       ?= cc
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -Wall -Wextra -Werror -DFUSE_USE_VERSION=312 \
+            -DOMNI_VERSION='"$(VERSION)"' -DOMNI_BINDIR='"$(PREFIX)/bin"' \
+            -MMD -MP $(shell pkg-config --cflags $(LIBS_PC) 2>/dev/null)
+LDLIBS   += $(shell pkg-config --libs $(LIBS_PC) 2>/dev/null) -libverbs -lpthread
+ifneq ($(SAN),)
+BUILD    := build-san
+CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS  += -fsanitize=address,undefined
+endif
+
+LIB_SRCS := transport/pool.c transport/rdma_probe.c \
+            fs/names.c fs/htab.c fs/timerq.c fs/rangeset.c fs/stats.c \
+            fs/ns.c fs/caller.c fs/vfile.c fs/ops.c mount/conf.c
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+UNIT     := $(patsubst tests/unit/%.c,$(BUILD)/t/%.t,$(wildcard tests/unit/*.c))
+TOOLS    := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
+BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/memcpy
+INTEG    := $(sort $(wildcard tests/integ/*.t))
+
+.PHONY: all deps run check test bench install uninstall clean
+all: $(BUILD)/omnifs $(BUILD)/mount.omnifs
+
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \
+	done); \
+	if [ -n "$$missing" ]; then \
+		echo "deps: installing" $$missing; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends $$missing; } >/dev/null || { echo "deps: apt-get failed" >&2; exit 1; }; \
+	fi
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/omnifs: $(BUILD)/obj/mount/main.o $(LIB_OBJS)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/mount.omnifs: $(BUILD)/obj/mount/mount_omnifs.o
+	$(CC) $(LDFLAGS) $^ -o $@
+
+$(BUILD)/t/%.t: $(BUILD)/obj/tests/unit/%.o $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/tools/%: $(BUILD)/obj/tests/tools/%.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -lpthread -o $@
+
+$(BUILD)/bench/ceilingfs: $(BUILD)/obj/tests/bench/ceilingfs.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bench/memcpy: $(BUILD)/obj/tests/bench/memcpy.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@
+
+run: deps all
+	@mkdir -p omni
+	@echo "omnifs: mounting a single node at ./omni; in another shell try:"
+	@echo "  echo hi > omni/0/1/k && cat omni/0/1/k; cat omni/.omni/stats   (Ctrl-C unmounts)"
+	$(BUILD)/omnifs -f omni
+
+test: all $(UNIT) $(TOOLS)
+	OMNIFS_BUILD=$(abspath $(BUILD)) prove --exec '' $(PROVE_FLAGS) $(UNIT) $(INTEG)
+
+check: deps
+	$(MAKE) test
+
+bench: deps all $(TOOLS) $(BENCHES)
+	OMNIFS_BUILD=$(abspath $(BUILD)) tests/bench/bench.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/sbin
+	install -m 755 $(BUILD)/omnifs $(DESTDIR)$(PREFIX)/bin/omnifs
+	install -m 755 $(BUILD)/mount.omnifs $(DESTDIR)$(PREFIX)/sbin/mount.omnifs
+	ln -sf $(PREFIX)/sbin/mount.omnifs $(DESTDIR)/sbin/mount.fuse.omnifs
+	install -d $(DESTDIR)/etc/omnifs
+	[ -e $(DESTDIR)/etc/omnifs/omnifs.yaml ] || \
+		install -m 644 contrib/omnifs.yaml $(DESTDIR)/etc/omnifs/omnifs.yaml
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/omnifs $(DESTDIR)$(PREFIX)/sbin/mount.omnifs \
+	      $(DESTDIR)/sbin/mount.fuse.omnifs
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,113 @@
+/* caller.c - read a requesting task's syscall and exit state from /proc. */
+#define _GNU_SOURCE
+#include "caller.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PF_EXITING 0x00000004   /* include/linux/sched.h */
+
+static ssize_t read_proc(pid_t tid, const char *what, char *buf, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)tid, what);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, len - 1);
+	close(fd);
+	if (n >= 0)
+		buf[n] = 0;
+	return n;
+}
+
+/* openat2 keeps its flags in a struct in the caller's memory. */
+static int openat2_flags(pid_t tid, unsigned long how, unsigned long long *flags)
+{
+	struct iovec local = { flags, sizeof(*flags) };
+	struct iovec remote = { (void *)how, sizeof(*flags) };
+	return process_vm_readv(tid, &local, 1, &remote, 1, 0) == sizeof(*flags) ? 0 : -1;
+}
+
+enum caller_intent caller_intent(pid_t tid)
+{
+	char buf[256];
+	unsigned long a[7];
+	long nr;
+
+	if (tid <= 0 || read_proc(tid, "syscall", buf, sizeof(buf)) <= 0)
+		return CALLER_UNKNOWN;
+	if (sscanf(buf, "%ld %lx %lx %lx %lx %lx %lx", &nr, &a[0], &a[1], &a[2],
+		   &a[3], &a[4], &a[5]) != 7)
+		return CALLER_UNKNOWN;  /* "running": not blocked in a syscall */
+	unsigned long long flags;
+	if (nr == SYS_openat)
+		flags = a[2];
+#ifdef SYS_open
+	else if (nr == SYS_open)
+		flags = a[1];
+#endif
+	else if (nr == SYS_openat2 && openat2_flags(tid, a[2], &flags) == 0)
+		;
+	else
+		return nr == SYS_openat2 ? CALLER_UNKNOWN : CALLER_OTHER;
+	if (flags & (O_CREAT | O_PATH | O_DIRECTORY) || (flags & O_ACCMODE) != O_RDONLY)
+		return CALLER_OTHER;
+	return CALLER_OPEN_READ;
+}
+
+int caller_killed(pid_t tid)
+{
+	char buf[1024];
+
+	if (tid <= 0 || read_proc(tid, "stat", buf, sizeof(buf)) <= 0)
+		return 0;
+	char *p = strrchr(buf, ')');    /* comm may hold spaces and parens */
+	if (!p)
+		return 0;
+	/* Fields after comm: 3 state ... 9 flags ... 52 exit_code. */
+	unsigned long flags = 0;
+	long exit_code = 0;
+	int field = 2;
+	char *save;
+	for (char *tok = strtok_r(p + 1, " \n", &save); tok;
+	     tok = strtok_r(NULL, " \n", &save)) {
+		field++;
+		if (field == 9)
+			flags = strtoul(tok, NULL, 10);
+		else if (field == 52)
+			exit_code = strtol(tok, NULL, 10);
+	}
+	return (flags & PF_EXITING) && WIFSIGNALED((int)exit_code);
+}
+
+int caller_holds_fd(pid_t tid, const char *suffix)
+{
+	char path[64], link[4096];
+	size_t slen = strlen(suffix);
+	struct dirent *de;
+	int found = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)tid);
+	DIR *d = tid > 0 ? opendir(path) : NULL;
+	if (!d)
+		return 0;
+	while (!found && (de = readdir(d))) {
+		char fdpath[sizeof(path) + sizeof(de->d_name) + 1];
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(fdpath, sizeof(fdpath), "%s/%s", path, de->d_name);
+		ssize_t n = readlink(fdpath, link, sizeof(link) - 1);
+		found = n >= (ssize_t)slen && !memcmp(link + n - slen, suffix, slen);
+	}
+	closedir(d);
+	return found;
+}

@@ -1,0 +1,29 @@
+/* caller.h - what the process behind a FUSE request is doing.
+ *
+ * FUSE does not tell a LOOKUP why it happens, yet SPEC §4.3 wants a plain
+ * open() of a missing key to wait while stat() and O_CREAT opens must not.
+ * The caller's thread is blocked in its system call while we answer, so
+ * /proc/<tid>/syscall says which call and with what flags.  Likewise a FLUSH
+ * from a task that is dying of a signal is a SIGKILLed writer, whose object
+ * must not be published.
+ */
+#ifndef OMNI_CALLER_H
+#define OMNI_CALLER_H
+
+#include <sys/types.h>
+
+enum caller_intent {
+	CALLER_UNKNOWN,         /* cannot tell (no /proc access, pid 0) */
+	CALLER_OPEN_READ,       /* open/openat/openat2 O_RDONLY without O_CREAT */
+	CALLER_OTHER,
+};
+
+enum caller_intent caller_intent(pid_t tid);
+/* 1 if the task still has a descriptor open on a file whose path ends in
+ * suffix ("/from/to/key"): a dup()ed writer fd, as a shell's redirection
+ * leaves, so this close is not the last one. */
+int caller_holds_fd(pid_t tid, const char *suffix);
+/* 1 if the task is exiting because of a signal. */
+int caller_killed(pid_t tid);
+
+#endif

@@ -1,0 +1,158 @@
+/* ns.h - the namespace and the life of objects (SPEC §3, §4).
+ *
+ * Everything a node knows by name: the root, .omni and its virtual files,
+ * implicit stage and edge directories, and keys.  A key node may hold an
+ * object (being written or published); an object lives in the pool and is
+ * pinned by handles, so removing or consuming it never pulls bytes from
+ * under a reader that already has it open.
+ *
+ * ns knows nothing of FUSE: a waiting open is a struct ns_waiter that the
+ * caller owns, answered through settings.wake once the key is published or
+ * its deadline passes.  All functions are thread-safe.
+ */
+#ifndef OMNI_NS_H
+#define OMNI_NS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "names.h"
+#include "stats.h"
+#include "timerq.h"
+#include "htab.h"
+
+struct pool;
+struct ns;
+struct ns_handle;
+
+#define NS_ROOT_INO 1
+
+enum ns_kind { NK_ROOT, NK_CTL, NK_VFILE, NK_STAGE, NK_EDGE, NK_KEY };
+
+/* Per-edge policy; -1 in a rule means "not set there". */
+struct ns_policy { int64_t readers, wait_ms, ttl_s; };
+struct ns_rule {
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
+	struct ns_policy p;
+};
+
+struct ns_waiter;
+typedef void (*ns_wake_fn)(struct ns_waiter *w, int err, struct ns_handle *h);
+
+struct ns_settings {
+	const char *node_name;
+	struct ns_policy dflt;
+	const struct ns_rule *rules;
+	size_t nrules;
+	ns_wake_fn wake;        /* answers a waiting open; called unlocked */
+};
+
+/* A waiting open, owned by the caller until wake() hands it back. */
+struct ns_waiter {
+	struct timer timer;     /* must stay first: ns finds it from its timer */
+	int type;               /* private to ns */
+	struct ns_waiter *next, *prev;
+	struct hlink byid;
+	uint64_t id;            /* from ns_waiter_id(); names it for ns_cancel */
+	uint64_t ino;
+	int flags;
+	void *ctx;              /* the caller's: its request */
+	/* Asked under ns's lock right after queueing: 1 if the open was
+	 * interrupted before it could be cancelled by id. */
+	int (*interrupted)(struct ns_waiter *w);
+	int wake_err;           /* private to ns: the answer, while queued */
+	struct ns_handle *wake_h;
+};
+
+struct ns_attr {
+	uint64_t ino;
+	enum ns_kind kind;
+	uint64_t size;
+	uint32_t mode;          /* with S_IFDIR or S_IFREG */
+	uint32_t uid, gid;
+	uint64_t mtime_ns;
+};
+
+struct ns_dirent {
+	char name[NAME_KEY_MAX + 1];
+	uint64_t ino;
+	uint32_t mode;
+};
+
+/* One line of .omni/transfers. */
+struct ns_xfer {
+	char path[2 * NAME_STAGE_MAX + NAME_KEY_MAX + 3];
+	char peer[NAME_STAGE_MAX + 8];
+	uint64_t done, total, elapsed_ns;
+	int writing;
+};
+
+int ns_create(struct ns **out, struct pool *pool, struct stats *st,
+	      const struct ns_settings *set);
+void ns_destroy(struct ns *ns);
+/* The deadline thread: waits and TTLs.  ns_stop answers every waiter. */
+int ns_start(struct ns *ns);
+void ns_stop(struct ns *ns);
+
+/* Looks name up in parent; on success the kernel holds one more lookup
+ * reference (drop it with ns_forget if the reply fails).  A missing key is
+ * -ENOENT unless placeholder is set: then a pending key node is returned for
+ * a reader's open to wait on. */
+int ns_lookup(struct ns *ns, uint64_t parent, const char *name,
+	      int placeholder, struct ns_attr *out);
+void ns_forget(struct ns *ns, uint64_t ino, uint64_t n);
+int ns_getattr(struct ns *ns, uint64_t ino, struct ns_attr *out);
+int ns_readdir(struct ns *ns, uint64_t ino, struct ns_dirent **ents, size_t *n);
+
+/* Creates key name in edge parent for writing (O_CREAT).  Also counts a
+ * lookup reference, as a create reply does. */
+int ns_create_key(struct ns *ns, uint64_t parent, const char *name, int excl,
+		  uint32_t uid, uint32_t gid, struct ns_attr *out,
+		  struct ns_handle **h);
+/* Opens a key.  0 with *h, or -EINPROGRESS when the open waits: then w is
+ * queued and will be answered through wake().  Other errors: -errno. */
+int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
+	    struct ns_handle **h);
+/* A fresh waiter id, to register for interrupts before ns_open. */
+uint64_t ns_waiter_id(struct ns *ns);
+int ns_handle_is_writer(const struct ns_handle *h);
+/* Takes a waiter out of the queue if it is still there (an interrupt):
+ * returns it, or NULL if it was already answered. */
+struct ns_waiter *ns_cancel(struct ns *ns, uint64_t id);
+
+ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
+		 size_t len, uint64_t off);
+/* Points iov at the bytes of [off, off+len); returns the byte count.
+ * The bytes stay valid until the handle is released. */
+ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
+		struct iovec *iov, int *niov, int maxiov);
+enum ns_close {
+	NS_CLOSE_LAST,          /* the caller's last descriptor on it */
+	NS_CLOSE_DUP,           /* the caller holds another (a dup): not yet */
+	NS_CLOSE_KILLED,        /* the caller is dying of a signal */
+};
+/* A close(2) of the handle.  A writer's last close publishes; a killed
+ * writer's object is discarded. */
+int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how);
+/* "/from/to/key" of the handle's object, for caller_holds_fd(). */
+void ns_handle_path(struct ns *ns, const struct ns_handle *h, char *buf, size_t len);
+void ns_release(struct ns *ns, struct ns_handle *h);
+int ns_truncate(struct ns *ns, uint64_t ino, uint64_t size);
+int ns_unlink(struct ns *ns, uint64_t parent, const char *name);
+
+int ns_getxattr(struct ns *ns, uint64_t ino, const char *name, char *buf,
+		size_t size);
+int ns_listxattr(struct ns *ns, uint64_t ino, char *buf, size_t size);
+int ns_setxattr(struct ns *ns, uint64_t ino, const char *name,
+		const char *val, size_t len);
+int ns_removexattr(struct ns *ns, uint64_t ino, const char *name);
+
+/* For .omni: counts and the transfers in flight (malloc'd array). */
+void ns_counts(struct ns *ns, uint64_t *objects, uint64_t *inflight);
+int ns_transfers(struct ns *ns, struct ns_xfer **out, size_t *n);
+/* Which virtual file an NK_VFILE inode is (its name). */
+const char *ns_vfile_name(struct ns *ns, uint64_t ino);
+
+#endif

@@ -1,0 +1,588 @@
+/* ops.c - the FUSE low-level operations over ns.
+ *
+ * Keys are served with direct_io so every read and write reaches the pool
+ * in requests of up to 1 MiB, and with zero entry and attribute timeouts so
+ * the kernel never answers from a stale view of a key that was consumed,
+ * removed or rewritten.  Directories are implicit and cached freely.
+ */
+#define _GNU_SOURCE
+#include "fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "caller.h"
+#include "stats.h"
+#include "vfile.h"
+#include "../transport/pool.h"
+
+#define DIR_TIMEOUT 3600.0
+#define MAX_IOV 256             /* 1 MiB in 4 KiB pieces at worst */
+
+struct fs {
+	struct fuse_session *se;
+	struct ns *ns;
+	struct stats st;
+	struct vfile_ctx vf;
+	unsigned max_threads;
+	int mounted, unknown_intent_logged;
+};
+
+/* A waiting open: the request and its file info, kept until answered. */
+struct op_wait {
+	struct ns_waiter w;
+	fuse_req_t req;
+	struct fuse_file_info fi;
+};
+
+/* Directory and virtual-file handles; key handles are ns handles. */
+struct dir_snap { struct ns_dirent *ents; size_t n; };
+struct vbuf { char *data; size_t len; };
+#define FH_VFILE 1u             /* tag bit on fh: a struct vbuf */
+
+static struct fs *fs_of(fuse_req_t req) { return fuse_req_userdata(req); }
+
+static void to_stat(const struct ns_attr *a, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = a->ino;
+	st->st_mode = a->mode;
+	st->st_nlink = S_ISDIR(a->mode) ? 2 : 1;
+	st->st_uid = a->uid;
+	st->st_gid = a->gid;
+	st->st_size = (off_t)a->size;
+	st->st_blksize = 1 << 20;
+	st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
+	st->st_mtim.tv_sec = (time_t)(a->mtime_ns / 1000000000u);
+	st->st_mtim.tv_nsec = (long)(a->mtime_ns % 1000000000u);
+	st->st_atim = st->st_ctim = st->st_mtim;
+}
+
+static double attr_timeout(const struct ns_attr *a)
+{
+	return a->kind == NK_KEY || a->kind == NK_VFILE ? 0.0 : DIR_TIMEOUT;
+}
+
+static void reply_entry(fuse_req_t req, const struct ns_attr *a)
+{
+	struct fuse_entry_param e = { .ino = a->ino };
+
+	to_stat(a, &e.attr);
+	e.attr_timeout = e.entry_timeout = attr_timeout(a);
+	if (fuse_reply_entry(req, &e))
+		ns_forget(fs_of(req)->ns, a->ino, 1);   /* the kernel never saw it */
+}
+
+static void op_init(void *data, struct fuse_conn_info *conn)
+{
+	(void)data;
+	conn->max_write = 1u << 20;
+	conn->max_read = 1u << 20;     /* must match -o max_read */
+	conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
+			FUSE_CAP_SPLICE_MOVE | FUSE_CAP_WRITEBACK_CACHE);
+	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = fs_of(req);
+	struct ns_attr a;
+	int rc = ns_lookup(fs->ns, parent, name, 0, &a);
+
+	/* A missing key: a plain open() waits for it on a placeholder (its
+	 * OPEN is deferred, holding no lock); anything else sees ENOENT. */
+	if (rc == -ENOENT) {
+		enum caller_intent in = caller_intent(fuse_req_ctx(req)->pid);
+		if (in == CALLER_OPEN_READ)
+			rc = ns_lookup(fs->ns, parent, name, 1, &a);
+		else if (in == CALLER_UNKNOWN && !fs->unknown_intent_logged) {
+			fs->unknown_intent_logged = 1;
+			fprintf(stderr, "omnifs: cannot read a caller's syscall from "
+				"/proc; opens of missing keys will not wait\n");
+		}
+	}
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		reply_entry(req, &a);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	ns_forget(fs_of(req)->ns, ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *f)
+{
+	for (size_t i = 0; i < count; i++)
+		ns_forget(fs_of(req)->ns, f[i].ino, f[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ns_attr a;
+	struct stat st;
+	int rc = ns_getattr(fs_of(req)->ns, ino, &a);
+
+	(void)fi;
+	if (rc)
+		return (void)fuse_reply_err(req, -rc);
+	to_stat(&a, &st);
+	fuse_reply_attr(req, &st, attr_timeout(&a));
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+		       int to_set, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	int rc;
+
+	if ((to_set & FUSE_SET_ATTR_SIZE) &&
+	    (rc = ns_truncate(fs->ns, ino, (uint64_t)attr->st_size)))
+		return (void)fuse_reply_err(req, -rc);
+	/* Modes, owners and times are not kept: objects are transfers. */
+	op_getattr(req, ino, fi);
+}
+
+/* ---------------------------------------------------------------- dirs */
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct dir_snap *d = calloc(1, sizeof(*d));
+	int rc = d ? ns_readdir(fs_of(req)->ns, ino, &d->ents, &d->n) : -ENOMEM;
+
+	if (rc) {
+		free(d);
+		return (void)fuse_reply_err(req, -rc);
+	}
+	fi->fh = (uintptr_t)d;
+	if (fuse_reply_open(req, fi)) {
+		free(d->ents);
+		free(d);
+	}
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	struct dir_snap *d = (struct dir_snap *)(uintptr_t)fi->fh;
+	char *buf = malloc(size);
+	size_t used = 0;
+
+	if (!buf)
+		return (void)fuse_reply_err(req, ENOMEM);
+	/* Offsets: 0 ".", 1 "..", 2+i the i-th entry of the snapshot. */
+	for (size_t i = (size_t)off; i < d->n + 2; i++) {
+		struct stat st = { .st_ino = ino, .st_mode = S_IFDIR };
+		const char *name = i == 0 ? "." : "..";
+		if (i >= 2) {
+			st.st_ino = d->ents[i - 2].ino;
+			st.st_mode = d->ents[i - 2].mode;
+			name = d->ents[i - 2].name;
+		}
+		size_t n = fuse_add_direntry(req, buf + used, size - used, name, &st,
+					     (off_t)i + 1);
+		if (n > size - used)
+			break;
+		used += n;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct dir_snap *d = (struct dir_snap *)(uintptr_t)fi->fh;
+
+	(void)ino;
+	free(d->ents);
+	free(d);
+	fuse_reply_err(req, 0);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	(void)parent; (void)name; (void)mode;
+	/* Stage and edge directories exist implicitly (the kernel answers
+	 * EEXIST for them); nothing else may be a directory. */
+	fuse_reply_err(req, EPERM);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct ns_attr a;
+	struct fs *fs = fs_of(req);
+	struct ns_dirent *ents;
+	size_t n;
+	int rc = ns_lookup(fs->ns, parent, name, 0, &a);
+
+	if (rc)
+		return (void)fuse_reply_err(req, -rc);
+	if (a.kind != NK_STAGE && a.kind != NK_EDGE)
+		rc = a.kind == NK_KEY ? -ENOTDIR : -EACCES;
+	else if (!(rc = ns_readdir(fs->ns, a.ino, &ents, &n))) {
+		rc = n ? -ENOTEMPTY : 0;        /* an empty implicit dir: nothing to do */
+		free(ents);
+	}
+	ns_forget(fs->ns, a.ino, 1);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, -ns_unlink(fs_of(req)->ns, parent, name));
+}
+
+/* ---------------------------------------------------------------- open */
+
+static void wait_answer(struct ns_waiter *nw, int err, struct ns_handle *h)
+{
+	struct op_wait *w = (struct op_wait *)nw;
+	struct fs *fs = fs_of(w->req);
+
+	if (err) {
+		fuse_reply_err(w->req, -err);
+	} else {
+		w->fi.fh = (uintptr_t)h;
+		w->fi.direct_io = 1;
+		if (fuse_reply_open(w->req, &w->fi))     /* the opener is gone */
+			ns_release(fs->ns, h);
+	}
+	free(w);
+}
+
+static void wait_interrupt(fuse_req_t req, void *data)
+{
+	struct ns_waiter *w = ns_cancel(fs_of(req)->ns, (uint64_t)(uintptr_t)data);
+
+	if (w) {
+		fuse_reply_err(req, EINTR);
+		free(w);
+	}
+}
+
+static int wait_interrupted(struct ns_waiter *nw)
+{
+	return fuse_req_interrupted(((struct op_wait *)nw)->req);
+}
+
+static void open_vfile(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	const char *name = ns_vfile_name(fs->ns, ino);
+	struct vbuf *v;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY)
+		return (void)fuse_reply_err(req, EACCES);
+	if (!name || !(v = malloc(sizeof(*v))))
+		return (void)fuse_reply_err(req, name ? ENOMEM : ENOENT);
+	if (!(v->data = vfile_render(&fs->vf, name, &v->len))) {
+		free(v);
+		return (void)fuse_reply_err(req, errno);
+	}
+	fi->fh = (uintptr_t)v | FH_VFILE;
+	fi->direct_io = 1;              /* the size is known only now */
+	if (fuse_reply_open(req, fi)) {
+		free(v->data);
+		free(v);
+	}
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct ns_attr a;
+	struct ns_handle *h;
+	struct op_wait *w;
+	int rc;
+
+	if ((rc = ns_getattr(fs->ns, ino, &a)))
+		return (void)fuse_reply_err(req, -rc);
+	if (a.kind == NK_VFILE)
+		return open_vfile(req, ino, fi);
+	if (!(w = calloc(1, sizeof(*w))))
+		return (void)fuse_reply_err(req, ENOMEM);
+	w->req = req;
+	w->fi = *fi;
+	w->w.ctx = w;
+	w->w.interrupted = wait_interrupted;
+	w->w.id = ns_waiter_id(fs->ns);
+	/* Registered before queueing; an interrupt that comes first is
+	 * seen by wait_interrupted() under ns's lock. */
+	fuse_req_interrupt_func(req, wait_interrupt, (void *)(uintptr_t)w->w.id);
+	rc = ns_open(fs->ns, ino, fi->flags, &w->w, &h);
+	if (rc == -EINPROGRESS)
+		return;                 /* answered by wait_answer() */
+	free(w);
+	if (rc)
+		return (void)fuse_reply_err(req, -rc);
+	fi->fh = (uintptr_t)h;
+	fi->direct_io = 1;
+	if (fuse_reply_open(req, fi))
+		ns_release(fs->ns, h);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct fuse_entry_param e = { 0 };
+	struct ns_attr a;
+	struct ns_handle *h;
+	int rc = ns_create_key(fs->ns, parent, name, !!(fi->flags & O_EXCL),
+			       ctx->uid, ctx->gid, &a, &h);
+
+	(void)mode;
+	if (rc)
+		return (void)fuse_reply_err(req, -rc);
+	e.ino = a.ino;
+	to_stat(&a, &e.attr);
+	fi->fh = (uintptr_t)h;
+	fi->direct_io = 1;
+	if (fuse_reply_create(req, &e, fi)) {
+		ns_release(fs->ns, h);
+		ns_forget(fs->ns, a.ino, 1);
+	}
+}
+
+/* ---------------------------------------------------------------- bytes */
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct iovec iov[MAX_IOV];
+	int n;
+
+	(void)ino;
+	if (fi->fh & FH_VFILE) {
+		struct vbuf *v = (struct vbuf *)(uintptr_t)(fi->fh & ~(uint64_t)FH_VFILE);
+		size_t o = (size_t)off < v->len ? (size_t)off : v->len;
+		return (void)fuse_reply_buf(req, v->data + o,
+					    size < v->len - o ? size : v->len - o);
+	}
+	ssize_t got = ns_read(fs_of(req)->ns, (struct ns_handle *)(uintptr_t)fi->fh,
+			      (uint64_t)off, size, iov, &n, MAX_IOV);
+	if (got < 0)
+		return (void)fuse_reply_err(req, (int)-got);
+	fuse_reply_iov(req, iov, n);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+		     off_t off, struct fuse_file_info *fi)
+{
+	(void)ino;
+	if (fi->fh & FH_VFILE)
+		return (void)fuse_reply_err(req, EBADF);
+	ssize_t rc = ns_write(fs_of(req)->ns, (struct ns_handle *)(uintptr_t)fi->fh,
+			      buf, size, (uint64_t)off);
+	if (rc < 0)
+		fuse_reply_err(req, (int)-rc);
+	else
+		fuse_reply_write(req, (size_t)rc);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
+
+	(void)ino;
+	if (fi->fh & FH_VFILE)
+		return (void)fuse_reply_err(req, 0);
+	enum ns_close how = NS_CLOSE_LAST;
+	if (ns_handle_is_writer(h)) {
+		pid_t tid = fuse_req_ctx(req)->pid;
+		char path[2 * NAME_STAGE_MAX + NAME_KEY_MAX + 4];
+		ns_handle_path(fs_of(req)->ns, h, path, sizeof(path));
+		if (caller_killed(tid))
+			how = NS_CLOSE_KILLED;
+		else if (caller_holds_fd(tid, path))
+			how = NS_CLOSE_DUP;
+	}
+	fuse_reply_err(req, -ns_flush(fs_of(req)->ns, h, how));
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	if (fi->fh & FH_VFILE) {
+		struct vbuf *v = (struct vbuf *)(uintptr_t)(fi->fh & ~(uint64_t)FH_VFILE);
+		free(v->data);
+		free(v);
+	} else {
+		ns_release(fs_of(req)->ns, (struct ns_handle *)(uintptr_t)fi->fh);
+	}
+	fuse_reply_err(req, 0);
+}
+
+/* ---------------------------------------------------------------- xattrs */
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	char buf[128];
+	int rc = ns_getxattr(fs_of(req)->ns, ino, name, buf, size < sizeof(buf) ? size : sizeof(buf));
+
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)rc);
+	else
+		fuse_reply_buf(req, buf, (size_t)rc);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	char buf[512];
+	int rc = ns_listxattr(fs_of(req)->ns, ino, buf, size < sizeof(buf) ? size : sizeof(buf));
+
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)rc);
+	else
+		fuse_reply_buf(req, buf, (size_t)rc);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			const char *value, size_t size, int flags)
+{
+	(void)flags;
+	fuse_reply_err(req, -ns_setxattr(fs_of(req)->ns, ino, name, value, size));
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	fuse_reply_err(req, -ns_removexattr(fs_of(req)->ns, ino, name));
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct pool_usage u;
+	struct statvfs sv = { 0 };
+
+	(void)ino;
+	pool_usage(fs_of(req)->vf.pool, &u);
+	sv.f_bsize = sv.f_frsize = POOL_GRAIN;
+	sv.f_blocks = u.size / POOL_GRAIN;
+	sv.f_bfree = sv.f_bavail = u.free / POOL_GRAIN;
+	sv.f_namemax = NAME_KEY_MAX;
+	fuse_reply_statfs(req, &sv);
+}
+
+static const struct fuse_lowlevel_ops ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.releasedir = op_releasedir,
+	.mkdir = op_mkdir,
+	.rmdir = op_rmdir,
+	.unlink = op_unlink,
+	.open = op_open,
+	.create = op_create,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.setxattr = op_setxattr,
+	.removexattr = op_removexattr,
+	.statfs = op_statfs,
+};
+
+/* ---------------------------------------------------------------- session */
+
+int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
+{
+	struct fs *fs = calloc(1, sizeof(*fs));
+	struct ns_settings set = {
+		.node_name = p->node_name, .dflt = p->dflt, .rules = p->rules,
+		.nrules = p->nrules, .wake = wait_answer,
+	};
+	int rc = -ENOMEM;
+
+	if (!fs)
+		return -ENOMEM;
+	if ((rc = ns_create(&fs->ns, p->pool, &fs->st, &set)))
+		goto free_fs;
+	fs->vf = (struct vfile_ctx){ fs->ns, p->pool, &fs->st, p->node_name,
+				     p->transport, p->config_text };
+	fs->max_threads = p->max_threads;
+	fs->se = fuse_session_new(args, &ops, sizeof(ops), fs);
+	if (!fs->se) {
+		rc = -EINVAL;           /* libfuse printed which option */
+		goto free_ns;
+	}
+	if (fuse_set_signal_handlers(fs->se)) {
+		rc = -EIO;
+		goto free_session;
+	}
+	if (fuse_session_mount(fs->se, p->mountpoint)) {
+		rc = -EIO;              /* libfuse printed why */
+		goto remove_handlers;
+	}
+	fs->mounted = 1;
+	if ((rc = ns_start(fs->ns)))
+		goto unmount;
+	*out = fs;
+	return 0;
+
+unmount:
+	fuse_session_unmount(fs->se);
+remove_handlers:
+	fuse_remove_signal_handlers(fs->se);
+free_session:
+	fuse_session_destroy(fs->se);
+free_ns:
+	ns_destroy(fs->ns);
+free_fs:
+	free(fs);
+	return rc;
+}
+
+int fs_serve(struct fs *fs)
+{
+	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+	int rc;
+
+	if (!cfg)
+		return -ENOMEM;
+	/* Waiting opens hold no thread, so a few threads serve any number
+	 * of waiters; more only add wake-ups on a small machine. */
+	fuse_loop_cfg_set_max_threads(cfg, fs->max_threads);
+	fuse_loop_cfg_set_idle_threads(cfg, fs->max_threads / 2 ? fs->max_threads / 2 : 1);
+	rc = fuse_session_loop_mt(fs->se, cfg);
+	fuse_loop_cfg_destroy(cfg);
+	ns_stop(fs->ns);                /* answers every waiting open */
+	return rc < 0 ? rc : 0;
+}
+
+void fs_destroy(struct fs *fs)
+{
+	if (!fs)
+		return;
+	ns_stop(fs->ns);
+	if (fs->mounted)
+		fuse_session_unmount(fs->se);
+	fuse_remove_signal_handlers(fs->se);
+	fuse_session_destroy(fs->se);
+	ns_destroy(fs->ns);
+	free(fs);
+}

@@ -1,0 +1,104 @@
+/* vfile.c - health (JSON), stats, metrics, transfers and config. */
+#define _GNU_SOURCE
+#include "vfile.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ns.h"
+#include "stats.h"
+#include "../transport/pool.h"
+
+#ifndef OMNI_VERSION
+#define OMNI_VERSION "0.0.0"
+#endif
+
+static char *render_health(const struct vfile_ctx *c)
+{
+	struct pool_usage u;
+	uint64_t objects, inflight;
+	json_object *root = json_object_new_object();
+	json_object *pool = json_object_new_object();
+
+	pool_usage(c->pool, &u);
+	ns_counts(c->ns, &objects, &inflight);
+	json_object_object_add(root, "node", json_object_new_string(c->node_name));
+	json_object_object_add(root, "version", json_object_new_string(OMNI_VERSION));
+	json_object_object_add(pool, "kind", json_object_new_string(pool_kind_name(pool_kind_of(c->pool))));
+	json_object_object_add(pool, "size", json_object_new_uint64(u.size));
+	json_object_object_add(pool, "used", json_object_new_uint64(u.used));
+	json_object_object_add(pool, "free", json_object_new_uint64(u.free));
+	json_object_object_add(pool, "largest_free", json_object_new_uint64(u.largest_free));
+	json_object_object_add(pool, "locked", json_object_new_boolean(u.locked));
+	json_object_object_add(root, "pool", pool);
+	json_object_object_add(root, "transport", json_object_new_string(c->transport));
+	json_object_object_add(root, "peers", json_object_new_array());
+	json_object_object_add(root, "objects", json_object_new_uint64(objects));
+	json_object_object_add(root, "inflight", json_object_new_uint64(inflight));
+	json_object_object_add(root, "waiters", json_object_new_uint64(stat_get(c->st, ST_WAITERS)));
+	char *s = NULL;
+	const char *t = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
+	if (t && asprintf(&s, "%s\n", t) < 0)
+		s = NULL;
+	json_object_put(root);
+	return s;
+}
+
+static char *render_transfers(const struct vfile_ctx *c)
+{
+	struct ns_xfer *v;
+	size_t n;
+	char *buf = NULL;
+	size_t len = 0;
+
+	if (ns_transfers(c->ns, &v, &n))
+		return NULL;
+	FILE *f = open_memstream(&buf, &len);
+	if (f) {
+		fprintf(f, "# key peer dir done/total rate_MiB_s\n");
+		for (size_t i = 0; i < n; i++) {
+			double s = v[i].elapsed_ns / 1e9;
+			fprintf(f, "%s %s %s %" PRIu64 "/%" PRIu64 " %.1f\n", v[i].path,
+				v[i].peer, v[i].writing ? "in" : "out", v[i].done,
+				v[i].total, s > 0 ? v[i].done / s / 1048576.0 : 0.0);
+		}
+		fclose(f);
+	}
+	free(v);
+	return buf;
+}
+
+char *vfile_render(const struct vfile_ctx *c, const char *name, size_t *len)
+{
+	char *s = NULL;
+
+	if (!strcmp(name, "health")) {
+		s = render_health(c);
+	} else if (!strcmp(name, "stats")) {
+		s = stats_render_text(c->st);
+	} else if (!strcmp(name, "metrics")) {
+		struct stats_gauges g;
+		struct pool_usage u;
+		pool_usage(c->pool, &u);
+		ns_counts(c->ns, &g.objects, &g.inflight);
+		g.pool_size = u.size;
+		g.pool_used = u.used;
+		s = stats_render_prometheus(c->st, &g);
+	} else if (!strcmp(name, "transfers")) {
+		s = render_transfers(c);
+	} else if (!strcmp(name, "config")) {
+		s = strdup(c->config_text);
+	} else {
+		errno = ENOENT;
+		return NULL;
+	}
+	if (!s)
+		errno = ENOMEM;
+	else
+		*len = strlen(s);
+	return s;
+}

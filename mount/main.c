@@ -1,0 +1,281 @@
+/* main.c - omnifs [-f] [-d] [-o opt[,opt...]] <mountpoint>
+ *
+ * Options are checked before anything is mounted: a bad one is a one-line
+ * error that names it, exit status 2.  Without -f the daemon forks first
+ * and the parent waits for the child's verdict, so the exit status and the
+ * error reach whoever ran the mount, and the pool is allocated (and locked)
+ * in the process that uses it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <fuse_lowlevel.h>
+
+#include "conf.h"
+#include "../fs/fs.h"
+#include "../transport/pool.h"
+#include "../transport/rdma_probe.h"
+
+#define EXIT_USAGE 2
+
+struct args {
+	char *mountpoint;
+	int foreground, debug, help, version;
+	char **ours;            /* our -o key=value options, in order */
+	size_t nours;
+};
+
+enum { KEY_HELP, KEY_VERSION, KEY_FG, KEY_DEBUG };
+
+static const struct fuse_opt opt_spec[] = {
+	FUSE_OPT_KEY("-h", KEY_HELP), FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION), FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_KEY("-f", KEY_FG), FUSE_OPT_KEY("-d", KEY_DEBUG),
+	FUSE_OPT_KEY("debug", KEY_DEBUG),
+	FUSE_OPT_END
+};
+
+static const char *const our_keys[] = {
+	"config", "node", "pool", "listen", "transport", "wait_ms", "readers",
+	"ttl_s", "secret_file", "threads", "allow_other",
+};
+
+static int is_ours(const char *arg)
+{
+	size_t n = strcspn(arg, "=");
+
+	for (size_t i = 0; i < sizeof(our_keys) / sizeof(*our_keys); i++)
+		if (strlen(our_keys[i]) == n && !strncmp(arg, our_keys[i], n))
+			return 1;
+	return 0;
+}
+
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *out)
+{
+	struct args *a = data;
+
+	(void)out;
+	switch (key) {
+	case KEY_HELP: a->help = 1; return 0;
+	case KEY_VERSION: a->version = 1; return 0;
+	case KEY_FG: a->foreground = 1; return 0;
+	case KEY_DEBUG: a->debug = a->foreground = 1; return 1;
+	case FUSE_OPT_KEY_NONOPT:
+		if (a->mountpoint) {
+			fprintf(stderr, "omnifs: unexpected argument '%s'\n", arg);
+			return -1;
+		}
+		a->mountpoint = strdup(arg);
+		return 0;
+	case FUSE_OPT_KEY_OPT:
+		if (!is_ours(arg))
+			return 1;       /* a FUSE option: libfuse checks it */
+		char **v = realloc(a->ours, (a->nours + 1) * sizeof(*v));
+		if (!v || !(v[a->nours] = strdup(arg)))
+			return -1;
+		a->ours = v;
+		a->nours++;
+		/* allow_other is FUSE's too: keep it for the mount */
+		return strcmp(arg, "allow_other") ? 0 : 1;
+	}
+	return 1;
+}
+
+static void usage(void)
+{
+	printf("usage: omnifs [-f] [-d] [-o opt[,opt...]] <mountpoint>\n\n"
+	       "options (also settable in the config file; the command line wins):\n"
+	       "  config=FILE       cluster YAML file\n"
+	       "  node=NAME         this node's name (default: the host name)\n"
+	       "  pool=host:SIZE | pinned:SIZE | cuda:DEV:SIZE   (default host:1GiB)\n"
+	       "  listen=ADDR:PORT  peer port\n"
+	       "  transport=auto|tcp|rdma\n"
+	       "  wait_ms=N         how long an open waits for a key (default 30000)\n"
+	       "  readers=N         complete reads before an object is deleted (default 1)\n"
+	       "  ttl_s=N           delete unconsumed objects N s after publish (0: off)\n"
+	       "  secret_file=FILE  cluster secret\n"
+	       "  threads=N         FUSE worker threads at most (default 8)\n"
+	       "  allow_other       let other users use the mount\n"
+	       "  -f                stay in the foreground\n"
+	       "  -d                debug: foreground, log every request\n");
+}
+
+/* Builds the configuration: defaults, then the file, then the command
+ * line.  0, or -EINVAL with the message printed. */
+static int configure(struct conf *c, const struct args *a)
+{
+	char err[512];
+
+	conf_defaults(c);
+	for (size_t i = 0; i < a->nours; i++)
+		if (!strncmp(a->ours[i], "config=", 7) &&
+		    conf_set(c, "config", a->ours[i] + 7, err, sizeof(err)))
+			goto fail;
+	if (c->config_file && conf_load(c, c->config_file, err, sizeof(err)))
+		goto fail;
+	for (size_t i = 0; i < a->nours; i++) {
+		char *eq = strchr(a->ours[i], '=');
+		char key[32];
+		snprintf(key, sizeof(key), "%.*s", eq ? (int)(eq - a->ours[i]) : 31, a->ours[i]);
+		if (conf_set(c, key, eq ? eq + 1 : NULL, err, sizeof(err)))
+			goto fail;
+	}
+	if (c->nnodes) {
+		size_t i = 0;
+		while (i < c->nnodes && strcmp(c->nodes[i].name, c->node))
+			i++;
+		if (i == c->nnodes) {
+			snprintf(err, sizeof(err), "%s: node '%s' is not among its nodes "
+				 "(set node=NAME)", c->config_file, c->node);
+			goto fail;
+		}
+	}
+	if (c->pool.kind != POOL_HOST) {
+		snprintf(err, sizeof(err), "option 'pool': '%s' needs CUDA, and this omnifs "
+			 "was built without it", pool_kind_name(c->pool.kind));
+		goto fail;
+	}
+	if (c->transport == TRANSPORT_RDMA && rdma_active_devices() <= 0) {
+		snprintf(err, sizeof(err), "option 'transport=rdma': no usable RDMA device "
+			 "on this node (use transport=tcp or auto)");
+		goto fail;
+	}
+	return 0;
+fail:
+	fprintf(stderr, "omnifs: %s\n", err);
+	return -EINVAL;
+}
+
+/* Forks; the parent waits for the child's status byte and exits with it. */
+static int daemonize(int *status_fd)
+{
+	int p[2];
+
+	if (pipe2(p, O_CLOEXEC))
+		return -errno;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0) {
+		unsigned char st = 1;
+		close(p[1]);
+		if (read(p[0], &st, 1) != 1)
+			st = 1;         /* the child died before saying */
+		_exit(st);
+	}
+	close(p[0]);
+	setsid();
+	*status_fd = p[1];
+	return 0;
+}
+
+static void report(int *status_fd, unsigned char st)
+{
+	if (*status_fd < 0)
+		return;
+	if (st == 0) {          /* mounted: detach from the terminal */
+		int null = open("/dev/null", O_RDWR);
+		if (null >= 0) {
+			dup2(null, 0);
+			dup2(null, 1);
+			dup2(null, 2);
+			close(null);
+		}
+	}
+	if (write(*status_fd, &st, 1) != 1)
+		st = 1;
+	close(*status_fd);
+	*status_fd = -1;
+}
+
+static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int status_fd)
+{
+	struct pool *pool;
+	struct fs *fs;
+	char err[256], *text = conf_render(c);
+	struct fs_params p = {
+		.node_name = c->node, .mountpoint = mnt,
+		.transport = conf_transport_name(c->transport), .config_text = text,
+		.dflt = c->dflt, .rules = c->rules, .nrules = c->nrules,
+		.max_threads = c->threads,
+	};
+	int rc = 1;
+
+	if (!text)
+		goto out;
+	if (pool_create(&pool, &c->pool, err, sizeof(err))) {
+		fprintf(stderr, "omnifs: %s\n", err);
+		goto free_text;
+	}
+	p.pool = pool;
+	int mrc = fs_mount(&fs, &p, fargs);
+	if (mrc) {
+		rc = mrc == -EINVAL ? EXIT_USAGE : 1;
+		goto free_pool;
+	}
+	fprintf(stderr, "omnifs: node %s mounted at %s (pool %s, %s)\n", c->node, mnt,
+		pool_kind_name(c->pool.kind), c->config_file ? c->config_file : "embedded default");
+	report(&status_fd, 0);
+	rc = fs_serve(fs) ? 1 : 0;
+	fs_destroy(fs);
+free_pool:
+	pool_destroy(pool);
+free_text:
+	free(text);
+out:
+	report(&status_fd, (unsigned char)rc);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct fuse_args fargs = FUSE_ARGS_INIT(argc, argv);
+	struct args a = { 0 };
+	struct conf c;
+	char mnt[PATH_MAX];
+	int status_fd = -1, rc = EXIT_USAGE;
+
+	if (fuse_opt_parse(&fargs, &a, opt_spec, opt_proc) == -1)
+		goto free_args;
+	if (a.help || a.version) {
+		if (a.help)
+			usage();
+		else
+			printf("omnifs %s, libfuse %s\n", OMNI_VERSION, fuse_pkgversion());
+		rc = 0;
+		goto free_args;
+	}
+	if (!a.mountpoint) {
+		fprintf(stderr, "omnifs: no mount point (try omnifs -h)\n");
+		goto free_args;
+	}
+	if (!realpath(a.mountpoint, mnt)) {
+		fprintf(stderr, "omnifs: mount point '%s': %s\n", a.mountpoint, strerror(errno));
+		goto free_args;
+	}
+	if (configure(&c, &a))
+		goto free_conf;
+	if (fuse_opt_add_arg(&fargs, "-ofsname=omnifs,subtype=omnifs,max_read=1048576"))
+		goto free_conf;
+	if (!a.foreground && daemonize(&status_fd)) {
+		perror("omnifs: fork");
+		rc = 1;
+		goto free_conf;
+	}
+	rc = serve(&c, &fargs, mnt, status_fd);
+free_conf:
+	conf_free(&c);
+free_args:
+	for (size_t i = 0; i < a.nours; i++)
+		free(a.ours[i]);
+	free(a.ours);
+	free(a.mountpoint);
+	fuse_opt_free_args(&fargs);
+	return rc;
+}

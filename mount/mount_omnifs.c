@@ -1,0 +1,89 @@
+/* mount_omnifs.c - the mount(8) helper: mount -t fuse.omnifs and fstab.
+ *
+ * mount(8) runs /sbin/mount.fuse.omnifs SOURCE MOUNTPOINT [-o OPTS] ...;
+ * this drops the options that belong to mount(8) and fstab, not to omnifs,
+ * and runs the omnifs daemon, which returns once the mount is up.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const dropped[] = {
+	"rw", "defaults", "auto", "noauto", "user", "users", "nouser", "owner",
+	"_netdev", "nofail", "dev", "nodev", "suid", "nosuid", "exec", "noexec",
+	"async", "sync", "atime", "noatime", "relatime", "norelatime",
+	"strictatime", "lazytime", "loop",
+};
+
+static int keep(const char *o)
+{
+	if (!*o || !strncmp(o, "x-", 2) || !strncmp(o, "comment=", 8))
+		return 0;
+	for (size_t i = 0; i < sizeof(dropped) / sizeof(*dropped); i++)
+		if (!strcmp(o, dropped[i]))
+			return 0;
+	return 1;
+}
+
+/* Appends the options of list that omnifs takes to out, comma-separated. */
+static void filter(char *list, char *out, size_t len)
+{
+	char *save;
+
+	for (char *o = strtok_r(list, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+		if (!keep(o))
+			continue;
+		size_t used = strlen(out);
+		snprintf(out + used, len - used, "%s%s", used ? "," : "", o);
+	}
+}
+
+/* omnifs next to this helper (a build tree), else the installed one. */
+static void find_daemon(char *path, size_t len)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (n > 0) {
+		self[n] = 0;
+		snprintf(path, len, "%s/omnifs", dirname(self));
+		if (access(path, X_OK) == 0)
+			return;
+	}
+	snprintf(path, len, "%s/omnifs", OMNI_BINDIR);
+}
+
+int main(int argc, char **argv)
+{
+	char opts[4096] = "", daemon[PATH_MAX + 16];
+	const char *mnt = NULL;
+	int nargs = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+			filter(argv[++i], opts, sizeof(opts));
+		} else if (!strncmp(argv[i], "-o", 2) && argv[i][2]) {
+			filter(argv[i] + 2, opts, sizeof(opts));
+		} else if (!strcmp(argv[i], "-t") || !strcmp(argv[i], "-N")) {
+			i++;            /* type, namespace: nothing for us */
+		} else if (argv[i][0] == '-') {
+			;               /* -n, -s, -v, -f: mount(8)'s own */
+		} else if (++nargs == 2) {
+			mnt = argv[i];  /* the first is the source, "omnifs" */
+		}
+	}
+	if (!mnt) {
+		fprintf(stderr, "usage: mount.omnifs omnifs MOUNTPOINT [-o OPTIONS]\n");
+		return 2;
+	}
+	find_daemon(daemon, sizeof(daemon));
+	char *av[] = { daemon, (char *)mnt, opts[0] ? "-o" : NULL, opts, NULL };
+	execv(daemon, av);
+	fprintf(stderr, "mount.omnifs: cannot run %s: %s\n", daemon, strerror(errno));
+	return 1;
+}

@@ -1,0 +1,353 @@
+/* pool.c - the memory pool and its extent allocator.
+ *
+ * Free space is an address-ordered array of fragments.  Objects are few and
+ * large, so the array stays short; allocation is first-fit for the wanted
+ * size, falling back to the largest fragment, and frees coalesce with both
+ * neighbours so the pool never fragments by churn alone.
+ */
+#define _GNU_SOURCE
+#include "pool.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+struct frag { uint64_t off, len; };
+
+struct pool {
+	pthread_mutex_t lock;
+	enum pool_kind kind;
+	int dev;
+	uint8_t *base;
+	uint64_t size, used;
+	int locked;
+	struct frag *free;      /* address-ordered, never adjacent */
+	size_t nfree, capfree;
+};
+
+static uint64_t round_grain(uint64_t n)
+{
+	return (n + POOL_GRAIN - 1) / POOL_GRAIN * POOL_GRAIN;
+}
+
+int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned shift = 0;
+
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	switch (*end) {
+	case 'K': shift = 10; end++; break;
+	case 'M': shift = 20; end++; break;
+	case 'G': shift = 30; end++; break;
+	case 'T': shift = 40; end++; break;
+	}
+	if (shift && strcmp(end, "iB") == 0)
+		end += 2;
+	if (*end || v == 0 || v > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+const char *pool_kind_name(enum pool_kind kind)
+{
+	switch (kind) {
+	case POOL_HOST: return "host";
+	case POOL_PINNED: return "pinned";
+	case POOL_CUDA: return "cuda";
+	}
+	return "?";
+}
+
+int pool_spec_parse(const char *s, struct pool_spec *spec)
+{
+	const char *colon = strchr(s, ':');
+	struct pool_spec sp = { 0 };
+
+	if (!colon)
+		return -EINVAL;
+	size_t klen = (size_t)(colon - s);
+	const char *rest = colon + 1;
+	if (klen == 4 && !strncmp(s, "host", 4)) {
+		sp.kind = POOL_HOST;
+	} else if (klen == 6 && !strncmp(s, "pinned", 6)) {
+		sp.kind = POOL_PINNED;
+	} else if (klen == 4 && !strncmp(s, "cuda", 4)) {
+		char *end;
+		sp.kind = POOL_CUDA;
+		if (*rest < '0' || *rest > '9')
+			return -EINVAL;
+		long dev = strtol(rest, &end, 10);
+		if (*end != ':' || dev > 1023)
+			return -EINVAL;
+		sp.dev = (int)dev;
+		rest = end + 1;
+	} else {
+		return -EINVAL;
+	}
+	if (parse_size(rest, &sp.size) || sp.size < POOL_GRAIN)
+		return -EINVAL;
+	*spec = sp;
+	return 0;
+}
+
+void pool_spec_format(const struct pool_spec *spec, char *buf, size_t len)
+{
+	static const char unit[] = "KMGT";
+	uint64_t v = spec->size;
+	int u = -1;
+
+	while (u < 3 && v % 1024 == 0) {
+		v /= 1024;
+		u++;
+	}
+	char size[32];
+	if (u < 0)
+		snprintf(size, sizeof(size), "%" PRIu64, v);
+	else
+		snprintf(size, sizeof(size), "%" PRIu64 "%ciB", v, unit[u]);
+	if (spec->kind == POOL_CUDA)
+		snprintf(buf, len, "cuda:%d:%s", spec->dev, size);
+	else
+		snprintf(buf, len, "%s:%s", pool_kind_name(spec->kind), size);
+}
+
+/* Locks the region in memory if the limit allows, raising the soft limit
+ * first when the hard limit permits.  Locking is an optimisation for RDMA
+ * registration and for predictable latency, not a requirement. */
+static int pool_try_lock(void *base, uint64_t size)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < size) {
+		rl.rlim_cur = rl.rlim_max;
+		if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= size)
+			setrlimit(RLIMIT_MEMLOCK, &rl);
+	}
+	return mlock(base, size) == 0;
+}
+
+static int pool_map_host(struct pool *p, char *err, size_t errlen)
+{
+	void *base = mmap(NULL, p->size, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (base == MAP_FAILED) {
+		int e = errno;
+		snprintf(err, errlen, "pool: cannot map %" PRIu64 " bytes: %s",
+			 p->size, strerror(e));
+		return -e;
+	}
+	/* Huge pages make the copies in and out of the pool cheaper; asking
+	 * before the first touch lets the kernel back the region with them. */
+	madvise(base, p->size, MADV_HUGEPAGE);
+	p->locked = pool_try_lock(base, p->size);
+	if (!p->locked)    /* mlock() pre-faults; without it, fault in now */
+		madvise(base, p->size, MADV_POPULATE_WRITE);
+	p->base = base;
+	return 0;
+}
+
+int pool_create(struct pool **out, const struct pool_spec *spec,
+		char *err, size_t errlen)
+{
+	struct pool *p;
+	int rc;
+
+	if (spec->kind != POOL_HOST) {
+		/* This build has no CUDA runtime: say so rather than silently
+		 * handing out host memory under a device pool's name. */
+		snprintf(err, errlen, "pool: '%s' needs CUDA, and this omnifs "
+			 "was built without it", pool_kind_name(spec->kind));
+		return -ENOTSUP;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->kind = spec->kind;
+	p->dev = spec->dev;
+	p->size = round_grain(spec->size);
+	p->capfree = 16;
+	p->free = malloc(p->capfree * sizeof(*p->free));
+	if (!p->free) {
+		rc = -ENOMEM;
+		goto free_pool;
+	}
+	rc = pool_map_host(p, err, errlen);
+	if (rc)
+		goto free_frags;
+	p->free[0] = (struct frag){ 0, p->size };
+	p->nfree = 1;
+	pthread_mutex_init(&p->lock, NULL);
+	*out = p;
+	return 0;
+
+free_frags:
+	free(p->free);
+free_pool:
+	free(p);
+	return rc;
+}
+
+void pool_destroy(struct pool *p)
+{
+	if (!p)
+		return;
+	munmap(p->base, p->size);
+	pthread_mutex_destroy(&p->lock);
+	free(p->free);
+	free(p);
+}
+
+void *pool_base(const struct pool *p) { return p->base; }
+enum pool_kind pool_kind_of(const struct pool *p) { return p->kind; }
+
+void pool_usage(struct pool *p, struct pool_usage *u)
+{
+	pthread_mutex_lock(&p->lock);
+	u->size = p->size;
+	u->used = p->used;
+	u->free = p->size - p->used;
+	u->largest_free = 0;
+	for (size_t i = 0; i < p->nfree; i++)
+		if (p->free[i].len > u->largest_free)
+			u->largest_free = p->free[i].len;
+	u->fragments = (unsigned)p->nfree;
+	u->locked = p->locked;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Takes len bytes from the front of fragment i. */
+static void frag_take(struct pool *p, size_t i, uint64_t len)
+{
+	p->free[i].off += len;
+	p->free[i].len -= len;
+	if (p->free[i].len == 0) {
+		memmove(&p->free[i], &p->free[i + 1],
+			(p->nfree - i - 1) * sizeof(*p->free));
+		p->nfree--;
+	}
+	p->used += len;
+}
+
+int pool_alloc(struct pool *p, uint64_t min, uint64_t want,
+	       uint64_t *off, uint64_t *got)
+{
+	size_t best = SIZE_MAX;
+
+	min = round_grain(min ? min : 1);
+	want = round_grain(want < min ? min : want);
+	pthread_mutex_lock(&p->lock);
+	for (size_t i = 0; i < p->nfree; i++) {
+		if (p->free[i].len >= want) {
+			best = i;
+			break;
+		}
+		if (p->free[i].len >= min &&
+		    (best == SIZE_MAX || p->free[i].len > p->free[best].len))
+			best = i;
+	}
+	if (best == SIZE_MAX) {
+		pthread_mutex_unlock(&p->lock);
+		return -ENOSPC;
+	}
+	uint64_t len = p->free[best].len < want ? p->free[best].len : want;
+	*off = p->free[best].off;
+	*got = len;
+	frag_take(p, best, len);
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+/* Index of the first fragment whose offset is >= off. */
+static size_t frag_search(const struct pool *p, uint64_t off)
+{
+	size_t lo = 0, hi = p->nfree;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (p->free[mid].off < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int pool_grow(struct pool *p, uint64_t off, uint64_t len, uint64_t min,
+	      uint64_t want, uint64_t *got)
+{
+	uint64_t end = off + round_grain(len);
+	int rc = -ENOSPC;
+
+	min = round_grain(min ? min : 1);
+	want = round_grain(want < min ? min : want);
+	pthread_mutex_lock(&p->lock);
+	size_t i = frag_search(p, end);
+	if (i < p->nfree && p->free[i].off == end && p->free[i].len >= min) {
+		uint64_t n = p->free[i].len < want ? p->free[i].len : want;
+		frag_take(p, i, n);
+		*got = n;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+static int frag_insert(struct pool *p, size_t i, uint64_t off, uint64_t len)
+{
+	if (p->nfree == p->capfree) {
+		size_t cap = p->capfree * 2;
+		struct frag *f = realloc(p->free, cap * sizeof(*f));
+		if (!f)
+			return -ENOMEM;
+		p->free = f;
+		p->capfree = cap;
+	}
+	memmove(&p->free[i + 1], &p->free[i], (p->nfree - i) * sizeof(*p->free));
+	p->free[i] = (struct frag){ off, len };
+	p->nfree++;
+	return 0;
+}
+
+void pool_free(struct pool *p, uint64_t off, uint64_t len)
+{
+	len = round_grain(len);
+	if (!len)
+		return;
+	pthread_mutex_lock(&p->lock);
+	size_t i = frag_search(p, off);
+	int prev = i > 0 && p->free[i - 1].off + p->free[i - 1].len == off;
+	int next = i < p->nfree && off + len == p->free[i].off;
+
+	if (prev && next) {
+		p->free[i - 1].len += len + p->free[i].len;
+		memmove(&p->free[i], &p->free[i + 1],
+			(p->nfree - i - 1) * sizeof(*p->free));
+		p->nfree--;
+	} else if (prev) {
+		p->free[i - 1].len += len;
+	} else if (next) {
+		p->free[i].off = off;
+		p->free[i].len += len;
+	} else if (frag_insert(p, i, off, len)) {
+		/* Out of memory for bookkeeping: the space is lost until
+		 * restart, which is better than corrupting the free list. */
+		fprintf(stderr, "omnifs: pool: lost %" PRIu64 " bytes (no memory)\n", len);
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
+	p->used -= len;
+	pthread_mutex_unlock(&p->lock);
+}

@@ -1,0 +1,67 @@
+/* pool.h - the node's memory pool: one region, sub-allocated in extents.
+ *
+ * The region is allocated once at start (page-aligned, pre-faulted, locked
+ * where the limit allows) so that it can be registered with an RDMA device
+ * once and so that no object ever pays for page faults.  Objects take extents
+ * of it; an extent can grow in place when the space after it is free, which
+ * keeps a sequentially written object in one or very few extents.
+ *
+ * All functions are thread-safe.  Offsets are byte offsets into the region.
+ */
+#ifndef OMNI_POOL_H
+#define OMNI_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define POOL_GRAIN 4096u        /* allocation unit, bytes */
+
+enum pool_kind { POOL_HOST, POOL_PINNED, POOL_CUDA };
+
+struct pool_spec {
+	enum pool_kind kind;
+	int dev;                /* CUDA device, for POOL_CUDA */
+	uint64_t size;          /* bytes */
+};
+
+struct pool_usage {
+	uint64_t size, used, free, largest_free;
+	unsigned fragments;     /* free fragments */
+	int locked;             /* 1 if mlock() succeeded */
+};
+
+struct pool;
+
+/* Parses "host:SIZE", "pinned:SIZE" or "cuda:DEV:SIZE".  0 or -EINVAL. */
+int pool_spec_parse(const char *s, struct pool_spec *spec);
+/* Writes the spec back in the form pool_spec_parse() reads. */
+void pool_spec_format(const struct pool_spec *spec, char *buf, size_t len);
+const char *pool_kind_name(enum pool_kind kind);
+
+/* Creates the pool.  On failure returns -errno and puts a one-line reason in
+ * err.  A CUDA kind on a build without CUDA is -ENOTSUP. */
+int pool_create(struct pool **out, const struct pool_spec *spec,
+		char *err, size_t errlen);
+void pool_destroy(struct pool *p);
+
+void *pool_base(const struct pool *p);
+enum pool_kind pool_kind_of(const struct pool *p);
+void pool_usage(struct pool *p, struct pool_usage *u);
+
+/* Allocates one extent of at least min and at most want bytes (both rounded
+ * up to POOL_GRAIN), preferring a fragment that holds all of want.
+ * Returns 0 with *off and *got set, or -ENOSPC. */
+int pool_alloc(struct pool *p, uint64_t min, uint64_t want,
+	       uint64_t *off, uint64_t *got);
+/* Grows the extent [off, off+len) in place by at least min and at most want
+ * bytes if the space right after it is free.  0 with *got set, or -ENOSPC. */
+int pool_grow(struct pool *p, uint64_t off, uint64_t len, uint64_t min,
+	      uint64_t want, uint64_t *got);
+/* Returns [off, off+len) to the pool.  len is rounded up to POOL_GRAIN. */
+void pool_free(struct pool *p, uint64_t off, uint64_t len);
+
+/* Parses a SIZE: a number with an optional K, M, G or T (powers of 1024),
+ * optionally followed by "iB".  0 or -EINVAL (also on overflow or 0). */
+int parse_size(const char *s, uint64_t *out);
+
+#endif
