@@ -9,7 +9,7 @@ SAN      ?=
 # What a fresh Debian machine needs to build, run and test omnifs.
 DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libxxhash-dev libyaml-dev \
             libjson-c-dev libibverbs-dev librdmacm-dev attr iproute2 util-linux \
-            perl python3 python3-prometheus-client clang
+            perl python3 python3-prometheus-client python3-xxhash clang
 LIBS_PC  := fuse3 json-c yaml-0.1 libxxhash
 
 CC       ?= cc
@@ -104,3 +104,4 @@ clean:
 	rm -rf build build-san
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+.SECONDARY:

@@ -64,15 +64,15 @@ enum caller_intent caller_intent(pid_t tid)
 	return CALLER_OPEN_READ;
 }
 
-int caller_killed(pid_t tid)
+enum caller_state caller_state(pid_t tid)
 {
 	char buf[1024];
 
 	if (tid <= 0 || read_proc(tid, "stat", buf, sizeof(buf)) <= 0)
-		return 0;
+		return CALLER_ALIVE;
 	char *p = strrchr(buf, ')');    /* comm may hold spaces and parens */
 	if (!p)
-		return 0;
+		return CALLER_ALIVE;
 	/* Fields after comm: 3 state ... 9 flags ... 52 exit_code. */
 	unsigned long flags = 0;
 	long exit_code = 0;
@@ -86,7 +86,9 @@ int caller_killed(pid_t tid)
 		else if (field == 52)
 			exit_code = strtol(tok, NULL, 10);
 	}
-	return (flags & PF_EXITING) && WIFSIGNALED((int)exit_code);
+	if (!(flags & PF_EXITING))
+		return CALLER_ALIVE;
+	return WIFSIGNALED((int)exit_code) ? CALLER_KILLED : CALLER_EXITING;
 }
 
 int caller_holds_fd(pid_t tid, const char *suffix)

@@ -23,7 +23,8 @@ enum caller_intent caller_intent(pid_t tid);
  * suffix ("/from/to/key"): a dup()ed writer fd, as a shell's redirection
  * leaves, so this close is not the last one. */
 int caller_holds_fd(pid_t tid, const char *suffix);
-/* 1 if the task is exiting because of a signal. */
-int caller_killed(pid_t tid);
+enum caller_state { CALLER_ALIVE, CALLER_EXITING, CALLER_KILLED };
+/* Whether the task is exiting, and if so whether a signal killed it. */
+enum caller_state caller_state(pid_t tid);
 
 #endif

@@ -63,7 +63,7 @@ struct node {
 
 struct ns_handle {
 	struct object *obj;
-	int write, flushed, counted;
+	int write, flushed, counted, killed;
 	struct rangeset seen;
 	uint64_t opened_ns, done;
 	struct ns_handle *next, *prev;
@@ -1067,16 +1067,17 @@ int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how)
 		count_read(ns, h);
 		goto unlock;
 	}
-	if (how == NS_CLOSE_DUP && o->state == OS_WRITING)
-		goto unlock;            /* published by a later close or release */
+	if (how != NS_CLOSE_LAST) {    /* a later close or the release decides */
+		h->killed = how == NS_CLOSE_KILLED;
+		goto unlock;
+	}
+	h->killed = 0;
 	if (!h->flushed) {
 		h->flushed = 1;
 		o->writers_flushed++;
 	}
 	if (o->state != OS_WRITING) {
 		rc = o->error ? -o->error : 0;
-	} else if (how == NS_CLOSE_KILLED) {
-		obj_abort(ns, o);       /* a killed writer publishes nothing */
 	} else if (o->error) {
 		rc = -o->error;
 		obj_abort(ns, o);
@@ -1101,9 +1102,9 @@ void ns_release(struct ns *ns, struct ns_handle *h)
 		o->writers--;
 		if (h->flushed)
 			o->writers_flushed--;
-		/* The last close of a dup()ed descriptor publishes here; so
-		 * does the last writer's release after the others flushed. */
-		if (o->state == OS_WRITING && o->error)
+		/* The last reference is gone: a killed writer publishes
+		 * nothing; otherwise publish once every writer is done. */
+		if (o->state == OS_WRITING && (o->error || h->killed))
 			obj_abort(ns, o);
 		else if (o->state == OS_WRITING && o->writers_flushed == o->writers)
 			obj_publish(ns, o, &wl);

@@ -129,12 +129,15 @@ ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
 ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 		struct iovec *iov, int *niov, int maxiov);
 enum ns_close {
-	NS_CLOSE_LAST,          /* the caller's last descriptor on it */
+	NS_CLOSE_LAST,          /* a live caller's last descriptor on it */
 	NS_CLOSE_DUP,           /* the caller holds another (a dup): not yet */
-	NS_CLOSE_KILLED,        /* the caller is dying of a signal */
+	NS_CLOSE_EXIT,          /* an exiting task's: forks may share it */
+	NS_CLOSE_KILLED,        /* a task dying of a signal */
 };
-/* A close(2) of the handle.  A writer's last close publishes; a killed
- * writer's object is discarded. */
+/* A close(2) of the handle.  A live writer's last close publishes, so that
+ * close() reports failures.  Closes by exiting tasks leave it to the release
+ * (the last reference anywhere): it publishes, unless the last task to
+ * close was killed, which discards the object. */
 int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how);
 /* "/from/to/key" of the handle's object, for caller_holds_fd(). */
 void ns_handle_path(struct ns *ns, const struct ns_handle *h, char *buf, size_t len);

@@ -406,8 +406,11 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		pid_t tid = fuse_req_ctx(req)->pid;
 		char path[2 * NAME_STAGE_MAX + NAME_KEY_MAX + 4];
 		ns_handle_path(fs_of(req)->ns, h, path, sizeof(path));
-		if (caller_killed(tid))
+		enum caller_state cs = caller_state(tid);
+		if (cs == CALLER_KILLED)
 			how = NS_CLOSE_KILLED;
+		else if (cs == CALLER_EXITING)
+			how = NS_CLOSE_EXIT;
 		else if (caller_holds_fd(tid, path))
 			how = NS_CLOSE_DUP;
 	}

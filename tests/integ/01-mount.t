@@ -1,0 +1,51 @@
+#!/bin/bash
+# Mounting, .omni/ (SPEC §3), unmounting cleanly.
+. "$(dirname "$0")/../lib.sh"
+
+start_node a "pool=host:32M,node=alpha"
+M=$T/a
+ok "the mount is listed as fuse.omnifs" is_mounted "$M"
+is "$(ls -A "$M")" ".omni" "an empty node lists only .omni"
+is "$(ls "$M/.omni" | tr '\n' ' ')" "config health metrics stats transfers " ".omni has its five files"
+ok "health is valid JSON with node, version, pool, peers, objects, inflight" $PY -c "
+import json; d = json.load(open('$M/.omni/health'))
+assert d['node'] == 'alpha' and d['version'] and d['peers'] == []
+assert d['pool']['kind'] == 'host' and d['pool']['size'] == 32 << 20
+assert d['pool']['used'] + d['pool']['free'] == d['pool']['size']
+assert d['objects'] == 0 and d['inflight'] == 0"
+ok "stats are 'name: value' lines" $PY -c "
+import re; lines = open('$M/.omni/stats').read().splitlines()
+assert lines and all(re.fullmatch(r'[a-z_]+: \d+', l) for l in lines), lines"
+for k in puts gets published consumed expired removed bytes_written bytes_read bytes_pulled bytes_served waiters errors; do
+	ok "stats has $k" grep -q "^$k: " "$M/.omni/stats"
+done
+echo data > "$M/x/y/k"
+if /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null; then
+	ok "metrics parse as Prometheus text exposition" /usr/bin/python3 -c "
+from prometheus_client.parser import text_string_to_metric_families as parse
+fams = {f.name: f for f in parse(open('$M/.omni/metrics').read())}
+assert fams['omnifs_puts'].samples[0].value == 1, fams['omnifs_puts']
+assert fams['omnifs_publish_seconds'].type == 'histogram'
+assert any(s.name.endswith('_bucket') for s in fams['omnifs_publish_seconds'].samples)"
+else
+	skip "python3-prometheus-client not installed"
+fi
+ok "config shows the effective settings" grep -q "^pool: host:32MiB$" "$M/.omni/config"
+ok "config names the embedded default" grep -q "^config: (embedded default)$" "$M/.omni/config"
+exec 7<"$M/x/y/k"
+ok "transfers lists an open object" grep -q "^x/y/k local out 0/5 " "$M/.omni/transfers"
+exec 7<&-
+ok "df shows the pool size" sh -c "df -B1 '$M' | awk 'NR==2 { exit !(\$2 == 32 * 1048576) }'"
+is "$(pyerr "open(M + '/.omni/stats', 'w')")" "EACCES" ".omni files are read-only"
+pid=${NODE_PID[a]}
+kill -TERM "$pid"
+ok "SIGTERM unmounts and exits" wait_until 10 sh -c "! kill -0 $pid && ! grep -q ' $M ' /proc/mounts"
+wait "$pid"; is "$?" "0" "daemon exit status 0"
+unset "NODE_PID[a]"
+
+mkdir -p "$T/bg"
+ok "without -f the daemon returns once mounted" "$B/omnifs" -o pool=host:16M "$T/bg"
+ok "and it is mounted" is_mounted "$T/bg"
+ok "it serves" sh -c "echo hi > '$T/bg/a/b/c' && [ \"\$(cat '$T/bg/a/b/c')\" = hi ]"
+ok "fusermount3 -u unmounts it" fusermount3 -u "$T/bg"
+done_testing

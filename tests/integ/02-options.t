@@ -1,0 +1,56 @@
+#!/bin/bash
+# Options and config (SPEC §2, §7): a bad one is a one-line error naming it,
+# exit status 2, nothing mounted; the command line wins over the file.
+. "$(dirname "$0")/../lib.sh"
+
+mkdir -p "$T/m"
+# refused CMDLINE-OPTS NEEDLE: exit 2, one line naming NEEDLE, no mount
+refused() {
+	"$B/omnifs" -o "$1" "$T/m" >"$T/err" 2>&1
+	local rc=$?
+	local lines; lines=$(wc -l <"$T/err")
+	[ "$rc" = 2 ] && [ "$lines" = 1 ] && grep -qF -- "$2" "$T/err" && ! is_mounted "$T/m" ||
+		{ echo "rc=$rc lines=$lines: $(cat "$T/err")"; return 1; }
+}
+ok "pool=host:12Q refused" refused pool=host:12Q "pool=host:12Q"
+ok "wait_ms=-5 refused" refused wait_ms=-5 "wait_ms=-5"
+ok "readers=many refused" refused readers=many "readers=many"
+ok "transport=udp refused" refused transport=udp "transport=udp"
+ok "listen=nohost refused" refused listen=nohost "listen=nohost"
+ok "node=.x refused" refused node=.x "node=.x"
+ok "unknown FUSE option refused" refused frobnicate "frobnicate"
+ok "cuda pool without CUDA refused" refused pool=cuda:0:1G "cuda"
+ok "pinned pool without CUDA refused" refused pool=pinned:1G "pinned"
+if [ "$(cat /sys/class/infiniband/*/ports/*/state 2>/dev/null | grep -c ACTIVE)" = 0 ]; then
+	ok "transport=rdma without an RDMA device refused" refused transport=rdma "transport=rdma"
+else
+	skip "this machine has an active RDMA device"
+fi
+ok "missing config file refused" refused config=/nonexistent/omnifs.yaml "/nonexistent/omnifs.yaml"
+printf 'pool: host:64M\nwait_ms: 100\nfrobs: 3\n' >"$T/bad.yaml"
+ok "unknown key refused with file:line" refused "config=$T/bad.yaml" "$T/bad.yaml:3: unknown option 'frobs'"
+printf 'pool: host:64M\nedges:\n  "0->1": { readers: x }\n' >"$T/bad2.yaml"
+ok "bad edge value refused with file:line" refused "config=$T/bad2.yaml" "$T/bad2.yaml:3:"
+printf 'pool: [unclosed\n' >"$T/bad3.yaml"
+ok "YAML syntax error refused with file:line" refused "config=$T/bad3.yaml" "$T/bad3.yaml:"
+printf 'nodes:\n  a: { addr: 127.0.0.1:7070 }\n' >"$T/nodes.yaml"
+ok "a node missing from nodes refused" refused "config=$T/nodes.yaml,node=zzz" "node 'zzz' is not among its nodes"
+
+"$B/omnifs" "$T/nonexistent-dir" >"$T/err" 2>&1
+is "$?" "2" "missing mount point: exit 2"
+"$B/omnifs" -h >"$T/out" 2>&1
+ok "-h prints usage" grep -q "usage: omnifs" "$T/out"
+ok "-V prints the version" sh -c "'$B/omnifs' -V | grep -q '^omnifs [0-9]'"
+
+# The file sets wait_ms and readers, the command line overrides wait_ms.
+printf 'pool: host:16M\nwait_ms: 111\nreaders: 3\nttl_s: 0\nedges:\n  "0->1": { readers: 2 }\n' >"$T/good.yaml"
+start_node a "config=$T/good.yaml,wait_ms=222"
+ok "command line wins: wait_ms 222" grep -q "^wait_ms: 222$" "$T/a/.omni/config"
+ok "file applies: readers 3" grep -q "^readers: 3$" "$T/a/.omni/config"
+ok "file applies: pool 16MiB" grep -q "^pool: host:16MiB$" "$T/a/.omni/config"
+ok "edge rule shown" grep -qF '"0->1": { readers: 2 }' "$T/a/.omni/config"
+echo v >"$T/a/0/1/k"
+is "$(xattr readers "$T/a/0/1/k")" "2" "edge rule applies to its edge"
+echo v >"$T/a/0/2/k"
+is "$(xattr readers "$T/a/0/2/k")" "3" "other edges get the default"
+done_testing

@@ -1,0 +1,113 @@
+#!/bin/bash
+# The life of an object (SPEC §4.1, 4.2, 4.5, xattrs): write, publish on last
+# close, immutability, O_EXCL, holes, xattrs, rm.
+. "$(dirname "$0")/../lib.sh"
+
+start_node a "pool=host:256M,wait_ms=3000"
+export M=$T/a E=$T/a/s/t
+
+# write in any order and size; holes read as zeros
+is "$(pyerr "
+f = open(M + '/s/t/ooo', 'wb')
+f.seek(300000); f.write(b'B' * 5000)
+f.seek(0); f.write(b'A' * 1000)
+f.close()")" "OK" "out-of-order writes"
+ok "holes read as zeros, bytes where written" $PY -c "
+d = open('$E/ooo', 'rb').read()
+assert len(d) == 305000 and d[:1000] == b'A' * 1000
+assert d[1000:300000] == bytes(299000) and d[300000:] == b'B' * 5000"
+
+# publish is atomic: nothing is visible before the last close
+exec 5>"$E/atom"
+printf 'part' >&5
+ok "an object being written is not listed" sh -c "! ls '$E' | grep -q atom"
+is "$(xattr state "$E/atom")" "writing" "its state is 'writing'"
+is "$(stat -c %s "$E/atom")" "0" "its size reads 0 before publish"
+( cat "$E/atom" >"$T/atom.out" ) &
+reader=$!
+ok "a reader waits for it" wait_until 5 grep -q "^waiters: 1$" "$M/.omni/stats"
+printf 'ial' >&5
+exec 5>&-
+wait "$reader"
+is "$(cat "$T/atom.out")" "partial" "the waiting reader got every byte after close"
+
+# a shell redirection dup()s its fd and closes the first one early
+echo "via shell" >"$E/sh"
+is "$(cat "$E/sh")" "via shell" "echo > key publishes on the last close"
+{ echo one; echo two; } >"$E/sh2"
+is "$(cat "$E/sh2" | tr '\n' ' ')" "one two " "a grouped redirection writes everything"
+
+# O_EXCL and immutability
+echo x >"$E/pub"
+is "$(pyerr "os.open(M + '/s/t/pub', os.O_CREAT | os.O_EXCL | os.O_WRONLY)")" "EEXIST" "O_EXCL on a published key: EEXIST"
+is "$(pyerr "os.open(M + '/s/t/fresh', os.O_CREAT | os.O_EXCL | os.O_WRONLY)")" "OK" "O_EXCL on a new key"
+is "$(pyerr "os.open(M + '/s/t/fresh', os.O_CREAT | os.O_EXCL | os.O_WRONLY)")" "EEXIST" "O_EXCL on a key being written elsewhere: EEXIST"
+is "$(pyerr "open(M + '/s/t/pub', 'wb')")" "EACCES" "open for write of a published object: EACCES"
+is "$(pyerr "open(M + '/s/t/pub', 'ab')")" "EACCES" "append to a published object: EACCES"
+is "$(pyerr "os.truncate(M + '/s/t/pub', 0)")" "EACCES" "truncate of a published object: EACCES"
+
+# xattrs of a published object
+dd if=/dev/urandom of="$T/rand" bs=1M count=3 status=none
+dd if="$T/rand" of="$E/big" bs=1M status=none
+is "$(xattr size "$E/big")" "3145728" "user.omni.size"
+is "$(xattr state "$E/big")" "published" "user.omni.state"
+is "$(xattr owner "$E/big")" "$(hostname)" "user.omni.owner is this node"
+is "$(xattr readers "$E/big")" "1" "user.omni.readers defaults to 1"
+is "$(xattr reads "$E/big")" "0" "user.omni.reads starts at 0"
+ok "user.omni.xxh3 is 16 hex digits" sh -c "xattr() { getfattr --absolute-names --only-values -n user.omni.xxh3 \"\$1\"; }; xattr '$E/big' | grep -Eq '^[0-9a-f]{16}$'"
+now=$(date +%s%N)
+pub=$(xattr published_ns "$E/big")
+ok "user.omni.published_ns is recent wall-clock ns" test $((now - pub)) -ge 0 -a $((now - pub)) -lt 60000000000
+ok "getfattr -d lists them all" sh -c "getfattr --absolute-names -d '$E/big' | grep -c user.omni | grep -qx 7"
+if $SYSPY -c "import xxhash" 2>/dev/null; then
+	is "$(xattr xxh3 "$E/big")" "$($SYSPY -c "import xxhash; print(xxhash.xxh3_64_hexdigest(open('$T/rand','rb').read()))")" "xxh3 matches an independent hash"
+else
+	skip "python xxhash module not installed"
+fi
+ok "3 MiB read back byte for byte" cmp "$T/rand" "$E/big"
+
+# setxattr user.omni.readers before close; bad values; read-only attributes
+exec 6>"$E/r3"
+is "$(pyerr "os.setxattr(M + '/s/t/r3', 'user.omni.readers', b'x')")" "EINVAL" "readers=x: EINVAL"
+is "$(pyerr "os.setxattr(M + '/s/t/r3', 'user.omni.readers', b'-1')")" "EINVAL" "readers=-1: EINVAL"
+is "$(pyerr "os.setxattr(M + '/s/t/r3', 'user.omni.readers', b'3')")" "OK" "readers=3 before close"
+is "$(pyerr "os.setxattr(M + '/s/t/r3', 'user.omni.size', b'3')")" "EACCES" "other omni attributes are read-only"
+is "$(pyerr "os.setxattr(M + '/s/t/r3', 'user.other', b'3')")" "ENOTSUP" "foreign attributes are not kept"
+echo r >&6; exec 6>&-
+is "$(pyerr "os.setxattr(M + '/s/t/r3', 'user.omni.readers', b'5')")" "EACCES" "readers after publish: EACCES"
+for i in 1 2; do cat "$E/r3" >/dev/null; done
+is "$(xattr reads "$E/r3")" "2" "two complete reads counted"
+cat "$E/r3" >/dev/null
+ok "the third read consumed it" sh -c "! ls '$E' | grep -qx r3"
+
+# readers=0 keeps it until rm
+exec 6>"$E/keep"; setfattr -n user.omni.readers -v 0 "$E/keep"; echo k >&6; exec 6>&-
+for i in 1 2 3; do cat "$E/keep" >/dev/null; done
+is "$(xattr reads "$E/keep")" "3" "readers=0: still there after 3 reads"
+ok "rm deletes it" rm "$E/keep"
+ok "it is gone" sh -c "! ls '$E' | grep -qx keep"
+is "$(pyerr "os.unlink(M + '/s/t/keep')")" "ENOENT" "rm of a missing key: ENOENT"
+
+# rm while a reader has it open: the reader finishes
+dd if="$T/rand" of="$E/held" bs=1M status=none
+exec 7<"$E/held"
+rm "$E/held"
+ok "removed key is no longer listed" sh -c "! ls '$E' | grep -qx held"
+ok "an open reader still reads every byte" cmp "$T/rand" - <&7
+exec 7<&-
+removed=$(stat_of a removed)
+ok "rm is counted" test "$removed" -ge 2
+
+# an object rm'd while being written is never published
+exec 8>"$E/gone"; echo a >&8; rm "$E/gone"; echo b >&8 2>/dev/null; exec 8>&-
+ok "a key removed during writing never publishes" sh -c "! ls '$E' | grep -qx gone"
+
+# O_TRUNC of an object being written
+is "$(pyerr "
+f = open(M + '/s/t/tr', 'wb'); f.write(b'long text'); f.flush()
+g = open(M + '/s/t/tr', 'wb'); g.write(b'short'); g.close(); f.close()")" "OK" "two writers, second truncates"
+is "$(cat "$E/tr")" "short" "O_TRUNC by the second writer applies; last close publishes"
+
+ok "used pool space returns when objects go" sh -c "
+	rm -f '$E'/* ; python3 -c \"import json; d=json.load(open('$M/.omni/health')); assert d['pool']['used'] == 0 and d['objects'] == 0, d\""
+done_testing

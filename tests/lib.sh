@@ -1,0 +1,104 @@
+# lib.sh - TAP and mount helpers for the integration tests.
+#
+# Each test sources this, mounts real omnifs daemons under a temporary
+# directory and checks them the way users do.  Whatever a test started is
+# unmounted and killed on exit, pass or fail.
+
+set -u
+B=${OMNIFS_BUILD:-$(cd "$(dirname "$0")/../.." && pwd)/build}
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+T=$(mktemp -d /tmp/omnifs-test.XXXXXX)
+PY=${PYTHON:-python3}
+SYSPY=/usr/bin/python3   # Debian's, with python3-prometheus-client and python3-xxhash
+_n=0 _failed=0
+declare -A NODE_PID=()
+
+ok() {  # ok DESC CMD...: passes if CMD exits 0
+	local desc=$1; shift
+	_n=$((_n + 1))
+	if "$@" >"$T/.out" 2>&1; then
+		echo "ok $_n - $desc"
+	else
+		echo "not ok $_n - $desc"
+		sed 's/^/#   /' "$T/.out" | head -20
+		_failed=$((_failed + 1))
+	fi
+}
+
+is() {  # is GOT WANT DESC
+	_n=$((_n + 1))
+	if [ "$1" = "$2" ]; then
+		echo "ok $_n - $3"
+	else
+		echo "not ok $_n - $3"
+		echo "#   got:  '$1'"
+		echo "#   want: '$2'"
+		_failed=$((_failed + 1))
+	fi
+}
+
+skip() { _n=$((_n + 1)); echo "ok $_n # SKIP $*"; }
+diag() { echo "# $*"; }
+done_testing() { echo "1..$_n"; [ "$_failed" = 0 ]; }
+bail() { echo "Bail out! $*"; exit 1; }
+
+# wait_until SECONDS CMD...: polls CMD every 20 ms; fails after SECONDS.
+wait_until() {
+	local deadline=$(( $(date +%s%N) + $1 * 1000000000 )); shift
+	until "$@" >/dev/null 2>&1; do
+		[ "$(date +%s%N)" -lt "$deadline" ] || return 1
+		sleep 0.02
+	done
+}
+
+is_mounted() { grep -q " $1 fuse.omnifs " /proc/mounts; }
+
+# start_node NAME [OPTS]: mounts omnifs at $T/NAME in the foreground of a
+# background job; its log is $T/NAME.log.
+start_node() {
+	local name=$1 opts=${2:-pool=host:64M}
+	mkdir -p "$T/$name"
+	"$B/omnifs" -f -o "$opts" "$T/$name" >"$T/$name.log" 2>&1 &
+	NODE_PID[$name]=$!
+	wait_until 10 is_mounted "$T/$name" || { cat "$T/$name.log"; bail "node $name did not mount"; }
+}
+
+stop_node() {
+	local name=$1 pid=${NODE_PID[$1]:-}
+	fusermount3 -u "$T/$name" 2>/dev/null || umount -l "$T/$name" 2>/dev/null
+	if [ -n "$pid" ]; then
+		wait_until 10 sh -c "! kill -0 $pid" || kill -9 "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null || true
+		unset "NODE_PID[$name]"
+	fi
+}
+
+stat_of() { awk -v k="$2:" '$1 == k { print $2 }' "$T/$1/.omni/stats"; }   # stat_of NODE COUNTER
+xattr() { getfattr --absolute-names --only-values -n "user.omni.$1" "$2" 2>/dev/null; }
+health() { $PY -c "import json,sys; d=json.load(open('$T/$1/.omni/health')); print($2)"; }
+
+# pyerr CODE: runs Python CODE with M set to the mount; prints OK or the errno name.
+pyerr() {
+	M=${M:-} $PY - "$1" <<'PYEOF'
+import errno, os, sys
+M = os.environ.get("M", "")
+try:
+    exec(sys.argv[1])
+    print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))
+PYEOF
+}
+
+cleanup() {
+	local name
+	for name in "${!NODE_PID[@]}"; do
+		stop_node "$name"
+	done
+	# anything else a test mounted under $T
+	grep -o " $T/[^ ]*" /proc/mounts 2>/dev/null | while read -r m; do umount -l "$m"; done
+	jobs -p | xargs -r kill -9 2>/dev/null
+	rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM

@@ -1,0 +1,138 @@
+/* Unit tests for the namespace and object lifecycle, without FUSE. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#include "../tap.h"
+#include "../../fs/ns.h"
+#include "../../transport/pool.h"
+
+static int woken, wake_err;
+static struct ns_handle *wake_h;
+
+static void wake(struct ns_waiter *w, int err, struct ns_handle *h)
+{
+	woken++;
+	wake_err = err;
+	wake_h = h;
+	free(w);
+}
+
+static uint64_t edge(struct ns *ns, const char *from, const char *to)
+{
+	struct ns_attr a;
+	ns_lookup(ns, NS_ROOT_INO, from, 0, &a);
+	ns_lookup(ns, a.ino, to, 0, &a);
+	return a.ino;
+}
+
+static struct ns_waiter *waiter(struct ns *ns)
+{
+	struct ns_waiter *w = calloc(1, sizeof(*w));
+	w->id = ns_waiter_id(ns);
+	return w;
+}
+
+int main(void)
+{
+	struct pool *pool;
+	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
+	struct stats st = { 0 };
+	struct ns_settings set = { "n1", { 1, 200, 0 }, NULL, 0, wake };
+	struct ns *ns;
+	struct ns_attr a;
+	struct ns_handle *w, *r;
+	struct iovec iov[8];
+	int niov;
+	char err[128];
+
+	pool_create(&pool, &spec, err, sizeof(err));
+	ok(ns_create(&ns, pool, &st, &set) == 0 && ns_start(ns) == 0, "ns up");
+	uint64_t e = edge(ns, "0", "1");
+	is(ns_lookup(ns, e, "k", 0, &a), -ENOENT, "missing key: ENOENT");
+	is(ns_lookup(ns, e, ".k", 0, &a), -EINVAL, "bad key: EINVAL");
+	is(ns_lookup(ns, NS_ROOT_INO, "a:b", 0, &a), -EINVAL, "bad stage: EINVAL");
+	ok(!ns_create_key(ns, e, "k", 1, 0, 0, &a, &w), "create k");
+	is(ns_create_key(ns, e, "k", 1, 0, 0, &a, &r), -EEXIST, "O_EXCL on a key being written");
+	is(ns_write(ns, w, "hello", 5, 10), 5, "write at offset 10");
+	is(ns_write(ns, w, "0123456789", 10, 0), 10, "write the gap");
+
+	/* a reader waits on the key until publish */
+	struct ns_attr ka;
+	ns_lookup(ns, e, "k", 1, &ka);
+	struct ns_waiter *wt = waiter(ns);
+	is(ns_open(ns, ka.ino, O_RDONLY, wt, &r), -EINPROGRESS, "open before publish waits");
+	is(stat_get(&st, ST_WAITERS), 1, "one waiter");
+	is(ns_flush(ns, w, NS_CLOSE_DUP), 0, "a dup'd close does not publish");
+	is(woken, 0, "still waiting");
+	is(ns_flush(ns, w, NS_CLOSE_LAST), 0, "last close publishes");
+	ok(woken == 1 && wake_err == 0 && wake_h, "waiter answered with a handle");
+	is(ns_write(ns, w, "x", 1, 0), -EACCES, "write after publish: EACCES");
+	ns_release(ns, w);
+	r = wake_h;
+	ns_getattr(ns, ka.ino, &a);
+	is(a.size, 15, "published size");
+	char v[64] = { 0 };
+	ok(ns_getxattr(ns, ka.ino, "user.omni.xxh3", v, sizeof(v)) == 16, "xxh3 xattr: %s", v);
+	ssize_t n = ns_read(ns, r, 0, 100, iov, &niov, 8);
+	ok(n == 15 && !memcmp(iov[0].iov_base, "0123456789hello", 15), "reads what was written");
+	is(ns_flush(ns, r, NS_CLOSE_LAST), 0, "reader closes");
+	is(ns_lookup(ns, e, "k", 0, &a), -ENOENT, "consumed after one complete read");
+	is(stat_get(&st, ST_CONSUMED), 1, "consumed counted");
+	ns_release(ns, r);
+
+	/* a partial read consumes nothing; a waiting open times out */
+	ns_create_key(ns, e, "p", 0, 0, 0, &a, &w);
+	ns_write(ns, w, "abcdef", 6, 0);
+	ns_flush(ns, w, NS_CLOSE_LAST);
+	ns_release(ns, w);
+	ns_open(ns, a.ino, O_RDONLY, NULL, &r);
+	ns_read(ns, r, 0, 3, iov, &niov, 8);
+	ns_flush(ns, r, NS_CLOSE_LAST);
+	ns_release(ns, r);
+	is(ns_lookup(ns, e, "p", 0, &a), 0, "partial read leaves the object");
+	ns_forget(ns, a.ino, 1);
+	ns_lookup(ns, e, "never", 1, &ka);
+	woken = 0;
+	is(ns_open(ns, ka.ino, O_RDONLY, waiter(ns), &r), -EINPROGRESS, "wait for a key never written");
+	for (int i = 0; i < 100 && !woken; i++)
+		usleep(10000);
+	ok(woken == 1 && wake_err == -ENOENT, "answered ENOENT after wait_ms");
+
+	/* killed writer, ENOSPC, removal */
+	ns_create_key(ns, e, "killed", 0, 0, 0, &a, &w);
+	ns_write(ns, w, "abc", 3, 0);
+	ns_flush(ns, w, NS_CLOSE_KILLED);
+	is(ns_lookup(ns, e, "killed", 0, &a), 0, "a killed task's close waits for the release");
+	ns_forget(ns, a.ino, 1);
+	ns_release(ns, w);
+	is(ns_lookup(ns, e, "killed", 0, &a), -ENOENT, "killed writer publishes nothing");
+	ns_create_key(ns, e, "exited", 0, 0, 0, &a, &w);
+	ns_write(ns, w, "abc", 3, 0);
+	ns_flush(ns, w, NS_CLOSE_EXIT);
+	ns_release(ns, w);
+	ns_getattr(ns, a.ino, &a);
+	is(a.size, 3, "a writer that exits without close publishes at release");
+	ns_unlink(ns, e, "exited");
+	ns_create_key(ns, e, "big", 0, 0, 0, &a, &w);
+	static char chunk[1 << 20];
+	ssize_t wr = 0;
+	for (int i = 0; i < 9 && wr >= 0; i++)
+		wr = ns_write(ns, w, chunk, sizeof(chunk), (uint64_t)i << 20);
+	is(wr, -ENOSPC, "9 MiB into an 8 MiB pool: ENOSPC");
+	is(ns_flush(ns, w, NS_CLOSE_LAST), -ENOSPC, "close reports it");
+	ns_release(ns, w);
+	struct pool_usage u;
+	pool_usage(pool, &u);
+	ok(u.used == 4096, "space comes back (used %llu: the 6-byte object)", (unsigned long long)u.used);
+	is(ns_unlink(ns, e, "p"), 0, "rm");
+	is(ns_unlink(ns, e, "p"), -ENOENT, "rm again: ENOENT");
+	pool_usage(pool, &u);
+	is(u.used, 0, "pool empty");
+	ns_stop(ns);
+	ns_destroy(ns);
+	pool_destroy(pool);
+	return done_testing();
+}

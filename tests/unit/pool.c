@@ -1,0 +1,87 @@
+/* Unit tests for the pool: size parsing, extents, growth, coalescing. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include "../tap.h"
+#include "../../transport/pool.h"
+
+static void test_sizes(void)
+{
+	uint64_t v;
+	struct { const char *s; uint64_t want; } good[] = {
+		{ "512M", 512ull << 20 }, { "4GiB", 4ull << 30 }, { "1024", 1024 },
+		{ "1K", 1024 }, { "2T", 2ull << 40 }, { "3KiB", 3072 },
+	};
+	const char *bad[] = { "", "M", "-1", "0", "1.5G", "1 G", "1GB", "1iB", "1Gi",
+			      "99999999999999999999", "16777216T", "1g", "0x10" };
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++)
+		ok(parse_size(good[i].s, &v) == 0 && v == good[i].want, "size '%s'", good[i].s);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++)
+		is(parse_size(bad[i], &v), -EINVAL, "size '%s' rejected", bad[i]);
+}
+
+static void test_specs(void)
+{
+	struct pool_spec s;
+	char buf[64];
+
+	ok(!pool_spec_parse("host:1GiB", &s) && s.kind == POOL_HOST && s.size == 1ull << 30, "host:1GiB");
+	ok(!pool_spec_parse("cuda:3:2G", &s) && s.kind == POOL_CUDA && s.dev == 3, "cuda:3:2G");
+	ok(!pool_spec_parse("pinned:64M", &s) && s.kind == POOL_PINNED, "pinned:64M");
+	is(pool_spec_parse("disk:1G", &s), -EINVAL, "unknown kind rejected");
+	is(pool_spec_parse("cuda:x:1G", &s), -EINVAL, "cuda without device rejected");
+	is(pool_spec_parse("host:100", &s), -EINVAL, "pool smaller than a page rejected");
+	is(pool_spec_parse("host", &s), -EINVAL, "kind without size rejected");
+	pool_spec_parse("host:1GiB", &s);
+	pool_spec_format(&s, buf, sizeof(buf));
+	is_str(buf, "host:1GiB", "spec formats back");
+}
+
+static void test_alloc(void)
+{
+	struct pool *p;
+	struct pool_spec spec = { POOL_HOST, 0, 1 << 20 };
+	struct pool_usage u;
+	char err[128];
+	uint64_t a, b, c, got;
+
+	if (!ok(pool_create(&p, &spec, err, sizeof(err)) == 0, "create a 1 MiB pool"))
+		return;
+	ok(!pool_alloc(p, 1, 4096, &a, &got) && a == 0 && got == 4096, "first extent at 0");
+	ok(!pool_alloc(p, 1, 8192, &b, &got) && b == 4096 && got == 8192, "second follows");
+	ok(!pool_grow(p, b, 8192, 4096, 4096, &got) && got == 4096, "last extent grows in place");
+	is(pool_grow(p, a, 4096, 4096, 4096, &got), -ENOSPC, "a boxed-in extent cannot grow");
+	ok(!pool_alloc(p, 4096, 1 << 30, &c, &got) && got == (1 << 20) - 16384,
+	   "alloc takes what is left when want is larger");
+	is(pool_alloc(p, 1, 4096, &c, &got), -ENOSPC, "full pool: ENOSPC");
+	pool_free(p, 16384, (1 << 20) - 16384);
+	pool_free(p, a, 4096);
+	pool_free(p, b, 12288);
+	pool_usage(p, &u);
+	ok(u.used == 0 && u.fragments == 1 && u.largest_free == 1 << 20,
+	   "frees coalesce back to one fragment (used %llu, %u frags)",
+	   (unsigned long long)u.used, u.fragments);
+	/* fragmentation: alternate frees leave holes; min forces a fit */
+	uint64_t offs[8];
+	for (int i = 0; i < 8; i++)
+		pool_alloc(p, 1, 128 << 10, &offs[i], &got);
+	for (int i = 0; i < 8; i += 2)
+		pool_free(p, offs[i], 128 << 10);
+	is(pool_alloc(p, 256 << 10, 256 << 10, &c, &got), -ENOSPC, "no fragment holds 256K");
+	ok(!pool_alloc(p, 4096, 256 << 10, &c, &got) && got == 128 << 10, "largest fragment taken");
+	pool_destroy(p);
+}
+
+int main(void)
+{
+	test_sizes();
+	test_specs();
+	test_alloc();
+	struct pool *p;
+	struct pool_spec cs = { POOL_CUDA, 0, 1 << 20 };
+	char err[128];
+	is(pool_create(&p, &cs, err, sizeof(err)), -ENOTSUP, "cuda pool without CUDA: %s", err);
+	return done_testing();
+}
