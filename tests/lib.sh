@@ -51,6 +51,7 @@ wait_until() {
 	done
 }
 
+all_gone() { local p; for p; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
 is_mounted() { grep -q " $1 fuse.omnifs " /proc/mounts; }
 
 # start_node NAME [OPTS]: mounts omnifs at $T/NAME in the foreground of a

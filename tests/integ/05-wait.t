@@ -1,0 +1,72 @@
+#!/bin/bash
+# Waiting opens (SPEC §4.3): an open of a key not yet published waits up to
+# wait_ms, per edge; a waiter can be interrupted or killed at any time.
+. "$(dirname "$0")/../lib.sh"
+
+printf 'wait_ms: 20000\nedges:\n  "fast->x": { wait_ms: 300 }\n' >"$T/c.yaml"
+start_node a "pool=host:32M,config=$T/c.yaml"
+export M=$T/a
+waiters() { stat_of a waiters; }
+waiting() { test "$(waiters)" = "$1"; }   # polled: re-reads each time
+
+cat "$M/p/q/k1" >"$T/k1.out" 2>&1 &
+r=$!
+ok "a reader waits for a key not yet written" wait_until 5 waiting 1
+echo hello >"$M/p/q/k1"
+ok "publishing answers it" wait_until 5 all_gone $r
+wait "$r"; is "$?" "0" "the reader exits 0"
+is "$(cat "$T/k1.out")" "hello" "and read every byte"
+is "$(waiters)" "0" "no waiters left"
+
+t0=$(date +%s%N)
+is "$(pyerr "open(M + '/fast/x/never', 'rb')")" "ENOENT" "wait_ms runs out: ENOENT"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+ok "after the edge's 300 ms wait_ms (took $ms ms)" test "$ms" -ge 290 -a "$ms" -lt 3000
+ok "the timeout is counted" test "$(stat_of a wait_timeouts)" = 1
+
+# three readers of one key, readers=0 so all of them read it
+pids=
+for i in 1 2 3; do cat "$M/p/q/many" >"$T/many.$i" & pids="$pids $!"; done
+ok "three readers wait on one key" wait_until 5 waiting 3
+$PY -c "
+import os
+f = open('$M/p/q/many', 'wb'); os.setxattr('$M/p/q/many', 'user.omni.readers', b'0'); f.write(b'm' * 100000); f.close()"
+ok "all three are answered" wait_until 5 all_gone $pids
+ok "all three read all bytes" sh -c "for i in 1 2 3; do [ \$(wc -c <'$T/many.'\$i) = 100000 ] || exit 1; done"
+
+# interrupting or killing a waiting reader answers its open at once
+$PY - "$M/p/q/int" <<'PYEOF' >/dev/null 2>&1 &
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)   # jobs start with it ignored
+open(sys.argv[1], "rb")
+PYEOF
+r=$!
+wait_until 5 waiting 1
+kill -INT "$r"
+ok "SIGINT ends a waiting reader promptly" wait_until 3 all_gone $r
+ok "and its wait is withdrawn" wait_until 3 waiting 0
+$PY -c "open('$M/p/q/kill', 'rb')" 2>/dev/null &
+r=$!
+wait_until 5 waiting 1
+kill -KILL "$r"
+ok "SIGKILL ends a waiting reader promptly" wait_until 3 all_gone $r
+ok "and its wait is withdrawn" wait_until 3 waiting 0
+$PY - "$M/p/q/sig" <<'PYEOF' >"$T/sig.out" 2>&1 &
+import signal, sys
+signal.signal(signal.SIGUSR1, lambda *a: None)   # handled: the open restarts
+print(open(sys.argv[1], "rb").read().decode())
+PYEOF
+r=$!
+wait_until 5 waiting 1
+waits=$(stat_of a waits)
+kill -USR1 "$r"
+ok "a handled signal restarts the open, which waits again" \
+	wait_until 3 sh -c "[ \$(awk '/^waits:/ { print \$2 }' '$M/.omni/stats') = $((waits + 1)) ]"
+ok "still one waiter" waiting 1
+echo after-signal >"$M/p/q/sig"
+wait "$r"
+is "$(cat "$T/sig.out")" "after-signal" "and is answered by the publish"
+
+is "$(pyerr "os.open(M + '/p/q/rw', os.O_RDWR)")" "ENOENT" "O_RDWR of a missing key does not wait"
+is "$(pyerr "os.open(M + '/p/q/dir', os.O_RDONLY | os.O_DIRECTORY)")" "ENOENT" "O_DIRECTORY of a missing key does not wait"
+done_testing
