@@ -219,8 +219,9 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 		rc = mrc == -EINVAL ? EXIT_USAGE : 1;
 		goto free_pool;
 	}
-	fprintf(stderr, "omnifs: node %s mounted at %s (pool %s, %s)\n", c->node, mnt,
-		pool_kind_name(c->pool.kind), c->config_file ? c->config_file : "embedded default");
+	if (status_fd < 0)      /* in the foreground: say so; a daemon is silent */
+		fprintf(stderr, "omnifs: node %s mounted at %s (pool %s, %s)\n", c->node, mnt,
+			pool_kind_name(c->pool.kind), c->config_file ? c->config_file : "embedded default");
 	report(&status_fd, 0);
 	rc = fs_serve(fs) ? 1 : 0;
 	fs_destroy(fs);

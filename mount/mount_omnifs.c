@@ -43,17 +43,22 @@ static void filter(char *list, char *out, size_t len)
 	}
 }
 
-/* omnifs next to this helper (a build tree), else the installed one. */
+/* omnifs beside this helper (a build tree), in ../bin (PREFIX/sbin and
+ * PREFIX/bin), else where it was configured to be installed. */
 static void find_daemon(char *path, size_t len)
 {
+	static const char *const rel[] = { "%s/omnifs", "%s/../bin/omnifs" };
 	char self[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 
 	if (n > 0) {
 		self[n] = 0;
-		snprintf(path, len, "%s/omnifs", dirname(self));
-		if (access(path, X_OK) == 0)
-			return;
+		char *dir = dirname(self);
+		for (int i = 0; i < 2; i++) {
+			snprintf(path, len, rel[i], dir);
+			if (access(path, X_OK) == 0)
+				return;
+		}
 	}
 	snprintf(path, len, "%s/omnifs", OMNI_BINDIR);
 }

@@ -99,6 +99,7 @@ cleanup() {
 	# anything else a test mounted under $T
 	grep -o " $T/[^ ]*" /proc/mounts 2>/dev/null | while read -r m; do umount -l "$m"; done
 	jobs -p | xargs -r kill -9 2>/dev/null
+	pkill -9 -f "omnifs.* $T/" 2>/dev/null    # daemons that detached
 	rm -rf "$T"
 }
 trap cleanup EXIT
