@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,18 @@ struct op_wait {
 
 /* Directory and virtual-file handles; key handles are ns handles. */
 struct dir_snap { struct ns_dirent *ents; size_t n; };
-struct vbuf { char *data; size_t len; };
+/* A rendered .omni file.  A read holds a reference while it replies: the
+ * reader can close (and RELEASE can free) as soon as the kernel has copied
+ * the bytes, before the replying thread is back from writev(). */
+struct vbuf { char *data; size_t len; atomic_int refs; };
+
+static void vbuf_put(struct vbuf *v)
+{
+	if (atomic_fetch_sub(&v->refs, 1) == 1) {
+		free(v->data);
+		free(v);
+	}
+}
 #define FH_VFILE 1u             /* tag bit on fh: a struct vbuf */
 
 static struct fs *fs_of(fuse_req_t req) { return fuse_req_userdata(req); }
@@ -292,12 +304,11 @@ static void open_vfile(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		free(v);
 		return (void)fuse_reply_err(req, errno);
 	}
+	atomic_init(&v->refs, 1);
 	fi->fh = (uintptr_t)v | FH_VFILE;
 	fi->direct_io = 1;              /* the size is known only now */
-	if (fuse_reply_open(req, fi)) {
-		free(v->data);
-		free(v);
-	}
+	if (fuse_reply_open(req, fi))
+		vbuf_put(v);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -370,8 +381,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (fi->fh & FH_VFILE) {
 		struct vbuf *v = (struct vbuf *)(uintptr_t)(fi->fh & ~(uint64_t)FH_VFILE);
 		size_t o = (size_t)off < v->len ? (size_t)off : v->len;
-		return (void)fuse_reply_buf(req, v->data + o,
-					    size < v->len - o ? size : v->len - o);
+		atomic_fetch_add(&v->refs, 1);
+		fuse_reply_buf(req, v->data + o, size < v->len - o ? size : v->len - o);
+		vbuf_put(v);
+		return;
 	}
 	ssize_t got = ns_read(fs_of(req)->ns, (struct ns_handle *)(uintptr_t)fi->fh,
 			      (uint64_t)off, size, iov, &n, MAX_IOV);
@@ -421,9 +434,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	(void)ino;
 	if (fi->fh & FH_VFILE) {
-		struct vbuf *v = (struct vbuf *)(uintptr_t)(fi->fh & ~(uint64_t)FH_VFILE);
-		free(v->data);
-		free(v);
+		vbuf_put((struct vbuf *)(uintptr_t)(fi->fh & ~(uint64_t)FH_VFILE));
 	} else {
 		ns_release(fs_of(req)->ns, (struct ns_handle *)(uintptr_t)fi->fh);
 	}

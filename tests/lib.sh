@@ -92,15 +92,25 @@ PYEOF
 }
 
 cleanup() {
-	local name
+	local name rc=$? log
 	for name in "${!NODE_PID[@]}"; do
 		stop_node "$name"
+	done
+	# A daemon's sanitizer report must fail the test that provoked it.
+	for log in "$T"/*.log; do
+		[ -f "$log" ] || continue
+		if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log"; then
+			echo "# sanitizer report from ${log##*/}:"
+			sed 's/^/#   /' "$log" | head -60
+			rc=1
+		fi
 	done
 	# anything else a test mounted under $T
 	grep -o " $T/[^ ]*" /proc/mounts 2>/dev/null | while read -r m; do umount -l "$m"; done
 	jobs -p | xargs -r kill -9 2>/dev/null
 	pkill -9 -f "omnifs.* $T/" 2>/dev/null    # daemons that detached
 	rm -rf "$T"
+	exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
