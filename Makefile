@@ -26,7 +26,7 @@ endif
 
 LIB_SRCS := transport/pool.c transport/rdma_probe.c \
             fs/names.c fs/htab.c fs/timerq.c fs/rangeset.c fs/stats.c \
-            fs/ns.c fs/caller.c fs/vfile.c fs/ops.c mount/conf.c
+            fs/ns.c fs/caller.c fs/vfile.c fs/loop.c fs/ops.c mount/conf.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT     := $(patsubst tests/unit/%.c,$(BUILD)/t/%.t,$(wildcard tests/unit/*.c))
 TOOLS    := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))

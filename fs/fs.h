@@ -21,6 +21,7 @@ struct fs_params {
 	const struct ns_rule *rules;
 	size_t nrules;
 	unsigned max_threads;
+	unsigned spin_us;               /* how long an idle worker polls */
 	struct pool *pool;
 };
 

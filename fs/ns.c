@@ -20,6 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
+#if defined(__x86_64__)
+#include <xxh_x86dispatch.h>      /* libxxhash's AVX2/AVX-512 paths, chosen at run time */
+#endif
 
 #include "rangeset.h"
 
@@ -46,6 +49,13 @@ struct object {
 	unsigned refs, writers, writers_flushed;
 	int error;
 	uint32_t uid, gid;
+	/* The hash follows a sequential writer (see "hashing" below):
+	 * [0, front) is written, [0, hashed) hashed into hs, and the hasher
+	 * may be working on [hashed, hash_to). */
+	XXH3_state_t *hs;
+	uint64_t front, hashed, hash_to;
+	int hash_dirty, hashing, queued;
+	struct object *hq_next;
 };
 
 struct timed { struct timer t; int type; };
@@ -86,6 +96,10 @@ struct ns {
 	struct ns_handle handles;       /* list head */
 	uint32_t uid, gid;
 	uint64_t start_ns;
+	pthread_t hasher;
+	int hasher_running;
+	pthread_cond_t hcond, hdone;    /* work queued; a hash step finished */
+	struct object *hq_head, *hq_tail;
 };
 
 static const char *const vfile_names[] = { "health", "stats", "metrics", "transfers", "config" };
@@ -239,6 +253,8 @@ static void obj_put(struct ns *ns, struct object *o)
 		return;
 	for (unsigned i = 0; i < o->next; i++)
 		pool_free(ns->pool, o->ext[i].off, o->ext[i].len);
+	if (o->hs)
+		XXH3_freeState(o->hs);
 	free(o->ext);
 	free(o);
 }
@@ -264,6 +280,8 @@ static struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uin
 	return o;
 }
 
+static void hasher_dequeue(struct ns *ns, struct object *o);
+
 /* Takes the object off its key: consumed, removed, expired or aborted.
  * Handles that have it open keep its bytes until they close. */
 static void obj_unlink(struct ns *ns, struct object *o, enum stat_id why)
@@ -272,6 +290,7 @@ static void obj_unlink(struct ns *ns, struct object *o, enum stat_id why)
 
 	if (!key)
 		return;
+	hasher_dequeue(ns, o);
 	if (o->state == OS_PUBLISHED)
 		npub_add(key, -1);
 	if (o->state != OS_PUBLISHED)
@@ -402,22 +421,150 @@ static void obj_zero(struct ns *ns, const struct object *o, uint64_t off, uint64
 	}
 }
 
-static uint64_t obj_hash(struct ns *ns, const struct object *o)
+/* Feeds [from, to) of the object into st.  Called unlocked.  Until every
+ * writer is done (final is 0) the extent array may grow under a writer, so
+ * pieces of it are taken under the lock; the bytes themselves stay put. */
+static void hash_range(struct ns *ns, struct object *o, XXH3_state_t *st,
+		       uint64_t from, uint64_t to, int final)
 {
-	XXH3_state_t *s = XXH3_createState();
-	uint64_t off = 0, h;
-
-	XXH3_64bits_reset(s);
-	while (off < o->size) {
+	while (from < to) {
 		struct iovec iov[16];
 		int n;
-		off += obj_iov(ns, o, off, o->size - off, iov, &n, 16);
+		if (!final)
+			pthread_mutex_lock(&ns->lock);
+		from += obj_iov(ns, o, from, to - from, iov, &n, 16);
+		if (!final)
+			pthread_mutex_unlock(&ns->lock);
 		for (int i = 0; i < n; i++)
-			XXH3_64bits_update(s, iov[i].iov_base, iov[i].iov_len);
+			XXH3_64bits_update(st, iov[i].iov_base, iov[i].iov_len);
 	}
-	h = XXH3_64bits_digest(s);
-	XXH3_freeState(s);
+}
+
+/* The object's XXH3-64 at publish: the hasher's prefix (if still valid)
+ * plus the rest.  Called unlocked; every writer has closed. */
+static uint64_t obj_hash(struct ns *ns, struct object *o)
+{
+	uint64_t h;
+
+	if (!o->hs || o->hash_dirty || o->hashed > o->size) {
+		if (!o->hs && !(o->hs = XXH3_createState()))
+			return XXH3_64bits(NULL, 0) ^ 1;        /* cannot happen in practice */
+		XXH3_64bits_reset(o->hs);
+		o->hashed = 0;
+	}
+	hash_range(ns, o, o->hs, o->hashed, o->size, 1);
+	h = XXH3_64bits_digest(o->hs);
+	XXH3_freeState(o->hs);
+	o->hs = NULL;
 	return h;
+}
+
+/* ---------------------------------------------------------------- hashing */
+
+/* A truncation: bytes the hash may cover can change. */
+static void obj_set_size(struct object *o, uint64_t size)
+{
+	if (size < (o->hashing ? o->hash_to : o->hashed))
+		o->hash_dirty = 1;
+	if (o->front > size)
+		o->front = size;
+	o->size = size;
+}
+
+/* Hashing a large object at publish would cost a pass over its bytes after
+ * the last write.  A sequential writer's completed prefix is hashed instead
+ * by this thread while the writer goes on; the FUSE thread copying the
+ * bytes in keeps its core busy, this one uses another. */
+#define HASH_STEP (4u << 20)
+
+static void hasher_queue(struct ns *ns, struct object *o)
+{
+	if (o->queued || o->hashing || o->hash_dirty || o->front - o->hashed < HASH_STEP)
+		return;
+	o->queued = 1;
+	o->refs++;
+	o->hq_next = NULL;
+	if (ns->hq_tail)
+		ns->hq_tail->hq_next = o;
+	else
+		ns->hq_head = o;
+	ns->hq_tail = o;
+	pthread_cond_signal(&ns->hcond);
+}
+
+/* An object that leaves its key gives up its place in the queue, so that
+ * its space comes back as soon as its handles close. */
+static void hasher_dequeue(struct ns *ns, struct object *o)
+{
+	struct object **pp = &ns->hq_head, *prev = NULL;
+
+	if (!o->queued)
+		return;
+	for (; *pp && *pp != o; pp = &(*pp)->hq_next)
+		prev = *pp;
+	if (!*pp)
+		return;
+	*pp = o->hq_next;
+	if (ns->hq_tail == o)
+		ns->hq_tail = prev;
+	o->queued = 0;
+	o->refs--;              /* the queue's; the key's link still holds it */
+}
+
+/* One step: hash [hashed, front) of o with the lock dropped. */
+static void hasher_step(struct ns *ns, struct object *o)
+{
+	if (o->state != OS_WRITING || o->hash_dirty || o->front <= o->hashed)
+		return;
+	if (!o->hs) {
+		if (!(o->hs = XXH3_createState()))
+			return;
+		XXH3_64bits_reset(o->hs);
+	}
+	o->hashing = 1;
+	o->hash_to = o->front;
+	uint64_t from = o->hashed, to = o->hash_to;
+	pthread_mutex_unlock(&ns->lock);
+	hash_range(ns, o, o->hs, from, to, 0);
+	pthread_mutex_lock(&ns->lock);
+	o->hashing = 0;
+	o->hashed = to;
+	pthread_cond_broadcast(&ns->hdone);
+	hasher_queue(ns, o);
+}
+
+static void *hasher_thread(void *arg)
+{
+	struct ns *ns = arg;
+
+	pthread_mutex_lock(&ns->lock);
+	while (!ns->stopping) {
+		struct object *o = ns->hq_head;
+		if (!o) {
+			pthread_cond_wait(&ns->hcond, &ns->lock);
+			continue;
+		}
+		ns->hq_head = o->hq_next;
+		if (!ns->hq_head)
+			ns->hq_tail = NULL;
+		o->queued = 0;
+		hasher_step(ns, o);
+		obj_put(ns, o);
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return NULL;
+}
+
+/* A write of [off, end) finished copying: extend the written prefix, or
+ * note that bytes the hash already covers have changed. */
+static void hash_note_write(struct ns *ns, struct object *o, uint64_t off, uint64_t end)
+{
+	if (off < (o->hashing ? o->hash_to : o->hashed))
+		o->hash_dirty = 1;
+	else if (off <= o->front && end > o->front)
+		o->front = end;
+	if (ns->hasher_running)
+		hasher_queue(ns, o);
 }
 
 /* ---------------------------------------------------------------- waiters */
@@ -511,7 +658,9 @@ static void obj_abort(struct ns *ns, struct object *o)
  * answers its waiters.  Called and returns locked. */
 static void obj_publish(struct ns *ns, struct object *o, struct wakelist *wl)
 {
-	o->state = OS_PUBLISHING;
+	o->state = OS_PUBLISHING;       /* the hasher starts no new step */
+	while (o->hashing)
+		pthread_cond_wait(&ns->hdone, &ns->lock);
 	obj_trim(ns, o);
 	o->refs++;
 	pthread_mutex_unlock(&ns->lock);
@@ -635,6 +784,8 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&ns->cond, &ca);
 	pthread_condattr_destroy(&ca);
+	pthread_cond_init(&ns->hcond, NULL);
+	pthread_cond_init(&ns->hdone, NULL);
 	ns->root = node_new(ns, NULL, "", NK_ROOT);
 	struct node *ctl = ns->root ? node_new(ns, ns->root, ".omni", NK_CTL) : NULL;
 	for (size_t i = 0; ctl && i < sizeof(vfile_names) / sizeof(*vfile_names); i++)
@@ -662,6 +813,8 @@ int ns_start(struct ns *ns)
 	int rc = pthread_create(&ns->thread, NULL, deadline_thread, ns);
 
 	ns->running = rc == 0;
+	if (!rc)
+		ns->hasher_running = pthread_create(&ns->hasher, NULL, hasher_thread, ns) == 0;
 	return -rc;
 }
 
@@ -672,11 +825,21 @@ void ns_stop(struct ns *ns)
 	pthread_mutex_lock(&ns->lock);
 	ns->stopping = 1;
 	pthread_cond_signal(&ns->cond);
+	pthread_cond_signal(&ns->hcond);
 	pthread_mutex_unlock(&ns->lock);
 	if (ns->running)
 		pthread_join(ns->thread, NULL);
-	ns->running = 0;
+	if (ns->hasher_running)
+		pthread_join(ns->hasher, NULL);
+	ns->running = ns->hasher_running = 0;
 	pthread_mutex_lock(&ns->lock);
+	while (ns->hq_head) {           /* drop what the hasher did not reach */
+		struct object *o = ns->hq_head;
+		ns->hq_head = o->hq_next;
+		o->queued = 0;
+		obj_put(ns, o);
+	}
+	ns->hq_tail = NULL;
 	for (size_t i = 0; i < ns->waiters.nb; i++) {
 		while (ns->waiters.b[i]) {
 			struct ns_waiter *w = (struct ns_waiter *)
@@ -718,6 +881,8 @@ void ns_destroy(struct ns *ns)
 	htab_fini(&ns->waiters);
 	timerq_fini(&ns->tq);
 	pthread_cond_destroy(&ns->cond);
+	pthread_cond_destroy(&ns->hcond);
+	pthread_cond_destroy(&ns->hdone);
 	pthread_mutex_destroy(&ns->lock);
 	free(ns->rules);
 	free(ns);
@@ -934,7 +1099,7 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 		else if (!(*h = handle_new(ns, o, 1)))
 			rc = -ENOMEM;
 		else if (flags & O_TRUNC)
-			o->size = 0;
+			obj_set_size(o, 0);
 	} else if (o && o->state == OS_PUBLISHED) {
 		if (!(*h = handle_new(ns, o, 0)))
 			rc = -ENOMEM;
@@ -1015,6 +1180,7 @@ ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
 		pthread_mutex_lock(&ns->lock);
 		(void)got;
 	}
+	hash_note_write(ns, o, off, off + len);
 	h->done += len;
 	pthread_mutex_unlock(&ns->lock);
 	stat_add(ns->st, ST_BYTES_WRITTEN, len);
@@ -1134,7 +1300,7 @@ int ns_truncate(struct ns *ns, uint64_t ino, uint64_t size)
 	else if (size > o->size && (rc = obj_reserve(ns, o, size)) == 0)
 		obj_zero(ns, o, o->size, size - o->size);
 	if (!rc)
-		o->size = size;
+		obj_set_size(o, size);
 	pthread_mutex_unlock(&ns->lock);
 	return rc;
 }

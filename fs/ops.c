@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "caller.h"
+#include "loop.h"
 #include "stats.h"
 #include "vfile.h"
 #include "../transport/pool.h"
@@ -32,7 +33,7 @@ struct fs {
 	struct ns *ns;
 	struct stats st;
 	struct vfile_ctx vf;
-	unsigned max_threads;
+	unsigned max_threads, spin_us;
 	int mounted, unknown_intent_logged;
 };
 
@@ -539,6 +540,7 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 	fs->vf = (struct vfile_ctx){ fs->ns, p->pool, &fs->st, p->node_name,
 				     p->transport, p->config_text };
 	fs->max_threads = p->max_threads;
+	fs->spin_us = p->spin_us;
 	fs->se = fuse_session_new(args, &ops, sizeof(ops), fs);
 	if (!fs->se) {
 		rc = -EINVAL;           /* libfuse printed which option */
@@ -573,19 +575,12 @@ free_fs:
 
 int fs_serve(struct fs *fs)
 {
-	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-	int rc;
-
-	if (!cfg)
-		return -ENOMEM;
 	/* Waiting opens hold no thread, so a few threads serve any number
-	 * of waiters; more only add wake-ups on a small machine. */
-	fuse_loop_cfg_set_max_threads(cfg, fs->max_threads);
-	fuse_loop_cfg_set_idle_threads(cfg, fs->max_threads / 2 ? fs->max_threads / 2 : 1);
-	rc = fuse_session_loop_mt(fs->se, cfg);
-	fuse_loop_cfg_destroy(cfg);
+	 * of waiters. */
+	int rc = loop_serve(fs->se, fs->max_threads, fs->spin_us);
+
 	ns_stop(fs->ns);                /* answers every waiting open */
-	return rc < 0 ? rc : 0;
+	return rc;
 }
 
 void fs_destroy(struct fs *fs)

@@ -28,7 +28,8 @@ void conf_defaults(struct conf *c)
 	c->pool = (struct pool_spec){ POOL_HOST, 0, 1ull << 30 };
 	c->transport = TRANSPORT_AUTO;
 	c->dflt = (struct ns_policy){ .readers = 1, .wait_ms = 30000, .ttl_s = 0 };
-	c->threads = 8;
+	c->threads = 4;
+	c->spin_us = 200;
 }
 
 void conf_free(struct conf *c)
@@ -136,6 +137,13 @@ int conf_set(struct conf *c, const char *key, const char *val, char *err, size_t
 		if (parse_uint(val, 256, &v) || v < 1)
 			return ERR("option 'threads=%s': expected 1 to 256", val);
 		c->threads = (unsigned)v;
+		return 0;
+	}
+	if (!strcmp(key, "spin_us")) {
+		int64_t v;
+		if (parse_uint(val, 100000, &v))
+			return ERR("option 'spin_us=%s': expected 0 to 100000", val);
+		c->spin_us = (unsigned)v;
 		return 0;
 	}
 	if (!strcmp(key, "secret_file")) {
@@ -383,9 +391,9 @@ char *conf_render(const struct conf *c)
 		c->listen[0] ? c->listen : "(none)", conf_transport_name(c->transport));
 	fprintf(f, "wait_ms: %" PRId64 "\nreaders: %" PRId64 "\nttl_s: %" PRId64 "\n",
 		c->dflt.wait_ms, c->dflt.readers, c->dflt.ttl_s);
-	fprintf(f, "secret_file: %s\nallow_other: %s\nthreads: %u\n",
+	fprintf(f, "secret_file: %s\nallow_other: %s\nthreads: %u\nspin_us: %u\n",
 		c->secret_file ? c->secret_file : "(none)",
-		c->allow_other ? "true" : "false", c->threads);
+		c->allow_other ? "true" : "false", c->threads, c->spin_us);
 	fprintf(f, "nodes:%s\n", c->nnodes ? "" : " {}");
 	for (size_t i = 0; i < c->nnodes; i++) {
 		fprintf(f, "  %s: { addr: %s, stages: [", c->nodes[i].name, c->nodes[i].addr);

@@ -31,7 +31,7 @@ struct conf {
 	struct ns_policy dflt;
 	char *secret_file;
 	int allow_other;
-	unsigned threads;
+	unsigned threads, spin_us;
 	struct ns_rule *rules;
 	size_t nrules;
 	struct conf_node *nodes;

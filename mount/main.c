@@ -43,7 +43,7 @@ static const struct fuse_opt opt_spec[] = {
 
 static const char *const our_keys[] = {
 	"config", "node", "pool", "listen", "transport", "wait_ms", "readers",
-	"ttl_s", "secret_file", "threads", "allow_other",
+	"ttl_s", "secret_file", "threads", "spin_us", "allow_other",
 };
 
 static int is_ours(const char *arg)
@@ -100,7 +100,8 @@ static void usage(void)
 	       "  readers=N         complete reads before an object is deleted (default 1)\n"
 	       "  ttl_s=N           delete unconsumed objects N s after publish (0: off)\n"
 	       "  secret_file=FILE  cluster secret\n"
-	       "  threads=N         FUSE worker threads at most (default 8)\n"
+	       "  threads=N         FUSE worker threads (default 4)\n"
+	       "  spin_us=N         how long an idle worker polls for the next request (default 200)\n"
 	       "  allow_other       let other users use the mount\n"
 	       "  -f                stay in the foreground\n"
 	       "  -d                debug: foreground, log every request\n");
@@ -203,7 +204,7 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 		.node_name = c->node, .mountpoint = mnt,
 		.transport = conf_transport_name(c->transport), .config_text = text,
 		.dflt = c->dflt, .rules = c->rules, .nrules = c->nrules,
-		.max_threads = c->threads,
+		.max_threads = c->threads, .spin_us = c->spin_us,
 	};
 	int rc = 1;
 

@@ -1,0 +1,199 @@
+/* loop.c - the request loop: one leader reads /dev/fuse, followers wait.
+ *
+ * Leader/followers: only the leader reads requests.  It serves small ones
+ * itself and stays leader, so a chain of requests costs no thread wake-ups
+ * at all; before a large read or write (a long copy) with more requests
+ * waiting it hands leadership to a follower, so that other streams go on
+ * meanwhile.  An idle leader polls the (non-blocking) device for spin_us,
+ * then sleeps in epoll.
+ */
+#define _GNU_SOURCE
+#include "loop.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BIG_REQUEST (64u << 10)
+
+struct loop {
+	struct fuse_session *se;
+	int fd, stopfd, ep;
+	uint64_t spin_ns;
+	pthread_mutex_t mu;
+	pthread_cond_t follow;
+	int leader;                     /* 1 while some thread leads */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void loop_stop(struct loop *l)
+{
+	uint64_t one = 1;
+	ssize_t n = write(l->stopfd, &one, sizeof(one));
+	(void)n;                /* an eventfd counter this small cannot fail */
+	pthread_mutex_lock(&l->mu);
+	pthread_cond_broadcast(&l->follow);
+	pthread_mutex_unlock(&l->mu);
+}
+
+/* The leader's wait for the next request: a short spin, then epoll.
+ * Returns >0 with a request in buf, or <=0 when the session ends. */
+static int lead_receive(struct loop *l, struct fuse_buf *buf, int spin)
+{
+	uint64_t end = spin ? now_ns() + l->spin_ns : 0;
+
+	while (!fuse_session_exited(l->se)) {
+		int res = fuse_session_receive_buf(l->se, buf);
+		if (res > 0 || (res != -EAGAIN && res != -EINTR))
+			return res;
+		if (res == -EAGAIN && now_ns() >= end) {
+			struct epoll_event ev;
+			epoll_wait(l->ep, &ev, 1, -1);
+		}
+	}
+	return 0;
+}
+
+/* A request that will copy a lot while another one is already waiting:
+ * worth a follower taking over the device meanwhile.  A lone stream keeps
+ * its thread, and so its caches and its core. */
+static int is_big(const struct fuse_buf *buf)
+{
+	const struct fuse_in_header *in = buf->mem;
+
+	if (buf->size < sizeof(*in))
+		return 0;
+	if (in->opcode == FUSE_WRITE)
+		return in->len > BIG_REQUEST;
+	if (in->opcode == FUSE_READ && buf->size >= sizeof(*in) + sizeof(struct fuse_read_in))
+		return ((const struct fuse_read_in *)(in + 1))->size > BIG_REQUEST;
+	return 0;
+}
+
+static int hand_off(const struct loop *l, const struct fuse_buf *buf)
+{
+	struct pollfd p = { .fd = l->fd, .events = POLLIN };
+
+	return is_big(buf) && poll(&p, 1, 0) > 0;
+}
+
+static void *worker(void *arg)
+{
+	struct loop *l = arg;
+	struct fuse_buf buf = { 0 };
+
+	for (;;) {
+		pthread_mutex_lock(&l->mu);
+		while (l->leader && !fuse_session_exited(l->se))
+			pthread_cond_wait(&l->follow, &l->mu);
+		if (fuse_session_exited(l->se)) {
+			pthread_mutex_unlock(&l->mu);
+			break;
+		}
+		l->leader = 1;
+		pthread_mutex_unlock(&l->mu);
+		int spin = 0, res;
+		while ((res = lead_receive(l, &buf, spin)) > 0 && !hand_off(l, &buf)) {
+			/* Spin after small requests, the links of a latency
+			 * chain; after a long copy the client is slower to
+			 * come back, and the core is better left to others
+			 * (the hasher). */
+			spin = !is_big(&buf);
+			fuse_session_process_buf(l->se, &buf);
+		}
+		pthread_mutex_lock(&l->mu);
+		l->leader = 0;
+		pthread_cond_signal(&l->follow);
+		pthread_mutex_unlock(&l->mu);
+		if (res <= 0)
+			break;          /* unmounted, or a device error */
+		fuse_session_process_buf(l->se, &buf);  /* the big one */
+	}
+	fuse_session_exit(l->se);
+	loop_stop(l);                   /* wake the others and the main thread */
+	free(buf.mem);
+	return NULL;
+}
+
+/* The main thread takes the signals (libfuse's handlers end the session)
+ * and tells the workers, which block them. */
+static int wait_for_exit(struct loop *l)
+{
+	struct pollfd p = { .fd = l->stopfd, .events = POLLIN };
+
+	while (!fuse_session_exited(l->se))
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			return -errno;
+	loop_stop(l);
+	return 0;
+}
+
+static int loop_open(struct loop *l)
+{
+	struct epoll_event dev = { .events = EPOLLIN }, stop = { .events = EPOLLIN };
+
+	if ((l->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+		return -errno;
+	if ((l->ep = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+	    epoll_ctl(l->ep, EPOLL_CTL_ADD, l->fd, &dev) ||
+	    epoll_ctl(l->ep, EPOLL_CTL_ADD, l->stopfd, &stop) ||
+	    fcntl(l->fd, F_SETFL, fcntl(l->fd, F_GETFL) | O_NONBLOCK) < 0) {
+		int rc = -errno;
+		if (l->ep >= 0)
+			close(l->ep);
+		close(l->stopfd);
+		return rc;
+	}
+	return 0;
+}
+
+int loop_serve(struct fuse_session *se, unsigned threads, unsigned spin_us)
+{
+	struct loop l = { .se = se, .fd = fuse_session_fd(se), .ep = -1,
+			  .spin_ns = (uint64_t)spin_us * 1000 };
+	pthread_t *t = calloc(threads, sizeof(*t));
+	sigset_t block, old;
+	unsigned started = 0;
+	int rc;
+
+	if (!t)
+		return -ENOMEM;
+	if ((rc = loop_open(&l)))
+		goto free_threads;
+	pthread_mutex_init(&l.mu, NULL);
+	pthread_cond_init(&l.follow, NULL);
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
+	for (; started < threads; started++)
+		if (pthread_create(&t[started], NULL, worker, &l))
+			break;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	rc = started ? wait_for_exit(&l) : -EAGAIN;
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	pthread_cond_destroy(&l.follow);
+	pthread_mutex_destroy(&l.mu);
+	close(l.ep);
+	close(l.stopfd);
+free_threads:
+	free(t);
+	return rc;
+}

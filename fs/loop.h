@@ -1,0 +1,17 @@
+/* loop.h - serves a FUSE session with a leader and followers.
+ *
+ * A transfer is a chain of requests (lookup, create, write, flush, the
+ * reader's reads), each sent when the previous one was answered.  Waking a
+ * sleeping daemon thread for each costs more than the request itself on a
+ * small machine, so one thread (the leader) takes requests, serves the
+ * small ones itself and polls for a short while before it sleeps.
+ */
+#ifndef OMNI_LOOP_H
+#define OMNI_LOOP_H
+
+#include <fuse_lowlevel.h>
+
+/* Serves until the session exits (unmount or signal).  0 or -errno. */
+int loop_serve(struct fuse_session *se, unsigned threads, unsigned spin_us);
+
+#endif

@@ -1,0 +1,85 @@
+#!/bin/bash
+# make bench - omnifs against this machine's ceilings, measured in the same
+# run: memcpy, tmpfs with dd bs=1M, and the FUSE ceiling (ceilingfs: a minimal
+# in-memory libfuse filesystem with direct_io and 1 MiB requests).  Every
+# figure is the best of ROUNDS; dd's own timing includes the close (publish).
+set -u
+B=${OMNIFS_BUILD:?}
+ROUNDS=${ROUNDS:-5}
+BIG_MIB=${BIG_MIB:-1024}
+T=$(mktemp -d /tmp/omnifs-bench.XXXXXX)
+MNTS=()
+cleanup() {
+	for m in "${MNTS[@]}"; do fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+	jobs -p | xargs -r kill 2>/dev/null; wait 2>/dev/null
+	rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+wait_mount() { for _ in $(seq 500); do grep -q " $1 " /proc/mounts && return 0; sleep 0.02; done; return 1; }
+
+# dd_gibs DD-ARGS...: GiB/s by dd's own clock (which runs through the close)
+dd_gibs() {
+	LC_ALL=C dd "$@" 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($(i+1) == "s,") s = $i;
+		printf "%.3f\n", $1 / s / 1073741824 }'
+}
+best() { sort -g | tail -1; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%5.0f%%", (b > 0 ? 100 * a / b : 0) }'; }
+
+# write_read DIR NAME MIB: "write read" GiB/s, best of ROUNDS
+write_read() {
+	local w r i
+	w=$(for i in $(seq "$ROUNDS"); do
+		rm -f "$1/$2" 2>/dev/null
+		dd_gibs if=/dev/zero of="$1/$2" bs=1M count="$3"
+	done | best)
+	r=$(for i in $(seq "$ROUNDS"); do dd_gibs if="$1/$2" of=/dev/null bs=1M; done | best)
+	rm -f "$1/$2" 2>/dev/null
+	echo "$w $r"
+}
+
+echo "omnifs bench on $(nproc) cores, $(uname -r), $(date -u +%F)"
+MEMCPY=$("$B/bench/memcpy" 1024)
+
+mkdir -p "$T/tmpfs" "$T/ceil" "$T/omni"
+mount -t tmpfs -o size=$((BIG_MIB + 64))m tmpfs "$T/tmpfs" && MNTS+=("$T/tmpfs")
+read -r TMPW TMPR < <(write_read "$T/tmpfs" f "$BIG_MIB")
+fusermount3 -u "$T/tmpfs" 2>/dev/null || umount "$T/tmpfs"
+
+"$B/bench/ceilingfs" "$T/ceil" $((BIG_MIB + 64)) & MNTS+=("$T/ceil")
+wait_mount "$T/ceil" || { echo "ceilingfs did not mount"; exit 1; }
+read -r CEILW CEILR < <(write_read "$T/ceil" f "$BIG_MIB")
+fusermount3 -u "$T/ceil"
+
+"$B/omnifs" -f -o pool=host:$((BIG_MIB * 2 + 256))M,readers=0 "$T/omni" 2>"$T/omni.log" & MNTS+=("$T/omni")
+wait_mount "$T/omni" || { cat "$T/omni.log"; exit 1; }
+O=$T/omni/bench/out
+
+printf '\nceilings, this machine, this run (GiB/s):\n'
+printf '  %-34s %7.2f\n' "memcpy 1 GiB" "$MEMCPY"
+printf '  %-34s %7.2f write %7.2f read\n' "tmpfs, dd bs=1M, $BIG_MIB MiB" "$TMPW" "$TMPR"
+printf '  %-34s %7.2f write %7.2f read\n' "FUSE ceiling, dd bs=1M, $BIG_MIB MiB" "$CEILW" "$CEILR"
+
+printf '\nomnifs, dd bs=1M, write = create..publish, read = open..close (GiB/s, and as %% of memcpy / tmpfs / FUSE):\n'
+for mib in 1 64 "$BIG_MIB"; do
+	if [ "$mib" = 1 ]; then     # small objects: the median of 32
+		w=$(for i in $(seq 32); do dd_gibs if=/dev/zero of="$O/s$i" bs=1M count=1; done | median)
+		r=$(for i in $(seq 32); do dd_gibs if="$O/s$i" of=/dev/null bs=1M; done | median)
+		rm -f "$O"/s*
+	else
+		read -r w r < <(write_read "$O" "o$mib" "$mib")
+	fi
+	printf '  %5s MiB  write %6.2f %s %s %s   read %6.2f %s %s %s\n' "$mib" \
+		"$w" "$(ratio "$w" "$MEMCPY")" "$(ratio "$w" "$TMPW")" "$(ratio "$w" "$CEILW")" \
+		"$r" "$(ratio "$r" "$MEMCPY")" "$(ratio "$r" "$TMPR")" "$(ratio "$r" "$CEILR")"
+	[ "$mib" = "$BIG_MIB" ] && BIGW=$w BIGR=$r
+done
+
+read -r MED P90 P99 < <("$B/tools/handoff" "$T/omni/bench/hand" 1000 "$T/omni/.omni/stats")
+printf '\n4 KiB hand-off between two processes, reader waiting in open (1000 runs):\n'
+printf '  median %.1f us   p90 %.1f us   p99 %.1f us\n' "$MED" "$P90" "$P99"
+
+printf '\ngoals: %s MiB at >= 90%% of the FUSE ceiling each way: write %s, read %s; hand-off median <= 100 us: %s\n' \
+	"$BIG_MIB" "$(ratio "$BIGW" "$CEILW")" "$(ratio "$BIGR" "$CEILR")" "$MED us"

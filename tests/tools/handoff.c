@@ -1,0 +1,99 @@
+/* handoff DIR N - the latency of a 4 KiB hand-off between two processes:
+ * the writer creates, writes and closes DIR/h<i> while the reader is
+ * already waiting in open(); the time runs from the writer's open to the
+ * reader's close.  Prints the median, p90 and p99 in microseconds. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static long long now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+	return (x > y) - (x < y);
+}
+
+/* 1 once the daemon reports a waiting open (so the reader is in open()). */
+static int waiting(const char *stats)
+{
+	char buf[4096];
+	int fd = open(stats, O_RDONLY);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	char *w = strstr(buf, "\nwaiters: ");
+	return w && atoi(w + 10) > 0;
+}
+
+static void reader(const char *dir, int n, int ready, int done)
+{
+	static char buf[65536];
+	for (int i = 0; i < n; i++) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/h%d", dir, i);
+		if (write(ready, "r", 1) != 1)
+			_exit(1);
+		int fd = open(path, O_RDONLY);
+		ssize_t got = 0, r;
+		while (fd >= 0 && (r = read(fd, buf, sizeof(buf))) > 0)
+			got += r;
+		if (fd >= 0)
+			close(fd);
+		long long t = now_ns();
+		if (got != 4096)
+			t = -1;
+		if (write(done, &t, sizeof(t)) != sizeof(t))
+			_exit(1);
+	}
+	_exit(0);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 4)
+		return fprintf(stderr, "usage: handoff DIR N STATSFILE\n"), 2;
+	const char *dir = argv[1];
+	int n = atoi(argv[2]), rp[2], dp[2];
+	long long *lat = calloc((size_t)n, sizeof(*lat));
+	static char data[4096];
+
+	memset(data, 'h', sizeof(data));
+	if (pipe(rp) || pipe(dp))
+		return 1;
+	if (fork() == 0)
+		reader(dir, n, rp[1], dp[1]);
+	for (int i = 0; i < n; i++) {
+		char c, path[4096];
+		long long t1;
+		if (read(rp[0], &c, 1) != 1)
+			return 1;
+		for (int spin = 0; !waiting(argv[3]) && spin < 100000; spin++)
+			;
+		snprintf(path, sizeof(path), "%s/h%d", dir, i);
+		long long t0 = now_ns();
+		int fd = open(path, O_CREAT | O_WRONLY, 0644);
+		if (fd < 0 || write(fd, data, sizeof(data)) != sizeof(data) || close(fd))
+			return perror(path), 1;
+		if (read(dp[0], &t1, sizeof(t1)) != sizeof(t1) || t1 < 0)
+			return fprintf(stderr, "reader failed at %d\n", i), 1;
+		lat[i] = t1 - t0;
+	}
+	wait(NULL);
+	qsort(lat, (size_t)n, sizeof(*lat), cmp);
+	printf("%.1f %.1f %.1f\n", lat[n / 2] / 1e3, lat[n * 9 / 10] / 1e3, lat[n * 99 / 100] / 1e3);
+	return 0;
+}
