@@ -1169,16 +1169,16 @@ ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
 		obj_zero(ns, o, o->size, off - o->size);
 	if (off + len > o->size)
 		o->size = off + len;
-	size_t done = 0;
-	while (done < len) {
-		size_t got = obj_iov(ns, o, off + done, len - done, iov, &n, 64);
+	/* Copy with the lock dropped: the extents are reserved, and only the
+	 * array that lists them can move (another writer growing it). */
+	for (size_t done = 0; done < len;) {
+		obj_iov(ns, o, off + done, len - done, iov, &n, 64);
 		pthread_mutex_unlock(&ns->lock);
 		for (int i = 0; i < n; i++) {
 			memcpy(iov[i].iov_base, (const char *)buf + done, iov[i].iov_len);
 			done += iov[i].iov_len;
 		}
 		pthread_mutex_lock(&ns->lock);
-		(void)got;
 	}
 	hash_note_write(ns, o, off, off + len);
 	h->done += len;

@@ -444,11 +444,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 /* ---------------------------------------------------------------- xattrs */
 
-static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+/* size 0 asks for the length only (getxattr(2), listxattr(2)). */
+static void reply_xattr(fuse_req_t req, int rc, size_t size, const char *buf)
 {
-	char buf[128];
-	int rc = ns_getxattr(fs_of(req)->ns, ino, name, buf, size < sizeof(buf) ? size : sizeof(buf));
-
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
 	else if (size == 0)
@@ -457,17 +455,20 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		fuse_reply_buf(req, buf, (size_t)rc);
 }
 
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	char buf[128];
+
+	reply_xattr(req, ns_getxattr(fs_of(req)->ns, ino, name, buf,
+				     size < sizeof(buf) ? size : sizeof(buf)), size, buf);
+}
+
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	char buf[512];
-	int rc = ns_listxattr(fs_of(req)->ns, ino, buf, size < sizeof(buf) ? size : sizeof(buf));
 
-	if (rc < 0)
-		fuse_reply_err(req, -rc);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)rc);
-	else
-		fuse_reply_buf(req, buf, (size_t)rc);
+	reply_xattr(req, ns_listxattr(fs_of(req)->ns, ino, buf,
+				      size < sizeof(buf) ? size : sizeof(buf)), size, buf);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
