@@ -9,7 +9,7 @@ SAN      ?=
 # What a fresh Debian machine needs to build, run and test omnifs.
 DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libxxhash-dev libyaml-dev \
             libjson-c-dev libibverbs-dev librdmacm-dev attr iproute2 util-linux \
-            perl python3 python3-prometheus-client python3-xxhash clang
+            perl procps python3 python3-prometheus-client python3-xxhash
 LIBS_PC  := fuse3 json-c yaml-0.1 libxxhash
 
 CC       ?= cc
@@ -72,7 +72,10 @@ $(BUILD)/bench/memcpy: $(BUILD)/obj/tests/bench/memcpy.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@
 
-run: deps all
+# Targets that install packages first build in a new make: the flags from
+# pkg-config are read when a Makefile is parsed, before deps has run.
+run: deps
+	@$(MAKE) --no-print-directory all
 	@mkdir -p omni
 	@echo "omnifs: mounting a single node at ./omni; in another shell try:"
 	@echo "  echo hi > omni/0/1/k && cat omni/0/1/k; cat omni/.omni/stats   (Ctrl-C unmounts)"
@@ -82,9 +85,10 @@ test: all $(UNIT) $(TOOLS)
 	OMNIFS_BUILD=$(abspath $(BUILD)) prove --exec '' $(PROVE_FLAGS) $(UNIT) $(INTEG)
 
 check: deps
-	$(MAKE) test
+	@$(MAKE) --no-print-directory test
 
-bench: deps all $(TOOLS) $(BENCHES)
+bench: deps
+	@$(MAKE) --no-print-directory all $(TOOLS) $(BENCHES)
 	OMNIFS_BUILD=$(abspath $(BUILD)) tests/bench/bench.sh
 
 install: all
