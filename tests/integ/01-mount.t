@@ -37,6 +37,20 @@ ok "transfers lists an open object" grep -q "^x/y/k local out 0/5 " "$M/.omni/tr
 exec 7<&-
 ok "df shows the pool size" sh -c "df -B1 '$M' | awk 'NR==2 { exit !(\$2 == 32 * 1048576) }'"
 is "$(pyerr "open(M + '/.omni/stats', 'w')")" "EACCES" ".omni files are read-only"
+
+# SPEC §9: a user without permission gets EACCES; allow_other lets others in
+chmod 755 "$T"
+if id nobody >/dev/null 2>&1 && command -v runuser >/dev/null; then
+	echo secret >"$M/x/y/other"
+	out=$(runuser -u nobody -- cat "$M/x/y/other" 2>&1)
+	ok "another user is refused without allow_other ($out)" sh -c "echo '$out' | grep -q 'Permission denied'"
+	start_node o "pool=host:16M,allow_other"
+	echo shared >"$T/o/x/y/k"
+	is "$(runuser -u nobody -- cat "$T/o/x/y/k" 2>&1)" "shared" "with allow_other another user reads"
+	ok "allow_other is in the effective config" grep -q "^allow_other: true$" "$T/o/.omni/config"
+else
+	skip "no 'nobody' user or runuser here"; skip "no 'nobody' user"; skip "no 'nobody' user"
+fi
 pid=${NODE_PID[a]}
 kill -TERM "$pid"
 ok "SIGTERM unmounts and exits" wait_until 10 sh -c "! kill -0 $pid && ! grep -q ' $M ' /proc/mounts"
