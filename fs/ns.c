@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY         /* XXH3_state_t on the stack */
 #include <xxhash.h>
 #if defined(__x86_64__)
 #include <xxh_x86dispatch.h>      /* libxxhash's AVX2/AVX-512 paths, chosen at run time */
@@ -444,18 +445,21 @@ static void hash_range(struct ns *ns, struct object *o, XXH3_state_t *st,
  * plus the rest.  Called unlocked; every writer has closed. */
 static uint64_t obj_hash(struct ns *ns, struct object *o)
 {
-	uint64_t h;
+	XXH3_state_t local, *st = &local;
+	uint64_t from = 0, h;
 
-	if (!o->hs || o->hash_dirty || o->hashed > o->size) {
-		if (!o->hs && !(o->hs = XXH3_createState()))
-			return XXH3_64bits(NULL, 0) ^ 1;        /* cannot happen in practice */
-		XXH3_64bits_reset(o->hs);
-		o->hashed = 0;
+	if (o->hs && !o->hash_dirty) {  /* a truncation below it made it dirty */
+		st = o->hs;
+		from = o->hashed;
+	} else {
+		XXH3_64bits_reset(&local);
 	}
-	hash_range(ns, o, o->hs, o->hashed, o->size, 1);
-	h = XXH3_64bits_digest(o->hs);
-	XXH3_freeState(o->hs);
-	o->hs = NULL;
+	hash_range(ns, o, st, from, o->size, 1);
+	h = XXH3_64bits_digest(st);
+	if (o->hs) {
+		XXH3_freeState(o->hs);
+		o->hs = NULL;
+	}
 	return h;
 }
 

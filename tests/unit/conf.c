@@ -28,6 +28,7 @@ static void test_options(void)
 	is(set(&c, "listen", "127.0.0.1:7070"), 0, "listen");
 	is(set(&c, "listen", "[::1]:7070"), 0, "listen v6");
 	is(set(&c, "node", "a-1"), 0, "node");
+	ok(set(&c, "spin_us", "0") == 0 && c.spin_us == 0, "spin_us=0 turns polling off");
 	struct { const char *k, *v, *needle; } bad[] = {
 		{ "pool", "host:1X", "pool=host:1X" }, { "pool", "ram:1G", "pool" },
 		{ "wait_ms", "-1", "wait_ms" }, { "wait_ms", "1e3", "wait_ms" },
@@ -37,6 +38,7 @@ static void test_options(void)
 		{ "node", ".x", "node" }, { "node", "a/b", "node" },
 		{ "secret_file", "/nonexistent/s", "secret_file" }, { "bogus", "1", "bogus" },
 		{ "threads", "0", "threads" }, { "readers", NULL, "readers" },
+		{ "spin_us", "-1", "spin_us" }, { "spin_us", "100001", "spin_us" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
 		err[0] = 0;
