@@ -9,8 +9,9 @@ SAN      ?=
 # What a fresh Debian machine needs to build, run and test omnifs.
 DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libxxhash-dev libyaml-dev \
             libjson-c-dev libibverbs-dev librdmacm-dev attr iproute2 util-linux \
-            perl procps python3 python3-prometheus-client python3-xxhash
-LIBS_PC  := fuse3 json-c yaml-0.1 libxxhash
+            perl procps python3 python3-prometheus-client python3-xxhash \
+            libsodium-dev clang
+LIBS_PC  := fuse3 json-c yaml-0.1 libxxhash libsodium
 
 CC       ?= cc
 CFLAGS   ?= -O2 -g
@@ -24,7 +25,8 @@ CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 LDFLAGS  += -fsanitize=address,undefined
 endif
 
-LIB_SRCS := transport/pool.c transport/rdma_probe.c \
+LIB_SRCS := transport/pool.c transport/rdma_probe.c transport/proto.c \
+            transport/auth.c transport/xport.c fs/cluster.c \
             fs/names.c fs/htab.c fs/timerq.c fs/rangeset.c fs/stats.c \
             fs/ns.c fs/caller.c fs/vfile.c fs/loop.c fs/ops.c mount/conf.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)

@@ -11,6 +11,7 @@
 #include "ns.h"
 
 struct pool;
+struct cluster_conf;
 
 struct fs_params {
 	const char *node_name;
@@ -23,6 +24,7 @@ struct fs_params {
 	unsigned max_threads;
 	unsigned spin_us;               /* how long an idle worker polls */
 	struct pool *pool;
+	const struct cluster_conf *cluster;     /* NULL: a single node */
 };
 
 /* Creates the session and mounts it; -errno with a message on stderr. */

@@ -57,7 +57,21 @@ struct object {
 	uint64_t front, hashed, hash_to;
 	int hash_dirty, hashing, queued;
 	struct object *hq_next;
+	XXH3_state_t *cs;               /* the hasher's current chunk */
+	uint64_t *chunks;               /* XXH3 of each NS_CHUNK, kept at publish */
+	uint64_t nchunks;
+	/* The cluster: oid names the object to peers (ours: in byoid while
+	 * published); a remote one's bytes arrive by a fetch, [0, have)
+	 * verified so far.  fetch_gen tells handles of a failed fetch. */
+	uint64_t oid;
+	int owner;                      /* -1: ours */
+	struct hlink byoid;
+	int fetch;
+	uint64_t have;
+	unsigned fetch_gen;
 };
+
+enum { F_NONE, F_RUNNING, F_DONE, F_FAILED };
 
 struct timed { struct timer t; int type; };
 
@@ -74,7 +88,8 @@ struct node {
 
 struct ns_handle {
 	struct object *obj;
-	int write, flushed, counted, killed;
+	int write, flushed, counted, killed, served;
+	unsigned gen;
 	struct rangeset seen;
 	uint64_t opened_ns, done;
 	struct ns_handle *next, *prev;
@@ -101,6 +116,23 @@ struct ns {
 	int hasher_running;
 	pthread_cond_t hcond, hdone;    /* work queued; a hash step finished */
 	struct object *hq_head, *hq_tail;
+	/* The cluster's side. */
+	struct htab byoid;
+	uint64_t next_oid;
+	pthread_cond_t fcond;           /* a fetch moved on */
+	pthread_mutex_t ev_lock;        /* one thread delivers events at a time */
+	struct ns_event *ev_head, *ev_tail;
+};
+
+/* Something the cluster must hear, queued under the lock and delivered
+ * after it is dropped, in order. */
+enum { EV_PUBLISHED, EV_GONE, EV_CONSUMED };
+struct ns_event {
+	struct ns_event *next;
+	int type;
+	struct object *o;               /* EV_PUBLISHED: a reference for data */
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
+	struct ns_objinfo info;
 };
 
 static const char *const vfile_names[] = { "health", "stats", "metrics", "transfers", "config" };
@@ -256,6 +288,9 @@ static void obj_put(struct ns *ns, struct object *o)
 		pool_free(ns->pool, o->ext[i].off, o->ext[i].len);
 	if (o->hs)
 		XXH3_freeState(o->hs);
+	if (o->cs)
+		XXH3_freeState(o->cs);
+	free(o->chunks);
 	free(o->ext);
 	free(o);
 }
@@ -275,6 +310,8 @@ static struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uin
 	o->uid = uid;
 	o->gid = gid;
 	o->refs = 1;            /* the key's link */
+	o->owner = -1;
+	o->oid = ++ns->next_oid;
 	o->node = key;
 	key->obj = o;
 	ns->nobjects++;
@@ -282,6 +319,7 @@ static struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uin
 }
 
 static void hasher_dequeue(struct ns *ns, struct object *o);
+static void ev_queue(struct ns *ns, int type, struct object *o);
 
 /* Takes the object off its key: consumed, removed, expired or aborted.
  * Handles that have it open keep its bytes until they close. */
@@ -294,13 +332,18 @@ static void obj_unlink(struct ns *ns, struct object *o, enum stat_id why)
 	hasher_dequeue(ns, o);
 	if (o->state == OS_PUBLISHED)
 		npub_add(key, -1);
+	if (o->state == OS_PUBLISHED && o->owner < 0) {
+		htab_del(&ns->byoid, &o->byoid);
+		ev_queue(ns, EV_GONE, o);
+	}
 	if (o->state != OS_PUBLISHED)
 		o->state = OS_DEAD;
 	timerq_del(&ns->tq, &o->ttl);
 	key->obj = NULL;
 	o->node = NULL;
 	ns->nobjects--;
-	stat_add(ns->st, why, 1);
+	if (why != ST_NONE)
+		stat_add(ns->st, why, 1);
 	node_maybe_free(ns, key);
 	obj_put(ns, o);
 }
@@ -422,45 +465,98 @@ static void obj_zero(struct ns *ns, const struct object *o, uint64_t off, uint64
 	}
 }
 
-/* Feeds [from, to) of the object into st.  Called unlocked.  Until every
- * writer is done (final is 0) the extent array may grow under a writer, so
- * pieces of it are taken under the lock; the bytes themselves stay put. */
-static void hash_range(struct ns *ns, struct object *o, XXH3_state_t *st,
-		       uint64_t from, uint64_t to, int final)
+/* Chunk idx's hash, growing the table as the hasher goes. */
+static int chunk_store(struct object *o, uint64_t idx, uint64_t h)
 {
-	while (from < to) {
+	if (idx >= o->nchunks) {
+		uint64_t n = idx + 1 > o->nchunks * 2 ? idx + 1 : o->nchunks * 2;
+		uint64_t *c = realloc(o->chunks, n * sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		o->chunks = c;
+		o->nchunks = n;
+	}
+	o->chunks[idx] = h;
+	return 0;
+}
+
+/* Feeds bytes at object offset pos into the whole-object state st and the
+ * chunk state cs, closing a chunk at each NS_CHUNK boundary.  Pieces of
+ * 64 KiB keep the second pass in cache. */
+static int hash_feed(struct object *o, XXH3_state_t *st, XXH3_state_t *cs,
+		     uint64_t pos, const uint8_t *p, size_t len)
+{
+	while (len) {
+		size_t take = NS_CHUNK - pos % NS_CHUNK;
+		if (take > len)
+			take = len;
+		if (take > (64u << 10))
+			take = 64u << 10;
+		XXH3_64bits_update(st, p, take);
+		XXH3_64bits_update(cs, p, take);
+		pos += take;
+		p += take;
+		len -= take;
+		if (pos % NS_CHUNK == 0) {
+			if (chunk_store(o, pos / NS_CHUNK - 1, XXH3_64bits_digest(cs)))
+				return -ENOMEM;
+			XXH3_64bits_reset(cs);
+		}
+	}
+	return 0;
+}
+
+/* Feeds [from, to) of the object into st and cs.  Called unlocked.  Until
+ * every writer is done (final is 0) the extent array may grow under a
+ * writer, so pieces of it are taken under the lock; the bytes stay put. */
+static int hash_range(struct ns *ns, struct object *o, XXH3_state_t *st,
+		      XXH3_state_t *cs, uint64_t from, uint64_t to, int final)
+{
+	int rc = 0;
+
+	while (from < to && !rc) {
 		struct iovec iov[16];
 		int n;
+		uint64_t at = from;
 		if (!final)
 			pthread_mutex_lock(&ns->lock);
 		from += obj_iov(ns, o, from, to - from, iov, &n, 16);
 		if (!final)
 			pthread_mutex_unlock(&ns->lock);
-		for (int i = 0; i < n; i++)
-			XXH3_64bits_update(st, iov[i].iov_base, iov[i].iov_len);
+		for (int i = 0; i < n && !rc; i++) {
+			rc = hash_feed(o, st, cs, at, iov[i].iov_base, iov[i].iov_len);
+			at += iov[i].iov_len;
+		}
 	}
+	return rc;
 }
 
 /* The object's XXH3-64 at publish: the hasher's prefix (if still valid)
  * plus the rest.  Called unlocked; every writer has closed. */
-static uint64_t obj_hash(struct ns *ns, struct object *o)
+static int obj_hash(struct ns *ns, struct object *o, uint64_t *h)
 {
-	XXH3_state_t local, *st = &local;
-	uint64_t from = 0, h;
+	XXH3_state_t local, clocal, *st = &local, *cs = &clocal;
+	uint64_t from = 0;
+	int rc;
 
-	if (o->hs && !o->hash_dirty) {  /* a truncation below it made it dirty */
+	if (o->hs && o->cs && !o->hash_dirty) { /* a truncation below it made it dirty */
 		st = o->hs;
+		cs = o->cs;
 		from = o->hashed;
 	} else {
 		XXH3_64bits_reset(&local);
+		XXH3_64bits_reset(&clocal);
 	}
-	hash_range(ns, o, st, from, o->size, 1);
-	h = XXH3_64bits_digest(st);
-	if (o->hs) {
+	rc = hash_range(ns, o, st, cs, from, o->size, 1);
+	if (!rc && o->size % NS_CHUNK)
+		rc = chunk_store(o, o->size / NS_CHUNK, XXH3_64bits_digest(cs));
+	*h = XXH3_64bits_digest(st);
+	if (o->hs)
 		XXH3_freeState(o->hs);
-		o->hs = NULL;
-	}
-	return h;
+	if (o->cs)
+		XXH3_freeState(o->cs);
+	o->hs = o->cs = NULL;
+	return rc;
 }
 
 /* ---------------------------------------------------------------- hashing */
@@ -520,19 +616,24 @@ static void hasher_step(struct ns *ns, struct object *o)
 {
 	if (o->state != OS_WRITING || o->hash_dirty || o->front <= o->hashed)
 		return;
-	if (!o->hs) {
-		if (!(o->hs = XXH3_createState()))
+	if (!o->hs || !o->cs) {
+		if (!o->hs && !(o->hs = XXH3_createState()))
+			return;
+		if (!o->cs && !(o->cs = XXH3_createState()))
 			return;
 		XXH3_64bits_reset(o->hs);
+		XXH3_64bits_reset(o->cs);
 	}
 	o->hashing = 1;
 	o->hash_to = o->front;
 	uint64_t from = o->hashed, to = o->hash_to;
 	pthread_mutex_unlock(&ns->lock);
-	hash_range(ns, o, o->hs, from, to, 0);
+	int rc = hash_range(ns, o, o->hs, o->cs, from, to, 0);
 	pthread_mutex_lock(&ns->lock);
 	o->hashing = 0;
 	o->hashed = to;
+	if (rc)
+		o->hash_dirty = 1;      /* out of memory: publish hashes it all */
 	pthread_cond_broadcast(&ns->hdone);
 	hasher_queue(ns, o);
 }
@@ -569,6 +670,82 @@ static void hash_note_write(struct ns *ns, struct object *o, uint64_t off, uint6
 		o->front = end;
 	if (ns->hasher_running)
 		hasher_queue(ns, o);
+}
+
+/* ---------------------------------------------------------------- events */
+
+static void ev_queue(struct ns *ns, int type, struct object *o)
+{
+	const struct ns_hooks *hk = ns->set.hooks;
+	struct ns_event *e;
+	struct node *k = o->node;
+
+	if (!hk || !k || (type == EV_PUBLISHED && !hk->published) ||
+	    (type == EV_GONE && !hk->gone) || (type == EV_CONSUMED && !hk->consumed))
+		return;
+	if (!(e = calloc(1, sizeof(*e)))) {
+		fprintf(stderr, "omnifs: out of memory: a peer misses news of %s\n", k->name);
+		return;
+	}
+	e->type = type;
+	snprintf(e->from, sizeof(e->from), "%s", k->parent->parent->name);
+	snprintf(e->to, sizeof(e->to), "%s", k->parent->name);
+	snprintf(e->key, sizeof(e->key), "%s", k->name);
+	e->info = (struct ns_objinfo){
+		.from = e->from, .to = e->to, .key = e->key, .oid = o->oid, .size = o->size,
+		.xxh3 = o->xxh3, .reads = o->reads, .published_ns = o->published_ns,
+		.readers = o->readers, .uid = o->uid, .gid = o->gid, .owner = o->owner,
+	};
+	if (type == EV_PUBLISHED) {
+		e->o = o;
+		o->refs++;
+		if (o->size <= NS_INLINE_MAX && o->size && o->next == 1)
+			e->info.data = ns->base + o->ext[0].off;
+	}
+	if (ns->ev_tail)
+		ns->ev_tail->next = e;
+	else
+		ns->ev_head = e;
+	ns->ev_tail = e;
+}
+
+/* Delivers queued events; one thread at a time, so they stay in order. */
+static void ev_drain(struct ns *ns)
+{
+	const struct ns_hooks *hk = ns->set.hooks;
+
+	pthread_mutex_lock(&ns->ev_lock);
+	pthread_mutex_lock(&ns->lock);
+	struct ns_event *e = ns->ev_head;
+	ns->ev_head = ns->ev_tail = NULL;
+	pthread_mutex_unlock(&ns->lock);
+	while (e) {
+		struct ns_event *next = e->next;
+		if (e->type == EV_PUBLISHED)
+			hk->published(ns->set.hctx, &e->info);
+		else if (e->type == EV_GONE)
+			hk->gone(ns->set.hctx, &e->info);
+		else
+			hk->consumed(ns->set.hctx, e->info.owner, e->info.oid);
+		if (e->o) {
+			pthread_mutex_lock(&ns->lock);
+			obj_put(ns, e->o);
+			pthread_mutex_unlock(&ns->lock);
+		}
+		free(e);
+		e = next;
+	}
+	pthread_mutex_unlock(&ns->ev_lock);
+}
+
+/* Drops the lock and tells the cluster what happened under it. */
+static void ns_unlock(struct ns *ns)
+{
+	int pending = ns->ev_head != NULL;
+
+	pthread_mutex_unlock(&ns->lock);
+	if (pending)
+		ev_drain(ns);
 }
 
 /* ---------------------------------------------------------------- waiters */
@@ -619,6 +796,7 @@ static struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
 		return NULL;
 	h->obj = o;
 	h->write = write;
+	h->gen = o->fetch_gen;          /* a remote object's readers belong to this fetch */
 	h->opened_ns = now_ns();
 	rangeset_init(&h->seen);
 	o->refs++;
@@ -631,12 +809,13 @@ static struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
 	return h;
 }
 
-/* Answers the opens waiting on a key that was just published. */
-static void wake_readers(struct ns *ns, struct node *key, struct wakelist *wl)
+/* Answers the opens waiting on a key: with a handle on its object, or
+ * with err. */
+static void wake_key(struct ns *ns, struct node *key, int err, struct wakelist *wl)
 {
 	while (key->waiters) {
 		struct ns_waiter *w = key->waiters;
-		struct ns_handle *h = handle_new(ns, key->obj, 0);
+		struct ns_handle *h = err ? NULL : handle_new(ns, key->obj, 0);
 		key->waiters = w->next;         /* the key stays: it has an object */
 		if (key->waiters)
 			key->waiters->prev = NULL;
@@ -645,8 +824,13 @@ static void wake_readers(struct ns *ns, struct node *key, struct wakelist *wl)
 		stat_sub(ns->st, ST_WAITERS, 1);
 		if (h)
 			stat_add(ns->st, ST_GETS, 1);
-		wake_push(wl, w, h ? 0 : -ENOMEM, h);
+		wake_push(wl, w, err ? err : h ? 0 : -ENOMEM, h);
 	}
+}
+
+static void wake_readers(struct ns *ns, struct node *key, struct wakelist *wl)
+{
+	wake_key(ns, key, 0, wl);
 }
 
 /* ---------------------------------------------------------------- publish */
@@ -668,9 +852,13 @@ static void obj_publish(struct ns *ns, struct object *o, struct wakelist *wl)
 	obj_trim(ns, o);
 	o->refs++;
 	pthread_mutex_unlock(&ns->lock);
-	uint64_t h = obj_hash(ns, o);
+	uint64_t h;
+	int hrc = obj_hash(ns, o, &h);
 	pthread_mutex_lock(&ns->lock);
-	if (o->state == OS_PUBLISHING && o->node) {     /* not removed meanwhile */
+	if (hrc) {
+		obj_abort(ns, o);       /* no chunk table: it could not be served */
+		o->error = -hrc;
+	} else if (o->state == OS_PUBLISHING && o->node) {     /* not removed meanwhile */
 		struct ns_policy p = policy_of(ns, o->node->parent);
 		o->xxh3 = h;
 		o->state = OS_PUBLISHED;
@@ -683,8 +871,10 @@ static void obj_publish(struct ns *ns, struct object *o, struct wakelist *wl)
 		    timerq_peek(&ns->tq) == &o->ttl)
 			pthread_cond_signal(&ns->cond);
 		npub_add(o->node, 1);
+		htab_add(&ns->byoid, &o->byoid, o->oid);
 		stat_add(ns->st, ST_PUBLISHED, 1);
 		stats_observe(ns->st, H_PUBLISH, now_ns() - o->created_ns);
+		ev_queue(ns, EV_PUBLISHED, o);
 		wake_readers(ns, o->node, wl);
 	}
 	obj_put(ns, o);
@@ -695,14 +885,16 @@ static void count_read(struct ns *ns, struct ns_handle *h)
 {
 	struct object *o = h->obj;
 
-	if (h->write || h->counted || o->state != OS_PUBLISHED ||
+	if (h->write || h->served || h->counted || o->state != OS_PUBLISHED ||
 	    !rangeset_covers(&h->seen, 0, o->size))
 		return;
 	h->counted = 1;
 	o->reads++;
 	stats_observe(ns->st, H_READ, now_ns() - h->opened_ns);
+	if (o->owner >= 0)              /* the owner counts for the cluster */
+		ev_queue(ns, EV_CONSUMED, o);
 	if (o->node && o->readers > 0 && o->reads >= (uint64_t)o->readers)
-		obj_unlink(ns, o, ST_CONSUMED);
+		obj_unlink(ns, o, o->owner < 0 ? ST_CONSUMED : ST_NONE);
 }
 
 /* ---------------------------------------------------------------- deadlines */
@@ -746,7 +938,7 @@ static void *deadline_thread(void *arg)
 			continue;
 		}
 		expire_due(ns, now, &wl);
-		pthread_mutex_unlock(&ns->lock);
+		ns_unlock(ns);
 		wake_all(ns, &wl);
 		pthread_mutex_lock(&ns->lock);
 	}
@@ -781,8 +973,10 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 		memcpy(ns->rules, set->rules, set->nrules * sizeof(*ns->rules));
 	}
 	if (htab_init(&ns->byino, 1024) || htab_init(&ns->byname, 1024) ||
-	    htab_init(&ns->waiters, 1024))
+	    htab_init(&ns->waiters, 1024) || htab_init(&ns->byoid, 1024))
 		goto free_tables;
+	pthread_mutex_init(&ns->ev_lock, NULL);
+	pthread_cond_init(&ns->fcond, NULL);
 	pthread_mutex_init(&ns->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -806,6 +1000,7 @@ free_tables:
 	htab_fini(&ns->byino);
 	htab_fini(&ns->byname);
 	htab_fini(&ns->waiters);
+	htab_fini(&ns->byoid);
 	free(ns->rules);
 free_ns:
 	free(ns);
@@ -875,6 +1070,13 @@ void ns_destroy(struct ns *ns)
 {
 	if (!ns)
 		return;
+	while (ns->ev_head) {           /* news nobody delivered */
+		struct ns_event *e = ns->ev_head;
+		ns->ev_head = e->next;
+		if (e->o)
+			obj_put(ns, e->o);
+		free(e);
+	}
 	/* Handles the kernel never released (a lazy unmount, an abort). */
 	while (ns->handles.next != &ns->handles)
 		ns_release(ns, ns->handles.next);
@@ -883,7 +1085,10 @@ void ns_destroy(struct ns *ns)
 	htab_fini(&ns->byino);
 	htab_fini(&ns->byname);
 	htab_fini(&ns->waiters);
+	htab_fini(&ns->byoid);
 	timerq_fini(&ns->tq);
+	pthread_cond_destroy(&ns->fcond);
+	pthread_mutex_destroy(&ns->ev_lock);
 	pthread_cond_destroy(&ns->cond);
 	pthread_cond_destroy(&ns->hcond);
 	pthread_cond_destroy(&ns->hdone);
@@ -1012,6 +1217,109 @@ unlock:
 	return rc;
 }
 
+/* ---------------------------------------------------------------- fetch */
+
+/* Another node's object comes into this node's pool by a fetch, started
+ * by the first open that needs it (or by an announce that finds readers
+ * waiting).  Opens are answered at the first verified bytes; reads wait
+ * for the range they ask, so a reader of a large object starts long before
+ * the last byte is in.  A fetch that fails fails its readers with EIO; the
+ * next open starts another (fetch_gen tells the two apart). */
+#define FETCH_WAIT_MS 10000
+
+struct fetch_start {
+	struct object *o;
+	int owner, n;
+	uint64_t oid, size;
+	struct iovec *iov;
+};
+
+/* Under the lock: reserves the bytes and takes the fetch's reference.
+ * 1 if fetch_go() must follow, 0 if it failed (waiters answered). */
+static int fetch_begin(struct ns *ns, struct object *o, struct fetch_start *fs)
+{
+	int rc = obj_reserve(ns, o, o->size);
+
+	if (!rc && !(fs->iov = malloc(o->next * sizeof(*fs->iov))))
+		rc = -ENOMEM;
+	if (rc) {
+		struct wakelist wl = { 0 };
+		wake_key(ns, o->node, rc, &wl);
+		stat_add(ns->st, ST_ERRORS, 1);
+		pthread_mutex_unlock(&ns->lock);
+		wake_all(ns, &wl);      /* answered with the lock dropped */
+		pthread_mutex_lock(&ns->lock);
+		return 0;
+	}
+	fs->n = 0;
+	for (unsigned i = 0; i < o->next && o->ext[i].lstart < o->size; i++) {
+		uint64_t len = o->ext[i].len;
+		if (len > o->size - o->ext[i].lstart)
+			len = o->size - o->ext[i].lstart;
+		fs->iov[fs->n++] = (struct iovec){ ns->base + o->ext[i].off, len };
+	}
+	fs->o = o;
+	fs->owner = o->owner;
+	fs->oid = o->oid;
+	fs->size = o->size;
+	o->fetch = F_RUNNING;
+	o->have = 0;
+	o->fetch_gen++;
+	o->refs++;              /* the fetch's, until its end is reported */
+	return 1;
+}
+
+static void fetch_go(struct ns *ns, struct fetch_start *fs)
+{
+	const struct ns_hooks *hk = ns->set.hooks;
+	int rc = hk && hk->fetch ? hk->fetch(ns->set.hctx, fs->owner, fs->oid, fs->size,
+					     fs->iov, fs->n, fs->o) : -ENOTCONN;
+
+	free(fs->iov);
+	if (rc)
+		ns_fetch_progress(ns, fs->o, 0, -EIO);
+}
+
+/* Under the lock: waits until [off, off+len) of a remote object is here.
+ * 0, or 1 if it never will be (the fetch failed). */
+static int fetch_wait(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len)
+{
+	struct object *o = h->obj;
+	uint64_t end = off < o->size ? (len > o->size - off ? o->size : off + len) : o->size;
+
+	if (h->write)
+		return 0;
+	while (o->fetch == F_RUNNING && h->gen == o->fetch_gen && o->have < end)
+		pthread_cond_wait(&ns->fcond, &ns->lock);
+	return h->gen != o->fetch_gen || o->have < end;
+}
+
+void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
+{
+	struct object *o = token;
+	struct wakelist wl = { 0 };
+	int final = err || upto >= o->size;
+
+	pthread_mutex_lock(&ns->lock);
+	if (!err && upto > o->have) {
+		o->have = upto;
+	}
+	if (final)
+		o->fetch = err ? F_FAILED : F_DONE;
+	if (o->node && o->node->waiters && (err || o->have))
+		wake_key(ns, o->node, err == -ENOENT ? -ENOENT : err ? -EIO : 0, &wl);
+	if (err) {
+		stat_add(ns->st, ST_ERRORS, 1);
+		if (err == -ENOENT)             /* the owner no longer has it */
+			obj_unlink(ns, o, ST_NONE);
+	}
+	pthread_cond_broadcast(&ns->fcond);
+	if (final)
+		obj_put(ns, o);
+	pthread_mutex_unlock(&ns->lock);
+	wake_all(ns, &wl);
+}
+
 /* ---------------------------------------------------------------- open */
 
 int ns_create_key(struct ns *ns, uint64_t parent, const char *name, int excl,
@@ -1052,10 +1360,14 @@ unlock:
 	return rc;
 }
 
-static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w)
+/* Queues an open on key n until it is published, or (fetch) until a
+ * remote object's first bytes are here. */
+static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int fetch)
 {
 	struct ns_policy p = policy_of(ns, n->parent);
 
+	if (fetch && p.wait_ms <= 0)
+		p.wait_ms = FETCH_WAIT_MS;
 	if (p.wait_ms <= 0)
 		return -ENOENT;
 	w->type = T_WAITER;
@@ -1088,7 +1400,8 @@ static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w)
 int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	    struct ns_handle **h)
 {
-	int rc = 0;
+	struct fetch_start fs;
+	int rc = 0, start = 0;
 
 	pthread_mutex_lock(&ns->lock);
 	struct node *n = node_by_ino(ns, ino);
@@ -1104,17 +1417,26 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 			rc = -ENOMEM;
 		else if (flags & O_TRUNC)
 			obj_set_size(o, 0);
+	} else if (o && o->state == OS_PUBLISHED && o->owner >= 0 &&
+		   o->fetch != F_DONE && (o->fetch != F_RUNNING || !o->have)) {
+		/* Another node's: answered once its first bytes are here,
+		 * or its owner says it is gone. */
+		rc = waiter_queue(ns, n, w, 1);
+		if (rc == -EINPROGRESS && o->fetch != F_RUNNING)
+			start = fetch_begin(ns, o, &fs);
 	} else if (o && o->state == OS_PUBLISHED) {
 		if (!(*h = handle_new(ns, o, 0)))
 			rc = -ENOMEM;
 		else
 			stat_add(ns->st, ST_GETS, 1);
 	} else {
-		rc = waiter_queue(ns, n, w);
+		rc = waiter_queue(ns, n, w, 0);
 	}
 	if (rc && rc != -EINPROGRESS && rc != -EINTR && n)
 		node_maybe_free(ns, n);
 	pthread_mutex_unlock(&ns->lock);
+	if (start)
+		fetch_go(ns, &fs);
 	return rc;
 }
 
@@ -1199,7 +1521,9 @@ ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 
 	*niov = 0;
 	pthread_mutex_lock(&ns->lock);
-	if (o->state != OS_PUBLISHED && !h->write) {
+	if ((o->state != OS_PUBLISHED && !h->write) ||
+	    (o->owner >= 0 && fetch_wait(ns, h, off, len))) {
+		stat_add(ns->st, ST_ERRORS, 1);
 		pthread_mutex_unlock(&ns->lock);
 		return -EIO;
 	}
@@ -1253,11 +1577,12 @@ int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how)
 		obj_abort(ns, o);
 	} else if (o->writers_flushed == o->writers) {
 		obj_publish(ns, o, &wl);
+		rc = o->error ? -o->error : 0;
 	}
 	if (rc)
 		stat_add(ns->st, ST_ERRORS, 1);
 unlock:
-	pthread_mutex_unlock(&ns->lock);
+	ns_unlock(ns);
 	wake_all(ns, &wl);
 	return rc;
 }
@@ -1286,7 +1611,7 @@ void ns_release(struct ns *ns, struct ns_handle *h)
 	rangeset_fini(&h->seen);
 	obj_put(ns, o);
 	free(h);
-	pthread_mutex_unlock(&ns->lock);
+	ns_unlock(ns);
 	wake_all(ns, &wl);
 }
 
@@ -1309,6 +1634,29 @@ int ns_truncate(struct ns *ns, uint64_t ino, uint64_t size)
 	return rc;
 }
 
+/* rm of another node's object: its owner removes it, and says so to all. */
+static int unlink_remote(struct ns *ns, struct object *o)
+{
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
+	struct node *k = o->node;
+	struct ns_objinfo info = { .from = from, .to = to, .key = key, .oid = o->oid,
+				   .owner = o->owner };
+	int rc = -EIO;
+
+	snprintf(from, sizeof(from), "%s", k->parent->parent->name);
+	snprintf(to, sizeof(to), "%s", k->parent->name);
+	snprintf(key, sizeof(key), "%s", k->name);
+	o->refs++;
+	pthread_mutex_unlock(&ns->lock);
+	if (ns->set.hooks && ns->set.hooks->remove)
+		rc = ns->set.hooks->remove(ns->set.hctx, &info);
+	pthread_mutex_lock(&ns->lock);
+	if (!rc || rc == -ENOENT)       /* gone there: gone here */
+		obj_unlink(ns, o, rc ? ST_NONE : ST_REMOVED);
+	obj_put(ns, o);
+	return rc;
+}
+
 int ns_unlink(struct ns *ns, uint64_t parent, const char *name)
 {
 	int rc = -ENOENT;
@@ -1316,14 +1664,311 @@ int ns_unlink(struct ns *ns, uint64_t parent, const char *name)
 	pthread_mutex_lock(&ns->lock);
 	struct node *p = node_by_ino(ns, parent);
 	struct node *n = p ? node_child(ns, p, name) : NULL;
-	if (p && p->kind != NK_EDGE)
+	if (p && p->kind != NK_EDGE) {
 		rc = p->kind == NK_ROOT || p->kind == NK_STAGE ? -EISDIR : -EACCES;
-	else if (n && n->obj) {
+	} else if (n && n->obj && n->obj->owner >= 0) {
+		rc = unlink_remote(ns, n->obj);
+	} else if (n && n->obj) {
 		obj_unlink(ns, n->obj, ST_REMOVED);
+		rc = 0;
+	}
+	ns_unlock(ns);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- cluster */
+
+/* The key node of from/to/key, if there is one. */
+static struct node *key_node(struct ns *ns, const char *from, const char *to, const char *key)
+{
+	struct node *n = node_child(ns, ns->root, from);
+
+	if (n && n->kind == NK_STAGE)
+		n = node_child(ns, n, to);
+	if (n && n->kind == NK_EDGE)
+		n = node_child(ns, n, key);
+	return n && n->kind == NK_KEY ? n : NULL;
+}
+
+/* A remote object's local record, under key k. */
+static struct object *remote_new(struct ns *ns, struct node *k, int owner,
+				 const struct ns_objinfo *ri)
+{
+	struct object *o = obj_new(ns, k, ri->uid, ri->gid);
+
+	if (!o)
+		return NULL;
+	o->owner = owner;
+	o->oid = ri->oid;
+	o->state = OS_PUBLISHED;
+	o->size = o->front = ri->size;
+	o->xxh3 = ri->xxh3;
+	o->readers = ri->readers;
+	o->reads = ri->reads;
+	o->published_ns = ri->published_ns;
+	o->fetch = ri->size ? F_NONE : F_DONE;
+	npub_add(k, 1);
+	/* Bytes that came with the announce are checked like pulled ones. */
+	if (ri->data && !obj_reserve(ns, o, ri->size)) {
+		struct iovec iov[4];
+		int n;
+		obj_iov(ns, o, 0, ri->size, iov, &n, 4);
+		if (n == 1 && XXH3_64bits(ri->data, ri->size) == ri->xxh3) {
+			memcpy(iov[0].iov_base, ri->data, ri->size);
+			o->fetch = F_DONE;
+			o->have = ri->size;
+			stat_add(ns->st, ST_BYTES_PULLED, ri->size);
+		} else if (n == 1) {
+			stat_add(ns->st, ST_CHECKSUM_FAILED, 1);
+		}
+	}
+	return o;
+}
+
+int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
+{
+	struct node *st, *ed, *k;
+	struct wakelist wl = { 0 };
+	struct fetch_start fs;
+	int rc, start = 0;
+
+	if (name_check_stage(ri->from) || name_check_stage(ri->to) || name_check_key(ri->key))
+		return -EINVAL;
+	pthread_mutex_lock(&ns->lock);
+	if ((rc = resolve(ns, ns->root, ri->from, 0, &st)) ||
+	    (rc = resolve(ns, st, ri->to, 0, &ed)) || (rc = resolve(ns, ed, ri->key, 1, &k)))
+		goto unlock;
+	struct object *o = k->obj;
+	if (o && o->owner < 0) {
+		rc = -EEXIST;           /* ours wins; the writer who lost finds out */
+	} else if (o && o->owner == owner && o->oid == ri->oid) {
+		if (ri->reads > o->reads)
+			o->reads = ri->reads;
+	} else {
+		if (o)
+			obj_unlink(ns, o, ST_NONE);
+		if (!(o = remote_new(ns, k, owner, ri)))
+			rc = -ENOMEM;
+		else if (k->waiters && o->fetch == F_DONE)
+			wake_readers(ns, k, &wl);
+		else if (k->waiters)    /* readers are waiting: bring it now */
+			start = fetch_begin(ns, o, &fs);
+	}
+	node_maybe_free(ns, k);
+unlock:
+	pthread_mutex_unlock(&ns->lock);
+	wake_all(ns, &wl);
+	if (start)
+		fetch_go(ns, &fs);
+	return rc;
+}
+
+void ns_remote_gone(struct ns *ns, int owner, uint64_t oid)
+{
+	pthread_mutex_lock(&ns->lock);
+	for (struct node *s = ns->root->child; s; s = s->next)
+		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL; e; e = e->next)
+			for (struct node *k = e->child; k; k = k->next)
+				if (k->obj && k->obj->owner == owner && k->obj->oid == oid) {
+					obj_unlink(ns, k->obj, ST_NONE);
+					goto unlock;
+				}
+unlock:
+	pthread_mutex_unlock(&ns->lock);
+}
+
+void ns_drop_owner(struct ns *ns, int owner, int lost)
+{
+	pthread_mutex_lock(&ns->lock);
+	for (struct node *s = ns->root->child, *sn; s; s = sn) {
+		sn = s->next;           /* unlinking may free nodes up the tree */
+		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL, *en; e; e = en) {
+			en = e->next;
+			for (struct node *k = e->child, *kn; k; k = kn) {
+				kn = k->next;
+				if (k->obj && k->obj->owner == owner)
+					obj_unlink(ns, k->obj, lost ? ST_LOST : ST_NONE);
+			}
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+}
+
+int ns_consumed(struct ns *ns, uint64_t oid)
+{
+	struct hlink *l;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->lock);
+	if ((l = htab_find(&ns->byoid, oid))) {
+		struct object *o = (struct object *)((char *)l - offsetof(struct object, byoid));
+		o->reads++;
+		if (o->readers > 0 && o->reads >= (uint64_t)o->readers)
+			obj_unlink(ns, o, ST_CONSUMED);
+		rc = 0;
+	}
+	ns_unlock(ns);
+	return rc;
+}
+
+int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->lock);
+	struct node *k = key_node(ns, from, to, key);
+	if (k && k->obj && k->obj->owner < 0) {
+		obj_unlink(ns, k->obj, ST_REMOVED);
+		rc = 0;
+	}
+	ns_unlock(ns);
+	return rc;
+}
+
+static void objinfo(const struct object *o, struct ns_objinfo *out, char names[3][256])
+{
+	struct node *k = o->node;
+
+	snprintf(names[0], 256, "%s", k->parent->parent->name);
+	snprintf(names[1], 256, "%s", k->parent->name);
+	snprintf(names[2], 256, "%s", k->name);
+	*out = (struct ns_objinfo){
+		.from = names[0], .to = names[1], .key = names[2], .oid = o->oid,
+		.size = o->size, .xxh3 = o->xxh3, .reads = o->reads,
+		.published_ns = o->published_ns, .readers = o->readers, .uid = o->uid,
+		.gid = o->gid, .owner = o->owner,
+	};
+}
+
+int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
+	    struct ns_objinfo *out, char names[3][256])
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->lock);
+	struct node *k = key_node(ns, from, to, key);
+	if (k && k->obj && k->obj->owner < 0 && k->obj->state == OS_PUBLISHED) {
+		objinfo(k->obj, out, names);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&ns->lock);
 	return rc;
+}
+
+void ns_foreach_own(struct ns *ns, const char *from, const char *to,
+		    void (*fn)(void *arg, const struct ns_objinfo *o), void *arg)
+{
+	struct own { struct ns_objinfo info; char names[3][256]; } *v = NULL;
+	size_t n = 0, cap = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	for (struct node *s = ns->root->child; s; s = s->next) {
+		if (s->kind != NK_STAGE || (*from && strcmp(from, s->name)))
+			continue;
+		for (struct node *e = s->child; e; e = e->next) {
+			if (*to && strcmp(to, e->name))
+				continue;
+			for (struct node *k = e->child; k; k = k->next) {
+				struct object *o = k->obj;
+				if (!o || o->owner >= 0 || o->state != OS_PUBLISHED)
+					continue;
+				if (n == cap) {
+					struct own *nv = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof(*v));
+					if (!nv)
+						goto unlock;
+					v = nv;
+				}
+				objinfo(o, &v[n].info, v[n].names);
+				n++;
+			}
+		}
+	}
+unlock:
+	pthread_mutex_unlock(&ns->lock);
+	for (size_t i = 0; i < n; i++) {
+		v[i].info.from = v[i].names[0];  /* the array moved while growing */
+		v[i].info.to = v[i].names[1];
+		v[i].info.key = v[i].names[2];
+		fn(arg, &v[i].info);
+	}
+	free(v);
+}
+
+int ns_serve_open(struct ns *ns, uint64_t oid, struct ns_handle **h, uint64_t *size)
+{
+	struct hlink *l;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->lock);
+	if ((l = htab_find(&ns->byoid, oid))) {
+		struct object *o = (struct object *)((char *)l - offsetof(struct object, byoid));
+		if (!(*h = handle_new(ns, o, 0))) {
+			rc = -ENOMEM;
+		} else {
+			(*h)->served = 1;
+			*size = o->size;
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_serve_chunk(struct ns *ns, struct ns_handle *h, uint64_t idx,
+		   struct iovec *iov, int *n, int max, uint64_t *xxh3)
+{
+	struct object *o = h->obj;
+	uint64_t off = idx * NS_CHUNK;
+	int rc = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	if (!h->served || off >= o->size || idx >= o->nchunks) {
+		rc = -EINVAL;
+	} else {
+		size_t len = o->size - off < NS_CHUNK ? o->size - off : NS_CHUNK;
+		if (obj_iov(ns, o, off, len, iov, n, max) != len)
+			rc = -E2BIG;
+		*xxh3 = o->chunks[idx];
+		h->done += len;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_dir_names(struct ns *ns, uint64_t ino, char from[NAME_STAGE_MAX + 1],
+		 char to[NAME_STAGE_MAX + 1])
+{
+	int kind = -ENOENT;
+
+	from[0] = to[0] = 0;
+	pthread_mutex_lock(&ns->lock);
+	struct node *n = node_by_ino(ns, ino);
+	if (n) {
+		kind = (int)n->kind;
+		struct node *e = n->kind == NK_KEY ? n->parent : n;
+		if (e->kind == NK_EDGE) {
+			snprintf(from, NAME_STAGE_MAX + 1, "%s", e->parent->name);
+			snprintf(to, NAME_STAGE_MAX + 1, "%s", e->name);
+		} else if (e->kind == NK_STAGE) {
+			snprintf(from, NAME_STAGE_MAX + 1, "%s", e->name);
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return kind;
+}
+
+int64_t ns_wait_ms(struct ns *ns, uint64_t ino)
+{
+	int64_t ms = ns->set.dflt.wait_ms;
+
+	pthread_mutex_lock(&ns->lock);
+	struct node *n = node_by_ino(ns, ino);
+	if (n && n->kind == NK_KEY)
+		n = n->parent;
+	if (n && n->kind == NK_EDGE)
+		ms = policy_of(ns, n).wait_ms;
+	pthread_mutex_unlock(&ns->lock);
+	return ms;
 }
 
 /* ---------------------------------------------------------------- xattrs */
@@ -1341,7 +1986,8 @@ static int xattr_value(struct ns *ns, const struct object *o, const char *name,
 	int pub = o->state == OS_PUBLISHED;
 
 	if (!strcmp(name, XA "owner"))
-		return snprintf(v, vlen, "%s", ns->set.node_name);
+		return snprintf(v, vlen, "%s", o->owner < 0 ? ns->set.node_name :
+				ns->set.hooks->peer_name(ns->set.hctx, o->owner));
 	if (!strcmp(name, XA "state"))
 		return snprintf(v, vlen, "%s", state_name[o->state]);
 	if (!strcmp(name, XA "size"))
@@ -1475,8 +2121,10 @@ int ns_transfers(struct ns *ns, struct ns_xfer **out, size_t *count)
 			continue;
 		snprintf(v[i].path, sizeof(v[i].path), "%s/%s/%s",
 			 k->parent->parent->name, k->parent->name, k->name);
-		snprintf(v[i].peer, sizeof(v[i].peer), "local");
-		v[i].done = h->done;
+		snprintf(v[i].peer, sizeof(v[i].peer), "%s", h->served ? "served" :
+			 h->obj->owner < 0 ? "local" :
+			 ns->set.hooks->peer_name(ns->set.hctx, h->obj->owner));
+		v[i].done = h->obj->owner >= 0 && !h->write ? h->obj->have : h->done;
 		v[i].total = h->obj->size;
 		v[i].elapsed_ns = now - h->opened_ns;
 		v[i].writing = h->write;

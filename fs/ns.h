@@ -41,12 +41,46 @@ struct ns_rule {
 struct ns_waiter;
 typedef void (*ns_wake_fn)(struct ns_waiter *w, int err, struct ns_handle *h);
 
+/* Published objects are hashed per NS_CHUNK too, so that bytes pulled from
+ * another node are checked as they arrive, not only once all are in. */
+#define NS_CHUNK (1u << 20)
+#define NS_INLINE_MAX (64u << 10)      /* published objects this small and
+					  contiguous are offered with their bytes */
+
+/* An object as the cluster sees it. */
+struct ns_objinfo {
+	const char *from, *to, *key;
+	uint64_t oid;                   /* the owner's id for it */
+	uint64_t size, xxh3, reads, published_ns;
+	int64_t readers;
+	uint32_t uid, gid;
+	int owner;                      /* -1: this node; else a peer index */
+	const void *data;               /* the bytes when small (see above), or NULL */
+};
+
+/* What ns asks of the cluster; all called unlocked, in the order the
+ * events happened.  Any may be NULL (a single node). */
+struct ns_hooks {
+	void (*published)(void *ctx, const struct ns_objinfo *o);       /* ours */
+	void (*gone)(void *ctx, const struct ns_objinfo *o);            /* ours */
+	void (*consumed)(void *ctx, int owner, uint64_t oid);           /* a complete read */
+	/* Start bringing a remote object's bytes into dst; report through
+	 * ns_fetch_progress(token).  0, or -errno (nothing will be reported). */
+	int (*fetch)(void *ctx, int owner, uint64_t oid, uint64_t size,
+		     const struct iovec *dst, int n, void *token);
+	/* rm of a remote object: ask its owner.  0 or -errno. */
+	int (*remove)(void *ctx, const struct ns_objinfo *o);
+	const char *(*peer_name)(void *ctx, int owner);
+};
+
 struct ns_settings {
 	const char *node_name;
 	struct ns_policy dflt;
 	const struct ns_rule *rules;
 	size_t nrules;
 	ns_wake_fn wake;        /* answers a waiting open; called unlocked */
+	const struct ns_hooks *hooks;
+	void *hctx;
 };
 
 /* A waiting open, owned by the caller until wake() hands it back. */
@@ -151,6 +185,43 @@ int ns_listxattr(struct ns *ns, uint64_t ino, char *buf, size_t size);
 int ns_setxattr(struct ns *ns, uint64_t ino, const char *name,
 		const char *val, size_t len);
 int ns_removexattr(struct ns *ns, uint64_t ino, const char *name);
+
+/* ---- the cluster's side (fs/cluster.c) ---- */
+
+/* Another node published o (announced, or found by asking): it becomes
+ * visible here.  0; -EEXIST if this node owns a key of that name; -EINVAL
+ * for a bad name.  Bytes given in o->data are checked against o->xxh3. */
+int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *o);
+/* The owner says its object oid left (consumed, removed, expired). */
+void ns_remote_gone(struct ns *ns, int owner, uint64_t oid);
+/* An owner is lost (lost set), or is about to tell us again all it has:
+ * its objects leave. */
+void ns_drop_owner(struct ns *ns, int owner, int lost);
+/* A fetch's bytes [0, upto) are here and verified; err ends it. */
+void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err);
+/* Requests from peers about objects this node owns. */
+int ns_consumed(struct ns *ns, uint64_t oid);
+int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key);
+/* Our published object of that name (names point into ns: copy them
+ * before the next call). */
+int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
+	    struct ns_objinfo *out, char names[3][256]);
+/* Calls fn for each published object this node owns in the scope (from
+ * and to may be "" for all), unlocked, names copied. */
+void ns_foreach_own(struct ns *ns, const char *from, const char *to,
+		    void (*fn)(void *arg, const struct ns_objinfo *o), void *arg);
+/* Serving a pull: a handle that never counts as a read, the bytes and
+ * the publish-time hash of chunk idx. */
+int ns_serve_open(struct ns *ns, uint64_t oid, struct ns_handle **h, uint64_t *size);
+int ns_serve_chunk(struct ns *ns, struct ns_handle *h, uint64_t idx,
+		   struct iovec *iov, int *n, int max, uint64_t *xxh3);
+/* The names along a directory (or key's edge): its kind, with from and to
+ * filled as far as they go. */
+int ns_dir_names(struct ns *ns, uint64_t ino, char from[NAME_STAGE_MAX + 1],
+		 char to[NAME_STAGE_MAX + 1]);
+
+/* The wait_ms of the edge a directory or key is in (or the default). */
+int64_t ns_wait_ms(struct ns *ns, uint64_t ino);
 
 /* For .omni: counts and the transfers in flight (malloc'd array). */
 void ns_counts(struct ns *ns, uint64_t *objects, uint64_t *inflight);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "caller.h"
+#include "cluster.h"
 #include "loop.h"
 #include "stats.h"
 #include "vfile.h"
@@ -31,6 +32,7 @@
 struct fs {
 	struct fuse_session *se;
 	struct ns *ns;
+	struct cluster *cl;             /* NULL: a single node */
 	struct stats st;
 	struct vfile_ctx vf;
 	unsigned max_threads, spin_us;
@@ -106,6 +108,18 @@ static void op_init(void *data, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 }
 
+/* 1 if a peer had parent/name (it is in ns now). */
+static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait)
+{
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
+
+	if (ns_dir_names(fs->ns, parent, from, to) != NK_EDGE || cluster_hosts(fs->cl, to) ||
+	    name_check_key(name))
+		return 0;
+	int64_t ms = will_wait ? ns_wait_ms(fs->ns, parent) : 0;
+	return cluster_ask(fs->cl, from, to, name, ms > 0 ? (unsigned)ms : 0) == 0;
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
@@ -113,10 +127,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int rc = ns_lookup(fs->ns, parent, name, 0, &a);
 
 	/* A missing key: a plain open() waits for it on a placeholder (its
-	 * OPEN is deferred, holding no lock); anything else sees ENOENT. */
+	 * OPEN is deferred, holding no lock); anything else sees ENOENT.
+	 * Where announces for it don't come unasked, the peers are asked
+	 * first, and told to announce it if it comes later. */
 	if (rc == -ENOENT) {
 		enum caller_intent in = caller_intent(fuse_req_ctx(req)->pid);
-		if (in == CALLER_OPEN_READ)
+		if (fs->cl && ask_peers(fs, parent, name, in == CALLER_OPEN_READ))
+			rc = ns_lookup(fs->ns, parent, name, 0, &a);
+		if (rc == -ENOENT && in == CALLER_OPEN_READ)
 			rc = ns_lookup(fs->ns, parent, name, 1, &a);
 		else if (in == CALLER_UNKNOWN && !fs->unknown_intent_logged) {
 			fs->unknown_intent_logged = 1;
@@ -173,8 +191,15 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct fs *fs = fs_of(req);
 	struct dir_snap *d = calloc(1, sizeof(*d));
-	int rc = d ? ns_readdir(fs_of(req)->ns, ino, &d->ents, &d->n) : -ENOMEM;
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
+	int kind = ns_dir_names(fs->ns, ino, from, to), rc;
+
+	/* What the other nodes own here, so every node lists it all. */
+	if (fs->cl && (kind == NK_ROOT || kind == NK_STAGE || kind == NK_EDGE))
+		cluster_refresh(fs->cl, from, to);
+	rc = d ? ns_readdir(fs->ns, ino, &d->ents, &d->n) : -ENOMEM;
 
 	if (rc) {
 		free(d);
@@ -354,10 +379,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fuse_entry_param e = { 0 };
 	struct ns_attr a;
 	struct ns_handle *h;
-	int rc = ns_create_key(fs->ns, parent, name, !!(fi->flags & O_EXCL),
-			       ctx->uid, ctx->gid, &a, &h);
+	int rc, excl = !!(fi->flags & O_EXCL);
 
 	(void)mode;
+	/* O_EXCL means "nowhere in the cluster": ask, unless announces of
+	 * this edge come here anyway. */
+	if (excl && fs->cl && ask_peers(fs, parent, name, 0))
+		return (void)fuse_reply_err(req, EEXIST);
+	rc = ns_create_key(fs->ns, parent, name, excl, ctx->uid, ctx->gid, &a, &h);
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
 	e.ino = a.ino;
@@ -536,10 +565,19 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 
 	if (!fs)
 		return -ENOMEM;
+	char err[256];
+	if (p->cluster) {
+		if ((rc = cluster_create(&fs->cl, p->cluster, &fs->st, err, sizeof(err)))) {
+			fprintf(stderr, "omnifs: %s\n", err);
+			goto free_fs;
+		}
+		set.hooks = cluster_hooks();
+		set.hctx = fs->cl;
+	}
 	if ((rc = ns_create(&fs->ns, p->pool, &fs->st, &set)))
-		goto free_fs;
+		goto free_cluster;
 	fs->vf = (struct vfile_ctx){ fs->ns, p->pool, &fs->st, p->node_name,
-				     p->transport, p->config_text };
+				     p->transport, p->config_text, fs->cl };
 	fs->max_threads = p->max_threads;
 	fs->spin_us = p->spin_us;
 	fs->se = fuse_session_new(args, &ops, sizeof(ops), fs);
@@ -558,9 +596,13 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 	fs->mounted = 1;
 	if ((rc = ns_start(fs->ns)))
 		goto unmount;
+	if (fs->cl && (rc = cluster_start(fs->cl, fs->ns)))
+		goto stop_ns;
 	*out = fs;
 	return 0;
 
+stop_ns:
+	ns_stop(fs->ns);
 unmount:
 	fuse_session_unmount(fs->se);
 remove_handlers:
@@ -569,6 +611,8 @@ free_session:
 	fuse_session_destroy(fs->se);
 free_ns:
 	ns_destroy(fs->ns);
+free_cluster:
+	cluster_destroy(fs->cl);
 free_fs:
 	free(fs);
 	return rc;
@@ -589,6 +633,8 @@ void fs_destroy(struct fs *fs)
 	if (!fs)
 		return;
 	ns_stop(fs->ns);
+	/* Peers' threads call into ns: they stop before it goes. */
+	cluster_destroy(fs->cl);
 	if (fs->mounted)
 		fuse_session_unmount(fs->se);
 	fuse_remove_signal_handlers(fs->se);

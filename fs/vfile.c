@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "ns.h"
 #include "stats.h"
 #include "../transport/pool.h"
@@ -16,6 +17,24 @@
 #ifndef OMNI_VERSION
 #define OMNI_VERSION "0.0.0"
 #endif
+
+static json_object *render_peers(const struct vfile_ctx *c)
+{
+	json_object *arr = json_object_new_array();
+
+	for (size_t i = 0; c->cl && i < cluster_npeers(c->cl); i++) {
+		struct xport_peer_info pi;
+		json_object *p = json_object_new_object();
+		cluster_peer(c->cl, i, &pi);
+		json_object_object_add(p, "name", json_object_new_string(pi.name));
+		json_object_object_add(p, "addr", json_object_new_string(pi.addr));
+		json_object_object_add(p, "state", json_object_new_string(pi.state));
+		json_object_object_add(p, "transport", json_object_new_string(pi.transport));
+		json_object_object_add(p, "since_ns", json_object_new_uint64(pi.since_ns));
+		json_object_array_add(arr, p);
+	}
+	return arr;
+}
 
 static char *render_health(const struct vfile_ctx *c)
 {
@@ -36,7 +55,7 @@ static char *render_health(const struct vfile_ctx *c)
 	json_object_object_add(pool, "locked", json_object_new_boolean(u.locked));
 	json_object_object_add(root, "pool", pool);
 	json_object_object_add(root, "transport", json_object_new_string(c->transport));
-	json_object_object_add(root, "peers", json_object_new_array());
+	json_object_object_add(root, "peers", render_peers(c));
 	json_object_object_add(root, "objects", json_object_new_uint64(objects));
 	json_object_object_add(root, "inflight", json_object_new_uint64(inflight));
 	json_object_object_add(root, "waiters", json_object_new_uint64(stat_get(c->st, ST_WAITERS)));

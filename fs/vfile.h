@@ -15,6 +15,7 @@ struct vfile_ctx {
 	const char *node_name;
 	const char *transport;          /* as configured */
 	const char *config_text;        /* the effective configuration */
+	struct cluster *cl;             /* NULL: a single node */
 };
 
 /* Renders the virtual file called name into a malloc'd buffer; sets *len.

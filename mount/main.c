@@ -20,6 +20,8 @@
 #include "conf.h"
 #include "../fs/fs.h"
 #include "../transport/pool.h"
+#include "../fs/cluster.h"
+#include "../transport/auth.h"
 #include "../transport/rdma_probe.h"
 
 #define EXIT_USAGE 2
@@ -109,7 +111,7 @@ static void usage(void)
 
 /* Builds the configuration: defaults, then the file, then the command
  * line.  0, or -EINVAL with the message printed. */
-static int configure(struct conf *c, const struct args *a)
+static int configure(struct conf *c, const struct args *a, uint8_t key[AUTH_KEY])
 {
 	char err[512];
 
@@ -147,6 +149,13 @@ static int configure(struct conf *c, const struct args *a)
 			 "on this node (use transport=tcp or auto)");
 		goto fail;
 	}
+	if (c->transport == TRANSPORT_RDMA) {   /* never a silent TCP instead */
+		snprintf(err, sizeof(err), "option 'transport=rdma': this omnifs moves bytes "
+			 "over TCP only so far (use transport=tcp or auto)");
+		goto fail;
+	}
+	if (c->nnodes > 1 && auth_load(c->secret_file, key, err, sizeof(err)))
+		goto fail;
 	return 0;
 fail:
 	fprintf(stderr, "omnifs: %s\n", err);
@@ -195,7 +204,20 @@ static void report(int *status_fd, unsigned char st)
 	*status_fd = -1;
 }
 
-static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int status_fd)
+/* The cluster's part of the configuration, when there are peers. */
+static struct cluster_node *cluster_nodes(const struct conf *c)
+{
+	struct cluster_node *v = calloc(c->nnodes, sizeof(*v));
+
+	for (size_t i = 0; v && i < c->nnodes; i++)
+		v[i] = (struct cluster_node){ c->nodes[i].name, c->nodes[i].addr,
+					      (const char (*)[NAME_STAGE_MAX + 1])c->nodes[i].stages,
+					      c->nodes[i].nstages };
+	return v;
+}
+
+static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int status_fd,
+		 const uint8_t key[AUTH_KEY])
 {
 	struct pool *pool;
 	struct fs *fs;
@@ -206,10 +228,21 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 		.dflt = c->dflt, .rules = c->rules, .nrules = c->nrules,
 		.max_threads = c->threads, .spin_us = c->spin_us,
 	};
+	struct cluster_node *nodes = NULL;
+	struct cluster_conf cc = { .self = c->node, .listen = c->listen, .key = key,
+				   .nnodes = c->nnodes,
+				   .caps = PROTO_CAP_TCP |
+					   (rdma_active_devices() > 0 ? PROTO_CAP_RDMA : 0) };
 	int rc = 1;
 
 	if (!text)
 		goto out;
+	if (c->nnodes > 1) {
+		if (!(nodes = cluster_nodes(c)))
+			goto free_text;
+		cc.nodes = nodes;
+		p.cluster = &cc;
+	}
 	if (pool_create(&pool, &c->pool, err, sizeof(err))) {
 		fprintf(stderr, "omnifs: %s\n", err);
 		goto free_text;
@@ -229,6 +262,7 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 free_pool:
 	pool_destroy(pool);
 free_text:
+	free(nodes);
 	free(text);
 out:
 	report(&status_fd, (unsigned char)rc);
@@ -242,6 +276,7 @@ int main(int argc, char **argv)
 	struct conf c;
 	char mnt[PATH_MAX];
 	int status_fd = -1, rc = EXIT_USAGE;
+	uint8_t key[AUTH_KEY] = { 0 };
 
 	if (fuse_opt_parse(&fargs, &a, opt_spec, opt_proc) == -1)
 		goto free_args;
@@ -261,7 +296,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "omnifs: mount point '%s': %s\n", a.mountpoint, strerror(errno));
 		goto free_args;
 	}
-	if (configure(&c, &a))
+	if (configure(&c, &a, key))
 		goto free_conf;
 	if (fuse_opt_add_arg(&fargs, "-ofsname=omnifs,subtype=omnifs,max_read=1048576"))
 		goto free_conf;
@@ -270,7 +305,7 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto free_conf;
 	}
-	rc = serve(&c, &fargs, mnt, status_fd);
+	rc = serve(&c, &fargs, mnt, status_fd, key);
 free_conf:
 	conf_free(&c);
 free_args:

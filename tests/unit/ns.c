@@ -40,7 +40,7 @@ int main(void)
 	struct pool *pool;
 	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
 	struct stats st = { 0 };
-	struct ns_settings set = { "n1", { 1, 200, 0 }, NULL, 0, wake };
+	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake };
 	struct ns *ns;
 	struct ns_attr a;
 	struct ns_handle *w, *r;

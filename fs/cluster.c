@@ -1,0 +1,526 @@
+/* cluster.c - ns across nodes, over the peers of xport. */
+#define _GNU_SOURCE
+#include "cluster.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ns.h"
+#include "stats.h"
+
+_Static_assert(NS_CHUNK == PROTO_CHUNK, "chunk hashes are per DATA frame");
+_Static_assert(NS_INLINE_MAX == PROTO_INLINE_MAX, "inline objects fit an announce");
+_Static_assert(NAME_STAGE_MAX == PROTO_NAME_MAX && NAME_KEY_MAX == PROTO_KEY_MAX,
+	       "names travel whole");
+
+/* A peer that asked for a missing key: it hears of the publish too. */
+struct sub {
+	struct sub *next;
+	int peer;
+	uint64_t until_ns;
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
+};
+
+struct cluster {
+	struct xport *x;
+	struct ns *ns;
+	struct stats *st;
+	pthread_mutex_t lock;           /* subs */
+	struct sub *subs;
+	size_t npeers;
+	/* Stages hosted, per peer index, and by this node. */
+	struct { const char (*stages)[NAME_STAGE_MAX + 1]; size_t n; } *hosts, self;
+	int corrupt;                    /* OMNIFS_TEST_CORRUPT: tests' fault injection */
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int stage_in(const char (*stages)[NAME_STAGE_MAX + 1], size_t n, const char *to)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(stages[i], to))
+			return 1;
+	return 0;
+}
+
+int cluster_hosts(const struct cluster *cl, const char *to)
+{
+	return stage_in(cl->self.stages, cl->self.n, to);
+}
+
+static void to_proto(const struct ns_objinfo *o, struct proto_obj *p)
+{
+	memset(p, 0, sizeof(*p));
+	snprintf(p->from, sizeof(p->from), "%s", o->from);
+	snprintf(p->to, sizeof(p->to), "%s", o->to);
+	snprintf(p->key, sizeof(p->key), "%s", o->key);
+	p->oid = o->oid;
+	p->size = o->size;
+	p->xxh3 = o->xxh3;
+	p->reads = o->reads;
+	p->published_ns = o->published_ns;
+	p->readers = o->readers < 0 ? 0 : o->readers;
+	p->uid = o->uid;
+	p->gid = o->gid;
+}
+
+static struct ns_objinfo from_proto(const struct proto_obj *p)
+{
+	return (struct ns_objinfo){
+		.from = p->from, .to = p->to, .key = p->key, .oid = p->oid, .size = p->size,
+		.xxh3 = p->xxh3, .reads = p->reads, .published_ns = p->published_ns,
+		.readers = p->readers, .uid = p->uid, .gid = p->gid, .data = p->data,
+	};
+}
+
+/* ---------------------------------------------------------------- ns hooks */
+
+static void announce_to(struct cluster *cl, int peer, const struct ns_objinfo *o)
+{
+	struct proto_msg m = { .type = PT_ANNOUNCE };
+
+	to_proto(o, &m.u.obj);
+	if (o->data) {
+		m.u.obj.data = o->data;
+		m.u.obj.datalen = (uint32_t)o->size;
+	}
+	xport_send(cl->x, peer, &m);    /* a peer that is down hears at rejoin */
+}
+
+static void hook_published(void *ctx, const struct ns_objinfo *o)
+{
+	struct cluster *cl = ctx;
+	uint64_t now = mono_ns();
+	char *tell = calloc(cl->npeers + 1, 1);
+
+	if (!tell)
+		return;
+	for (size_t i = 0; i < cl->npeers; i++)
+		tell[i] = (char)stage_in(cl->hosts[i].stages, cl->hosts[i].n, o->to);
+	pthread_mutex_lock(&cl->lock);
+	for (struct sub **pp = &cl->subs; *pp;) {
+		struct sub *s = *pp;
+		int match = !strcmp(s->from, o->from) && !strcmp(s->to, o->to) &&
+			    !strcmp(s->key, o->key);
+		if (match)
+			tell[s->peer] = 1;
+		if (match || s->until_ns < now) {
+			*pp = s->next;
+			free(s);
+		} else {
+			pp = &s->next;
+		}
+	}
+	pthread_mutex_unlock(&cl->lock);
+	for (size_t i = 0; i < cl->npeers; i++)
+		if (tell[i])
+			announce_to(cl, (int)i, o);
+	free(tell);
+}
+
+/* Every peer may have learnt of it (by asking), so every peer hears. */
+static void hook_gone(void *ctx, const struct ns_objinfo *o)
+{
+	struct cluster *cl = ctx;
+	struct proto_msg m = { .type = PT_GONE };
+
+	to_proto(o, &m.u.obj);
+	for (size_t i = 0; i < cl->npeers; i++)
+		xport_send(cl->x, (int)i, &m);
+}
+
+static void hook_consumed(void *ctx, int owner, uint64_t oid)
+{
+	struct cluster *cl = ctx;
+	struct proto_msg m = { .type = PT_CONSUMED, .u.consumed.oid = oid };
+
+	xport_send(cl->x, owner, &m);
+}
+
+struct fetch { struct cluster *cl; void *token; uint64_t size; };
+
+/* The transport reports the end exactly once: an error, or all bytes in. */
+static void fetch_progress(void *arg, uint64_t upto, int err)
+{
+	struct fetch *f = arg;
+	int end = err || upto >= f->size;
+
+	ns_fetch_progress(f->cl->ns, f->token, upto, err);
+	if (end)
+		free(f);
+}
+
+static int hook_fetch(void *ctx, int owner, uint64_t oid, uint64_t size,
+		      const struct iovec *dst, int n, void *token)
+{
+	struct cluster *cl = ctx;
+	struct fetch *f = malloc(sizeof(*f));
+	int rc;
+
+	if (!f)
+		return -ENOMEM;
+	*f = (struct fetch){ cl, token, size };
+	if ((rc = xport_pull(cl->x, owner, oid, 0, size, dst, n, fetch_progress, f)))
+		free(f);
+	return rc;
+}
+
+static int hook_remove(void *ctx, const struct ns_objinfo *o)
+{
+	struct cluster *cl = ctx;
+	struct proto_msg m = { .type = PT_REMOVE };
+
+	to_proto(o, &m.u.obj);
+	int rc = xport_call(cl->x, o->owner, &m, NULL, NULL);
+	return rc == -ENOENT || rc == -EACCES ? rc : rc ? -EIO : 0;
+}
+
+static const char *hook_peer_name(void *ctx, int owner)
+{
+	return xport_peer_name(((struct cluster *)ctx)->x, owner);
+}
+
+static const struct ns_hooks hooks = {
+	.published = hook_published, .gone = hook_gone, .consumed = hook_consumed,
+	.fetch = hook_fetch, .remove = hook_remove, .peer_name = hook_peer_name,
+};
+
+const struct ns_hooks *cluster_hooks(void) { return &hooks; }
+
+/* ---------------------------------------------------------------- serving */
+
+static void serve_pull(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
+		       const struct proto_msg *m)
+{
+	struct proto_msg st = { .type = PT_STATUS };
+	struct ns_handle *h = NULL;
+	uint64_t size = 0, off = m->u.pull.off, end;
+	int rc = ns_serve_open(cl->ns, m->u.pull.oid, &h, &size);
+
+	if (!rc && (off % NS_CHUNK || off >= size || m->u.pull.len > size - off))
+		rc = -EINVAL;
+	end = off + m->u.pull.len;
+	for (uint64_t idx = off / NS_CHUNK; !rc && idx * NS_CHUNK < end; idx++) {
+		struct iovec iov[64];
+		uint64_t xxh3;
+		int n;
+		if ((rc = ns_serve_chunk(cl->ns, h, idx, iov, &n, 64, &xxh3)))
+			break;
+		if (cl->corrupt)        /* the receiver must refuse this chunk */
+			xxh3 ^= 1;
+		if (xport_reply_data(c, reqid, idx * NS_CHUNK, xxh3, iov, n))
+			goto release;   /* the connection is gone */
+	}
+	if (rc) {
+		st.u.status.err = -rc;
+		xport_reply(c, reqid, &st);
+	}
+release:
+	if (h)
+		ns_release(cl->ns, h);
+}
+
+/* LISTING frames of at most PROTO_LIST_MAX objects each. */
+struct lister {
+	struct xport_conn *c;
+	uint64_t reqid;
+	struct proto_msg m;
+	struct proto_obj obj[PROTO_LIST_MAX];
+};
+
+static void list_flush(struct lister *l, int more)
+{
+	l->m.u.listing.more = (uint8_t)more;
+	xport_reply(l->c, l->reqid, &l->m);
+	l->m.u.listing.n = 0;
+}
+
+static void list_one(void *arg, const struct ns_objinfo *o)
+{
+	struct lister *l = arg;
+
+	if (l->m.u.listing.n == PROTO_LIST_MAX)
+		list_flush(l, 1);
+	to_proto(o, &l->obj[l->m.u.listing.n++]);
+}
+
+static void serve_list(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
+		       const struct proto_msg *m)
+{
+	struct lister *l = calloc(1, sizeof(*l));
+
+	if (!l) {
+		struct proto_msg st = { .type = PT_STATUS, .u.status.err = ENOMEM };
+		xport_reply(c, reqid, &st);
+		return;
+	}
+	l->c = c;
+	l->reqid = reqid;
+	l->m.type = PT_LISTING;
+	l->m.u.listing.objects = 1;
+	l->m.u.listing.obj = l->obj;
+	ns_foreach_own(cl->ns, m->u.list.from, m->u.list.to, list_one, l);
+	list_flush(l, 0);
+	free(l);
+}
+
+/* LOOKUP: the object, or ENOENT and (size = ms) a promise to announce it. */
+static void serve_lookup(struct cluster *cl, struct xport_conn *c, int peer,
+			 uint64_t reqid, const struct proto_msg *m)
+{
+	struct proto_msg r = { .type = PT_OBJECT };
+	struct ns_objinfo o;
+	char names[3][256];
+	const struct proto_obj *q = &m->u.obj;
+
+	if (!ns_find(cl->ns, q->from, q->to, q->key, &o, names)) {
+		to_proto(&o, &r.u.obj);
+		xport_reply(c, reqid, &r);
+		return;
+	}
+	if (q->size && q->size <= 3600000) {
+		struct sub *s = calloc(1, sizeof(*s));
+		if (s) {
+			s->peer = peer;
+			s->until_ns = mono_ns() + q->size * 1000000u;
+			snprintf(s->from, sizeof(s->from), "%s", q->from);
+			snprintf(s->to, sizeof(s->to), "%s", q->to);
+			snprintf(s->key, sizeof(s->key), "%s", q->key);
+			pthread_mutex_lock(&cl->lock);
+			s->next = cl->subs;
+			cl->subs = s;
+			pthread_mutex_unlock(&cl->lock);
+		}
+	}
+	r = (struct proto_msg){ .type = PT_STATUS, .u.status.err = ENOENT };
+	xport_reply(c, reqid, &r);
+}
+
+static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
+		      const struct proto_msg *m)
+{
+	struct cluster *cl = ctx;
+	struct proto_msg st = { .type = PT_STATUS };
+	struct ns_objinfo o;
+
+	switch (m->type) {
+	case PT_ANNOUNCE:
+		o = from_proto(&m->u.obj);
+		if (ns_remote_add(cl->ns, peer, &o) == -EEXIST)
+			fprintf(stderr, "omnifs: %s/%s/%s published by %s exists here too; "
+				"keeping ours\n", o.from, o.to, o.key, xport_peer_name(cl->x, peer));
+		break;
+	case PT_GONE:           /* oid 0: all of the sender's, a resync follows */
+		if (m->u.obj.oid)
+			ns_remote_gone(cl->ns, peer, m->u.obj.oid);
+		else
+			ns_drop_owner(cl->ns, peer, 0);
+		break;
+	case PT_CONSUMED:
+		ns_consumed(cl->ns, m->u.consumed.oid);
+		break;
+	case PT_LOOKUP:
+		serve_lookup(cl, c, peer, reqid, m);
+		break;
+	case PT_LIST:
+		serve_list(cl, c, reqid, m);
+		break;
+	case PT_REMOVE:
+		st.u.status.err = -ns_remove_name(cl->ns, m->u.obj.from, m->u.obj.to, m->u.obj.key);
+		xport_reply(c, reqid, &st);
+		break;
+	case PT_PULL:
+		serve_pull(cl, c, reqid, m);
+		break;
+	default:
+		break;
+	}
+}
+
+/* ---------------------------------------------------------------- peers */
+
+struct resync { struct cluster *cl; int peer; };
+
+static void resync_one(void *arg, const struct ns_objinfo *o)
+{
+	struct resync *r = arg;
+
+	if (stage_in(r->cl->hosts[r->peer].stages, r->cl->hosts[r->peer].n, o->to))
+		announce_to(r->cl, r->peer, o);
+}
+
+/* A peer (re)joined: tell it what it hosts, as a publish would have. */
+static void op_peer_up(void *ctx, int peer)
+{
+	struct cluster *cl = ctx;
+	struct resync r = { cl, peer };
+	struct proto_msg forget = { .type = PT_GONE };
+
+	/* What it learnt of ours while we could not tell it may be stale. */
+	snprintf(forget.u.obj.from, sizeof(forget.u.obj.from), "-");
+	snprintf(forget.u.obj.to, sizeof(forget.u.obj.to), "-");
+	snprintf(forget.u.obj.key, sizeof(forget.u.obj.key), "-");
+	xport_send(cl->x, peer, &forget);
+	ns_foreach_own(cl->ns, "", "", resync_one, &r);
+}
+
+static void op_peer_down(void *ctx, int peer)
+{
+	struct cluster *cl = ctx;
+
+	ns_drop_owner(cl->ns, peer, 1);
+}
+
+static void op_count(void *ctx, enum xport_count what, uint64_t n)
+{
+	struct cluster *cl = ctx;
+	static const enum stat_id map[] = {
+		[XC_AUTH_FAILED] = ST_PEER_AUTH_FAILED, [XC_BAD_FRAMES] = ST_PEER_BAD_FRAMES,
+		[XC_PULLED] = ST_BYTES_PULLED, [XC_SERVED] = ST_BYTES_SERVED,
+		[XC_BAD_CHUNKS] = ST_CHECKSUM_FAILED,
+	};
+	stat_add(cl->st, map[what], n);
+}
+
+static const struct xport_ops xops = {
+	.handle = op_handle, .peer_up = op_peer_up, .peer_down = op_peer_down,
+	.count = op_count,
+};
+
+/* ---------------------------------------------------------------- asking */
+
+struct ask { struct cluster *cl; int peer, found; };
+
+static int ask_reply(void *arg, const struct proto_msg *m)
+{
+	struct ask *a = arg;
+
+	if (m->type == PT_OBJECT) {
+		struct ns_objinfo o = from_proto(&m->u.obj);
+		a->found |= ns_remote_add(a->cl->ns, a->peer, &o) == 0;
+		return 0;
+	}
+	for (uint32_t i = 0; m->type == PT_LISTING && m->u.listing.objects && i < m->u.listing.n; i++) {
+		struct ns_objinfo o = from_proto(&m->u.listing.obj[i]);
+		ns_remote_add(a->cl->ns, a->peer, &o);
+	}
+	return m->type == PT_LISTING && m->u.listing.more;
+}
+
+int cluster_ask(struct cluster *cl, const char *from, const char *to,
+		const char *key, unsigned subscribe_ms)
+{
+	struct proto_msg m = { .type = PT_LOOKUP };
+	struct ask a = { cl, 0, 0 };
+
+	snprintf(m.u.obj.from, sizeof(m.u.obj.from), "%s", from);
+	snprintf(m.u.obj.to, sizeof(m.u.obj.to), "%s", to);
+	snprintf(m.u.obj.key, sizeof(m.u.obj.key), "%s", key);
+	m.u.obj.size = subscribe_ms;
+	for (size_t i = 0; i < cl->npeers && !a.found; i++) {
+		if (!xport_peer_up(cl->x, (int)i))
+			continue;       /* asking never waits for a peer to connect */
+		a.peer = (int)i;
+		xport_call(cl->x, (int)i, &m, ask_reply, &a);
+	}
+	return a.found ? 0 : -ENOENT;
+}
+
+void cluster_refresh(struct cluster *cl, const char *from, const char *to)
+{
+	struct proto_msg m = { .type = PT_LIST };
+	struct ask a = { cl, 0, 0 };
+
+	snprintf(m.u.list.from, sizeof(m.u.list.from), "%s", from);
+	snprintf(m.u.list.to, sizeof(m.u.list.to), "%s", to);
+	for (size_t i = 0; i < cl->npeers; i++) {
+		if (!xport_peer_up(cl->x, (int)i))
+			continue;
+		a.peer = (int)i;
+		xport_call(cl->x, (int)i, &m, ask_reply, &a);
+	}
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+int cluster_create(struct cluster **out, const struct cluster_conf *c,
+		   struct stats *st, char *err, size_t errlen)
+{
+	struct cluster *cl = calloc(1, sizeof(*cl));
+	struct xport_peer_conf *pc = calloc(c->nnodes, sizeof(*pc));
+	const char *listen = c->listen;
+	int rc = -ENOMEM;
+
+	if (!cl || !pc || !(cl->hosts = calloc(c->nnodes, sizeof(*cl->hosts))))
+		goto fail;
+	for (size_t i = 0; i < c->nnodes; i++) {
+		const struct cluster_node *n = &c->nodes[i];
+		if (!strcmp(n->name, c->self)) {
+			cl->self.stages = n->stages;
+			cl->self.n = n->nstages;
+			if (!listen || !*listen)
+				listen = n->addr;
+			continue;
+		}
+		pc[cl->npeers] = (struct xport_peer_conf){ n->name, n->addr };
+		cl->hosts[cl->npeers].stages = n->stages;
+		cl->hosts[cl->npeers].n = n->nstages;
+		cl->npeers++;
+	}
+	struct xport_conf xc = { .self = c->self, .listen = listen, .peers = pc,
+				 .npeers = cl->npeers, .key = c->key, .caps = c->caps,
+				 .dead_ms = c->dead_ms };
+	cl->st = st;
+	cl->corrupt = getenv("OMNIFS_TEST_CORRUPT") != NULL;
+	pthread_mutex_init(&cl->lock, NULL);
+	if ((rc = xport_create(&cl->x, &xc, &xops, cl, err, errlen))) {
+		pthread_mutex_destroy(&cl->lock);
+		goto fail;
+	}
+	free(pc);
+	*out = cl;
+	return 0;
+fail:
+	if (cl)
+		free(cl->hosts);
+	free(cl);
+	free(pc);
+	return rc;
+}
+
+int cluster_start(struct cluster *cl, struct ns *ns)
+{
+	cl->ns = ns;
+	return xport_start(cl->x);
+}
+
+void cluster_destroy(struct cluster *cl)
+{
+	if (!cl)
+		return;
+	xport_destroy(cl->x);
+	while (cl->subs) {
+		struct sub *s = cl->subs;
+		cl->subs = s->next;
+		free(s);
+	}
+	pthread_mutex_destroy(&cl->lock);
+	free(cl->hosts);
+	free(cl);
+}
+
+size_t cluster_npeers(const struct cluster *cl) { return cl->npeers; }
+
+void cluster_peer(struct cluster *cl, size_t i, struct xport_peer_info *out)
+{
+	xport_peer_info(cl->x, (int)i, out);
+}

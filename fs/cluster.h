@@ -1,0 +1,61 @@
+/* cluster.h - the namespace across nodes (SPEC §3, §4, §7).
+ *
+ * Ties ns to the peers of transport/xport.h.  A publish is announced to
+ * the nodes that host its <to> stage (and to any that asked for that key
+ * while it was missing); objects small enough travel inside the announce.
+ * A node that does not host <to> asks: for a key on a lookup, for a
+ * directory on readdir.  rm goes to the owner, which tells everyone;
+ * complete reads are counted by the owner.  An owner lost takes its
+ * objects out of every listing, and a peer that comes back is told again
+ * what it should know.
+ */
+#ifndef OMNI_CLUSTER_H
+#define OMNI_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "names.h"
+#include "../transport/xport.h"
+
+struct ns;
+struct stats;
+struct cluster;
+
+struct cluster_node {
+	const char *name, *addr;
+	const char (*stages)[NAME_STAGE_MAX + 1];
+	size_t nstages;
+};
+
+struct cluster_conf {
+	const char *self, *listen;              /* listen "" = self's addr */
+	const struct cluster_node *nodes;       /* every node, self included */
+	size_t nnodes;
+	const uint8_t *key;                     /* AUTH_KEY bytes */
+	uint32_t caps;
+	unsigned dead_ms;                       /* 0: the transport's default */
+};
+
+/* Binds the peer port; -errno with a reason in err. */
+int cluster_create(struct cluster **out, const struct cluster_conf *c,
+		   struct stats *st, char *err, size_t errlen);
+/* What ns must be created with, and the ns to serve from, then start. */
+const struct ns_hooks *cluster_hooks(void);
+int cluster_start(struct cluster *cl, struct ns *ns);
+void cluster_destroy(struct cluster *cl);
+
+/* Whether this node hosts stage to (its announces come unasked). */
+int cluster_hosts(const struct cluster *cl, const char *to);
+/* Asks the peers for from/to/key; those that lack it announce it when
+ * published within subscribe_ms (0: don't).  0 if some peer had it (it is
+ * now in ns), -ENOENT if none. */
+int cluster_ask(struct cluster *cl, const char *from, const char *to,
+		const char *key, unsigned subscribe_ms);
+/* Brings what the peers own under from/to ("" for all) into ns. */
+void cluster_refresh(struct cluster *cl, const char *from, const char *to);
+
+size_t cluster_npeers(const struct cluster *cl);
+void cluster_peer(struct cluster *cl, size_t i, struct xport_peer_info *out);
+
+#endif

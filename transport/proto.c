@@ -1,0 +1,355 @@
+/* proto.c - encoding and checked decoding of peer frames.
+ *
+ * Bodies are sequences of little-endian integers and length-prefixed
+ * strings.  The reader keeps a sticky error: a field past the end, a name
+ * that is empty, too long, or holds '/' or NUL makes the whole message
+ * -EPROTO, and trailing bytes do too, so a message means exactly one thing.
+ */
+#include "proto.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct wr { uint8_t *p; size_t len, cap; int err; };
+struct rd { const uint8_t *p; size_t len, off; int err; };
+
+static void put(struct wr *w, const void *v, size_t n)
+{
+	if (w->err || n > w->cap - w->len) {
+		w->err = 1;
+		return;
+	}
+	memcpy(w->p + w->len, v, n);
+	w->len += n;
+}
+
+static void put_le(struct wr *w, uint64_t v, int n)
+{
+	uint8_t b[8];
+	for (int i = 0; i < n; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+	put(w, b, (size_t)n);
+}
+
+/* A string with a 1-byte (stage) or 2-byte (key) length. */
+static void put_str(struct wr *w, const char *s, int lenbytes)
+{
+	size_t n = strlen(s);
+	put_le(w, n, lenbytes);
+	put(w, s, n);
+}
+
+static const uint8_t *get(struct rd *r, size_t n)
+{
+	if (r->err || n > r->len - r->off) {
+		r->err = 1;
+		return NULL;
+	}
+	r->off += n;
+	return r->p + r->off - n;
+}
+
+static void get_bytes(struct rd *r, uint8_t *out, size_t n)
+{
+	const uint8_t *b = get(r, n);
+	if (b)
+		memcpy(out, b, n);
+}
+
+static uint64_t get_le(struct rd *r, int n)
+{
+	const uint8_t *b = get(r, (size_t)n);
+	uint64_t v = 0;
+	for (int i = 0; b && i < n; i++)
+		v |= (uint64_t)b[i] << (8 * i);
+	return v;
+}
+
+/* A name of 1..max bytes without '/' or NUL; empty allowed if may_empty. */
+static void get_str(struct rd *r, char *out, size_t max, int lenbytes, int may_empty)
+{
+	size_t n = (size_t)get_le(r, lenbytes);
+	const uint8_t *b;
+
+	out[0] = 0;
+	if (r->err || n > max || (!n && !may_empty) || !(b = get(r, n))) {
+		r->err = 1;
+		return;
+	}
+	if (memchr(b, 0, n) || memchr(b, '/', n)) {
+		r->err = 1;
+		return;
+	}
+	memcpy(out, b, n);
+	out[n] = 0;
+}
+
+void proto_put_hdr(uint8_t out[PROTO_HDR], uint8_t type, uint32_t len, uint64_t reqid)
+{
+	struct wr w = { out, 0, PROTO_HDR, 0 };
+
+	put_le(&w, PROTO_MAGIC, 2);
+	put_le(&w, PROTO_VERSION, 1);
+	put_le(&w, type, 1);
+	put_le(&w, len, 4);
+	put_le(&w, reqid, 8);
+}
+
+int proto_frame_check(const uint8_t in[PROTO_HDR], struct proto_hdr *h)
+{
+	struct rd r = { in, PROTO_HDR, 0, 0 };
+
+	if (get_le(&r, 2) != PROTO_MAGIC)
+		return -EPROTO;
+	h->version = (uint8_t)get_le(&r, 1);
+	h->type = (uint8_t)get_le(&r, 1);
+	h->len = (uint32_t)get_le(&r, 4);
+	h->reqid = get_le(&r, 8);
+	if (h->version != PROTO_VERSION || h->type < PT_HELLO || h->type > PT_MAX_TYPE)
+		return -EPROTO;
+	return h->len > PROTO_MAX_BODY ? -EMSGSIZE : 0;
+}
+
+static void put_obj(struct wr *w, const struct proto_obj *o, int with_data)
+{
+	put_str(w, o->from, 1);
+	put_str(w, o->to, 1);
+	put_str(w, o->key, 2);
+	put_le(w, o->oid, 8);
+	put_le(w, o->size, 8);
+	put_le(w, o->xxh3, 8);
+	put_le(w, o->reads, 8);
+	put_le(w, o->published_ns, 8);
+	put_le(w, (uint64_t)o->readers, 8);
+	put_le(w, o->uid, 4);
+	put_le(w, o->gid, 4);
+	if (with_data) {
+		put_le(w, o->datalen, 4);
+		put(w, o->data, o->datalen);
+	}
+}
+
+static void get_obj(struct rd *r, struct proto_obj *o, int with_data)
+{
+	get_str(r, o->from, PROTO_NAME_MAX, 1, 0);
+	get_str(r, o->to, PROTO_NAME_MAX, 1, 0);
+	get_str(r, o->key, PROTO_KEY_MAX, 2, 0);
+	o->oid = get_le(r, 8);
+	o->size = get_le(r, 8);
+	o->xxh3 = get_le(r, 8);
+	o->reads = get_le(r, 8);
+	o->published_ns = get_le(r, 8);
+	o->readers = (int64_t)get_le(r, 8);
+	o->uid = (uint32_t)get_le(r, 4);
+	o->gid = (uint32_t)get_le(r, 4);
+	o->data = NULL;
+	o->datalen = 0;
+	if (o->readers < 0 || o->size > (UINT64_MAX >> 2))
+		r->err = 1;
+	if (!with_data)
+		return;
+	o->datalen = (uint32_t)get_le(r, 4);
+	/* Inline bytes are the whole object, and only a small one. */
+	if (o->datalen && (o->datalen != o->size || o->datalen > PROTO_INLINE_MAX))
+		r->err = 1;
+	else if (o->datalen)
+		o->data = get(r, o->datalen);
+}
+
+static void put_listing(struct wr *w, const struct proto_msg *m)
+{
+	put_le(w, m->u.listing.n, 4);
+	put_le(w, m->u.listing.more, 1);
+	put_le(w, m->u.listing.objects, 1);
+	for (uint32_t i = 0; i < m->u.listing.n; i++) {
+		if (m->u.listing.objects)
+			put_obj(w, &m->u.listing.obj[i], 0);
+		else
+			put_str(w, m->u.listing.name[i], 1);
+	}
+}
+
+int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
+{
+	struct wr w = { buf, 0, cap, 0 };
+
+	switch (m->type) {
+	case PT_HELLO:
+		put_le(&w, m->u.hello.version, 2);
+		put_le(&w, m->u.hello.caps, 4);
+		put(&w, m->u.hello.nonce, PROTO_NONCE);
+		put_str(&w, m->u.hello.name, 1);
+		break;
+	case PT_CHALLENGE:
+		put_le(&w, m->u.challenge.version, 2);
+		put(&w, m->u.challenge.nonce, PROTO_NONCE);
+		break;
+	case PT_AUTH:
+		put(&w, m->u.auth.mac, PROTO_MAC);
+		break;
+	case PT_WELCOME:
+		put_le(&w, m->u.welcome.caps, 4);
+		put(&w, m->u.welcome.mac, PROTO_MAC);
+		put_str(&w, m->u.welcome.name, 1);
+		break;
+	case PT_PING: case PT_PONG:
+		break;
+	case PT_ANNOUNCE:
+		put_obj(&w, &m->u.obj, 1);
+		break;
+	case PT_GONE: case PT_LOOKUP: case PT_REMOVE: case PT_OBJECT:
+		put_obj(&w, &m->u.obj, 0);
+		break;
+	case PT_CONSUMED:
+		put_le(&w, m->u.consumed.oid, 8);
+		break;
+	case PT_LIST:
+		put_str(&w, m->u.list.from, 1);
+		put_str(&w, m->u.list.to, 1);
+		break;
+	case PT_PULL:
+		put_le(&w, m->u.pull.oid, 8);
+		put_le(&w, m->u.pull.off, 8);
+		put_le(&w, m->u.pull.len, 8);
+		break;
+	case PT_STATUS:
+		put_le(&w, (uint32_t)m->u.status.err, 4);
+		break;
+	case PT_LISTING:
+		put_listing(&w, m);
+		break;
+	case PT_DATA:
+		put_le(&w, m->u.data.off, 8);
+		put_le(&w, m->u.data.xxh3, 8);
+		put_le(&w, m->u.data.len, 4);
+		break;
+	default:
+		return -EINVAL;
+	}
+	return w.err ? -EMSGSIZE : (int)w.len;
+}
+
+static int get_listing(struct rd *r, struct proto_msg *m)
+{
+	uint32_t n = (uint32_t)get_le(r, 4);
+	m->u.listing.more = (uint8_t)get_le(r, 1);
+	m->u.listing.objects = (uint8_t)get_le(r, 1);
+	m->u.listing.obj = NULL;
+	m->u.listing.name = NULL;
+	m->u.listing.n = 0;
+	if (r->err || n > PROTO_LIST_MAX || m->u.listing.more > 1 || m->u.listing.objects > 1)
+		return -EPROTO;
+	if (!n)
+		return 0;
+	if (m->u.listing.objects)
+		m->u.listing.obj = calloc(n, sizeof(*m->u.listing.obj));
+	else
+		m->u.listing.name = calloc(n, sizeof(*m->u.listing.name));
+	if (!m->u.listing.obj && !m->u.listing.name)
+		return -ENOMEM;
+	m->u.listing.n = n;
+	for (uint32_t i = 0; i < n && !r->err; i++) {
+		if (m->u.listing.objects)
+			get_obj(r, &m->u.listing.obj[i], 0);
+		else
+			get_str(r, m->u.listing.name[i], PROTO_NAME_MAX, 1, 0);
+	}
+	return 0;
+}
+
+int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg *m)
+{
+	struct rd r = { body, len, 0, 0 };
+	int rc = 0;
+
+	memset(m, 0, sizeof(*m));
+	m->type = (enum proto_type)type;
+	switch (type) {
+	case PT_HELLO:
+		m->u.hello.version = (uint16_t)get_le(&r, 2);
+		m->u.hello.caps = (uint32_t)get_le(&r, 4);
+		get_bytes(&r, m->u.hello.nonce, PROTO_NONCE);
+		get_str(&r, m->u.hello.name, PROTO_NAME_MAX, 1, 0);
+		break;
+	case PT_CHALLENGE:
+		m->u.challenge.version = (uint16_t)get_le(&r, 2);
+		get_bytes(&r, m->u.challenge.nonce, PROTO_NONCE);
+		break;
+	case PT_AUTH:
+		get_bytes(&r, m->u.auth.mac, PROTO_MAC);
+		break;
+	case PT_WELCOME:
+		m->u.welcome.caps = (uint32_t)get_le(&r, 4);
+		get_bytes(&r, m->u.welcome.mac, PROTO_MAC);
+		get_str(&r, m->u.welcome.name, PROTO_NAME_MAX, 1, 0);
+		break;
+	case PT_PING: case PT_PONG:
+		break;
+	case PT_ANNOUNCE:
+		get_obj(&r, &m->u.obj, 1);
+		break;
+	case PT_GONE: case PT_LOOKUP: case PT_REMOVE: case PT_OBJECT:
+		get_obj(&r, &m->u.obj, 0);
+		break;
+	case PT_CONSUMED:
+		m->u.consumed.oid = get_le(&r, 8);
+		break;
+	case PT_LIST:
+		get_str(&r, m->u.list.from, PROTO_NAME_MAX, 1, 1);
+		get_str(&r, m->u.list.to, PROTO_NAME_MAX, 1, 1);
+		break;
+	case PT_PULL:
+		m->u.pull.oid = get_le(&r, 8);
+		m->u.pull.off = get_le(&r, 8);
+		m->u.pull.len = get_le(&r, 8);
+		if (m->u.pull.off > (UINT64_MAX >> 2) || m->u.pull.len > (UINT64_MAX >> 2))
+			r.err = 1;
+		break;
+	case PT_STATUS:
+		m->u.status.err = (int32_t)get_le(&r, 4);
+		if (m->u.status.err < 0 || m->u.status.err > 4095)
+			r.err = 1;
+		break;
+	case PT_LISTING:
+		rc = get_listing(&r, m);
+		break;
+	case PT_DATA:
+		m->u.data.off = get_le(&r, 8);
+		m->u.data.xxh3 = get_le(&r, 8);
+		m->u.data.len = (uint32_t)get_le(&r, 4);
+		/* The bytes follow the header and are exactly len of them. */
+		if (!r.err && (m->u.data.len > PROTO_CHUNK || len != PROTO_DATA_HDR + m->u.data.len))
+			r.err = 1;
+		r.off = len;
+		break;
+	default:
+		return -EPROTO;
+	}
+	if (!rc && (r.err || r.off != len))
+		rc = -EPROTO;
+	if (rc)
+		proto_msg_free(m);
+	return rc;
+}
+
+void proto_msg_free(struct proto_msg *m)
+{
+	if (m->type == PT_LISTING) {
+		free(m->u.listing.obj);
+		free(m->u.listing.name);
+		m->u.listing.obj = NULL;
+		m->u.listing.name = NULL;
+		m->u.listing.n = 0;
+	}
+}
+
+const char *proto_type_name(unsigned type)
+{
+	static const char *const names[] = {
+		"?", "HELLO", "CHALLENGE", "AUTH", "WELCOME", "PING", "PONG",
+		"ANNOUNCE", "GONE", "CONSUMED", "LOOKUP", "LIST", "REMOVE", "PULL",
+		"STATUS", "OBJECT", "LISTING", "DATA",
+	};
+	return type <= PT_MAX_TYPE ? names[type] : "?";
+}

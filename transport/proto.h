@@ -1,0 +1,112 @@
+/* proto.h - the peer protocol's frames and messages (SPEC §7).
+ *
+ * Pure encoding and decoding, no I/O: what arrives from a socket goes
+ * through proto_frame_check() and proto_decode() before anything uses it,
+ * and both take hostile bytes (the fuzz target feeds them anything).
+ *
+ * A frame is a 16-byte header and a body of at most PROTO_MAX_BODY bytes:
+ *
+ *   u16 magic 0x4d4f ("OM")  u8 version  u8 type  u32 body length  u64 request id
+ *
+ * all little-endian.  A DATA frame's body is a small header followed by the
+ * raw bytes, which the receiver reads straight into its pool.
+ */
+#ifndef OMNI_PROTO_H
+#define OMNI_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+
+#define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
+#define PROTO_KEY_MAX    255            /* a key */
+#define PROTO_MAGIC      0x4d4fu
+#define PROTO_VERSION    1
+#define PROTO_HDR        16
+#define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
+#define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
+#define PROTO_NONCE      32
+#define PROTO_MAC        32
+#define PROTO_INLINE_MAX (64u << 10)    /* objects this small travel in their announce */
+
+/* What a side's transports can do, exchanged in the handshake. */
+#define PROTO_CAP_TCP  1u
+#define PROTO_CAP_RDMA 2u
+
+enum proto_type {
+	PT_HELLO = 1,   /* client: version, caps, nonce, name */
+	PT_CHALLENGE,   /* server: version, nonce */
+	PT_AUTH,        /* client: mac */
+	PT_WELCOME,     /* server: name, caps, mac */
+	PT_PING,
+	PT_PONG,
+	PT_ANNOUNCE,    /* one-way: an object published (object) */
+	PT_GONE,        /* one-way: an object left (object: names and oid) */
+	PT_CONSUMED,    /* one-way: a complete read of oid on the sender */
+	PT_LOOKUP,      /* request: names; reply OBJECT or STATUS */
+	PT_LIST,        /* request: from, to (either may be ""); reply LISTING frames */
+	PT_REMOVE,      /* request: names; reply STATUS */
+	PT_PULL,        /* request: oid, off, len; reply DATA frames or STATUS */
+	PT_STATUS,      /* reply: an errno (0 = ok) */
+	PT_OBJECT,      /* reply: one object */
+	PT_LISTING,     /* reply: names (dirs) or objects, and whether more follow */
+	PT_DATA,        /* reply: off, len, chunk hash, then len raw bytes */
+	PT_MAX_TYPE = PT_DATA,
+};
+
+struct proto_hdr {
+	uint8_t version, type;
+	uint32_t len;
+	uint64_t reqid;
+};
+
+/* An object as peers describe it. */
+struct proto_obj {
+	char from[PROTO_NAME_MAX + 1], to[PROTO_NAME_MAX + 1], key[PROTO_KEY_MAX + 1];
+	uint64_t oid, size, xxh3, reads, published_ns;
+	int64_t readers;
+	uint32_t uid, gid;
+	const uint8_t *data;            /* ANNOUNCE: the bytes when small, or NULL */
+	uint32_t datalen;
+};
+
+#define PROTO_LIST_MAX 512              /* entries per LISTING frame */
+
+struct proto_msg {
+	enum proto_type type;
+	union {
+		struct { uint16_t version; uint32_t caps; uint8_t nonce[PROTO_NONCE];
+			 char name[PROTO_NAME_MAX + 1]; } hello;
+		struct { uint16_t version; uint8_t nonce[PROTO_NONCE]; } challenge;
+		struct { uint8_t mac[PROTO_MAC]; } auth;
+		struct { uint32_t caps; uint8_t mac[PROTO_MAC];
+			 char name[PROTO_NAME_MAX + 1]; } welcome;
+		struct proto_obj obj;   /* ANNOUNCE GONE LOOKUP REMOVE OBJECT */
+		struct { uint64_t oid; } consumed;
+		struct { char from[PROTO_NAME_MAX + 1], to[PROTO_NAME_MAX + 1]; } list;
+		struct { uint64_t oid, off, len; } pull;
+		struct { int32_t err; } status;
+		struct { uint32_t n; uint8_t more, objects; struct proto_obj *obj;
+			 char (*name)[PROTO_NAME_MAX + 1]; } listing;
+		struct { uint64_t off, xxh3; uint32_t len; } data;
+	} u;
+};
+
+/* Encodes and decodes a frame header.  proto_frame_check: 0, or -EPROTO
+ * (bad magic, version or type) or -EMSGSIZE (a body over the limit). */
+void proto_put_hdr(uint8_t out[PROTO_HDR], uint8_t type, uint32_t len, uint64_t reqid);
+int proto_frame_check(const uint8_t in[PROTO_HDR], struct proto_hdr *h);
+
+/* Encodes m's body into buf; returns its length, or -EMSGSIZE.  A DATA
+ * body is only its header (PROTO_DATA_HDR bytes): the bytes follow. */
+#define PROTO_DATA_HDR 20
+int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap);
+/* Decodes a whole body of the given type, checking every field: 0, or
+ * -EPROTO.  Pointers in *m point into body (ANNOUNCE data) or into
+ * arrays that proto_msg_free() releases (LISTING).  A DATA body is decoded
+ * from its first PROTO_DATA_HDR bytes; len says how many follow. */
+int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg *m);
+void proto_msg_free(struct proto_msg *m);
+const char *proto_type_name(unsigned type);
+
+#endif

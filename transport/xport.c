@@ -1,0 +1,1113 @@
+/* xport.c - peer connections over TCP: handshake, requests, pulls, pings.
+ *
+ * Threads: an acceptor; one server thread per accepted connection, which
+ * authenticates the peer and then reads its requests in order; one
+ * receiver thread per connection we made, which reads replies and DATA
+ * frames; a keeper that pings and reconnects.  x->lock guards the peers'
+ * state and the table of requests in flight; no lock is held while bytes
+ * move, except a connection's send lock, which orders its frames.
+ *
+ * Sockets carry a 250 ms receive timeout: a thread blocked in recv wakes
+ * that often to see whether its peer has been silent too long or a pull
+ * has stalled.  Senders time out after dead_ms, so a peer that stops
+ * reading can block nobody for longer.
+ */
+#define _GNU_SOURCE
+#include "xport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY         /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#define TICK_MS 250
+#define HANDSHAKE_MS 2000
+#define CONNECT_MS 1000
+#define SOCKBUF (4 << 20)
+
+struct xport_conn {
+	struct xport *x;
+	int fd, peer, outgoing, refs;
+	pthread_mutex_t send_lock;
+	uint64_t last_rx;               /* monotonic ns of the last bytes in */
+	uint8_t *body;                  /* a received frame's body */
+	struct xport_conn *next;        /* accepted connections */
+};
+
+struct pending {
+	uint64_t reqid;
+	int peer, pull, done, busy, err;
+	pthread_cond_t cond;
+	xport_reply_fn on_reply;
+	void *arg;
+	/* A pull: where its bytes go and how far they got. */
+	uint64_t off, len, got, last_ns;
+	struct iovec *dst;
+	int ndst;
+	xport_progress_fn progress;
+	struct pending *next;
+};
+
+struct peer {
+	char name[PROTO_NAME_MAX + 1], addr[128];
+	struct sockaddr_storage sa;
+	socklen_t salen;
+	int connecting;
+	uint32_t caps;
+	uint64_t since_ns;
+	struct xport_conn *out;         /* our connection, while up */
+	pthread_t rx;
+	int rx_joinable;
+};
+
+struct xport {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct xport_conf c;
+	char self[PROTO_NAME_MAX + 1];
+	uint8_t key[AUTH_KEY];
+	const struct xport_ops *ops;
+	void *ctx;
+	struct peer *peers;
+	size_t npeers;
+	int lfd, stopping, started, nservers;
+	pthread_t acceptor, keeper;
+	uint64_t next_reqid;
+	struct pending *pending;
+	struct xport_conn *servers;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t wall_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void count(struct xport *x, enum xport_count what, uint64_t n)
+{
+	if (x->ops->count)
+		x->ops->count(x->ctx, what, n);
+}
+
+/* "host:port" or "[v6]:port" into a socket address. */
+static int resolve_addr(const char *addr, struct sockaddr_storage *sa, socklen_t *len)
+{
+	char host[128];
+	const char *colon = strrchr(addr, ':');
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai;
+
+	if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, addr, (size_t)(colon - addr));
+	host[colon - addr] = 0;
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = 0;
+	}
+	if (getaddrinfo(host, colon + 1, &hints, &ai))
+		return -EINVAL;
+	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
+	*len = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+static void sock_setup(int fd, unsigned dead_ms)
+{
+	struct timeval rt = { 0, TICK_MS * 1000 }, st = { dead_ms / 1000, (dead_ms % 1000) * 1000 };
+	int one = 1, buf = SOCKBUF;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof(rt));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &st, sizeof(st));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}
+
+/* ---------------------------------------------------------------- frames */
+
+/* Sends a header, a body and extra bytes as one frame. */
+static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid,
+		      const uint8_t *body, size_t blen, const struct iovec *extra, int nextra)
+{
+	struct iovec iov[2 + 64];
+	uint8_t hdr[PROTO_HDR];
+	size_t total = blen;
+	int n = 0, rc = 0;
+
+	if (nextra > 64)
+		return -EINVAL;
+	for (int i = 0; i < nextra; i++)
+		total += extra[i].iov_len;
+	proto_put_hdr(hdr, type, (uint32_t)total, reqid);
+	iov[n++] = (struct iovec){ hdr, PROTO_HDR };
+	if (blen)
+		iov[n++] = (struct iovec){ (void *)body, blen };
+	for (int i = 0; i < nextra; i++)
+		iov[n++] = extra[i];
+	pthread_mutex_lock(&c->send_lock);
+	struct iovec *v = iov;
+	while (n > 0) {
+		struct msghdr mh = { .msg_iov = v, .msg_iovlen = (size_t)n };
+		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			rc = w < 0 ? -errno : -EPIPE;
+			/* Half a frame went out: the stream is unusable. */
+			shutdown(c->fd, SHUT_RDWR);
+			break;
+		}
+		while (n > 0 && (size_t)w >= v->iov_len) {
+			w -= (ssize_t)v->iov_len;
+			v++;
+			n--;
+		}
+		if (n > 0) {
+			v->iov_base = (char *)v->iov_base + w;
+			v->iov_len -= (size_t)w;
+		}
+	}
+	pthread_mutex_unlock(&c->send_lock);
+	return rc;
+}
+
+static int conn_send(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m)
+{
+	uint8_t buf[PROTO_INLINE_MAX + 1024];
+	int len = proto_encode(m, buf, sizeof(buf));
+
+	return len < 0 ? len : conn_sendv(c, (uint8_t)m->type, reqid, buf, (size_t)len, NULL, 0);
+}
+
+/* Reads exactly the bytes of iov.  Between frames (idle set) a silence of
+ * dead_ms is a dead peer; within one it is too.  tick() runs each time the
+ * receive timeout passes, and may end the wait with an error. */
+static int conn_readv(struct xport_conn *c, struct iovec *iov, int n, int idle,
+		      int (*tick)(struct xport_conn *c))
+{
+	uint64_t dead = (uint64_t)c->x->c.dead_ms * 1000000u;
+
+	(void)idle;
+	while (n > 0) {
+		ssize_t r = readv(c->fd, iov, n);
+		if (r == 0)
+			return -ECONNRESET;
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				return -errno;
+			if (c->x->stopping)
+				return -ESHUTDOWN;
+			if (mono_ns() - c->last_rx > dead)
+				return -ETIMEDOUT;
+			int rc = tick ? tick(c) : 0;
+			if (rc)
+				return rc;
+			continue;
+		}
+		c->last_rx = mono_ns();
+		while (n > 0 && (size_t)r >= iov->iov_len) {
+			r -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + r;
+			iov->iov_len -= (size_t)r;
+		}
+	}
+	return 0;
+}
+
+static int conn_read(struct xport_conn *c, void *buf, size_t len, int idle,
+		     int (*tick)(struct xport_conn *c))
+{
+	struct iovec iov = { buf, len };
+	return len ? conn_readv(c, &iov, 1, idle, tick) : 0;
+}
+
+/* Reads and checks one frame; its body (if not DATA) lands in c->body and
+ * is decoded into m. */
+static int conn_recv(struct xport_conn *c, struct proto_hdr *h, struct proto_msg *m,
+		     int (*tick)(struct xport_conn *c))
+{
+	uint8_t hdr[PROTO_HDR];
+	int rc;
+
+	if ((rc = conn_read(c, hdr, PROTO_HDR, 1, tick)))
+		return rc;
+	if ((rc = proto_frame_check(hdr, h)))
+		return rc;
+	size_t want = h->type == PT_DATA ? (h->len < PROTO_DATA_HDR ? h->len : PROTO_DATA_HDR) : h->len;
+	if ((rc = conn_read(c, c->body, want, 0, tick)))
+		return rc;
+	return proto_decode(h->type, c->body, h->len, m);
+}
+
+static struct xport_conn *conn_new(struct xport *x, int fd, int peer, int outgoing)
+{
+	struct xport_conn *c = calloc(1, sizeof(*c));
+
+	if (!c || !(c->body = malloc(PROTO_MAX_BODY))) {
+		free(c);
+		return NULL;
+	}
+	c->x = x;
+	c->fd = fd;
+	c->peer = peer;
+	c->outgoing = outgoing;
+	c->refs = 1;
+	c->last_rx = mono_ns();
+	pthread_mutex_init(&c->send_lock, NULL);
+	sock_setup(fd, x->c.dead_ms);
+	return c;
+}
+
+/* Drops a reference; the last one closes.  Called with x->lock held. */
+static void conn_put(struct xport_conn *c)
+{
+	if (--c->refs)
+		return;
+	close(c->fd);
+	pthread_mutex_destroy(&c->send_lock);
+	free(c->body);
+	free(c);
+}
+
+/* ---------------------------------------------------------------- requests */
+
+static struct pending *pending_find(struct xport *x, uint64_t reqid)
+{
+	for (struct pending *p = x->pending; p; p = p->next)
+		if (p->reqid == reqid)
+			return p;
+	return NULL;
+}
+
+static void pending_del(struct xport *x, struct pending *p)
+{
+	for (struct pending **pp = &x->pending; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			return;
+		}
+}
+
+/* Ends a pull: its owner hears once.  Called unlocked, on the receiver. */
+static void pull_end(struct xport *x, struct pending *p, int err)
+{
+	pthread_mutex_lock(&x->lock);
+	pending_del(x, p);
+	pthread_mutex_unlock(&x->lock);
+	p->progress(p->arg, p->got, err);
+	free(p->dst);
+	free(p);
+}
+
+/* Ends a call with err (0: a reply was given to on_reply). */
+static void call_end(struct xport *x, struct pending *p, int err)
+{
+	p->done = 1;
+	p->err = err;
+	pending_del(x, p);
+	pthread_cond_broadcast(&p->cond);
+}
+
+/* Fails what is in flight to peer: the connection is gone. */
+static void pending_fail(struct xport *x, int peer)
+{
+	for (;;) {
+		pthread_mutex_lock(&x->lock);
+		struct pending *p = x->pending;
+		while (p && p->peer != peer)
+			p = p->next;
+		while (p && p->busy)
+			pthread_cond_wait(&x->cond, &x->lock);
+		if (p && !p->pull)
+			call_end(x, p, -EIO);
+		pthread_mutex_unlock(&x->lock);
+		if (!p)
+			return;
+		if (p->pull)
+			pull_end(x, p, -EIO);
+	}
+}
+
+/* The receiver's tick: a pull that has not moved for dead_ms failed. */
+static int rx_tick(struct xport_conn *c)
+{
+	struct xport *x = c->x;
+	uint64_t now = mono_ns(), dead = (uint64_t)x->c.dead_ms * 1000000u;
+	struct pending *stalled = NULL;
+
+	pthread_mutex_lock(&x->lock);
+	for (struct pending *p = x->pending; p && !stalled; p = p->next)
+		if (p->peer == c->peer && p->pull && now - p->last_ns > dead)
+			stalled = p;
+	pthread_mutex_unlock(&x->lock);
+	if (stalled) {
+		fprintf(stderr, "omnifs: pull from %s stalled for %u ms\n",
+			x->peers[c->peer].name, x->c.dead_ms);
+		pull_end(x, stalled, -EIO);
+	}
+	return 0;
+}
+
+/* The iov of dst for [from, from+len) of the pull. */
+static int pull_slice(const struct pending *p, uint64_t from, uint64_t len,
+		      struct iovec *out, int max)
+{
+	int n = 0;
+	uint64_t pos = 0;
+
+	for (int i = 0; i < p->ndst && len && n < max; i++) {
+		uint64_t l = p->dst[i].iov_len;
+		if (from < pos + l) {
+			uint64_t skip = from - pos, take = l - skip < len ? l - skip : len;
+			out[n++] = (struct iovec){ (char *)p->dst[i].iov_base + skip, take };
+			from += take;
+			len -= take;
+		}
+		pos += l;
+	}
+	return len ? -EINVAL : n;
+}
+
+/* A DATA frame: its bytes go straight into the pull's buffer, are hashed
+ * and only then reported. */
+static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct proto_msg *m)
+{
+	struct xport *x = c->x;
+	struct iovec iov[64];
+	int n = -EINVAL, rc;
+
+	pthread_mutex_lock(&x->lock);
+	struct pending *p = pending_find(x, h->reqid);
+	if (p && (!p->pull || p->peer != c->peer))
+		p = NULL;
+	pthread_mutex_unlock(&x->lock);
+	if (p && m->u.data.off == p->off + p->got && m->u.data.len <= p->len - p->got)
+		n = pull_slice(p, p->got, m->u.data.len, iov, 64);
+	if (n < 0) {            /* not ours (a pull that ended): drop the bytes */
+		for (uint32_t left = m->u.data.len; left;) {
+			uint32_t k = left < PROTO_MAX_BODY ? left : PROTO_MAX_BODY;
+			if ((rc = conn_read(c, c->body, k, 0, rx_tick)))
+				return rc;
+			left -= k;
+		}
+		return 0;
+	}
+	if ((rc = conn_readv(c, iov, n, 0, rx_tick)))
+		return rc;
+	/* readv moved iov along; take the slice again to hash it. */
+	XXH3_state_t st;
+	struct iovec chk[64];
+	int k = pull_slice(p, p->got, m->u.data.len, chk, 64);
+	uint64_t hv;
+	XXH3_64bits_reset(&st);
+	for (int i = 0; i < k; i++)
+		XXH3_64bits_update(&st, chk[i].iov_base, chk[i].iov_len);
+	hv = XXH3_64bits_digest(&st);
+	if (hv != m->u.data.xxh3) {
+		count(x, XC_BAD_CHUNKS, 1);
+		fprintf(stderr, "omnifs: chunk at %llu from %s fails its checksum\n",
+			(unsigned long long)m->u.data.off, x->peers[c->peer].name);
+		pull_end(x, p, -EIO);
+		return 0;
+	}
+	p->got += m->u.data.len;
+	p->last_ns = mono_ns();
+	count(x, XC_PULLED, m->u.data.len);
+	if (p->got == p->len)
+		pull_end(x, p, 0);
+	else
+		p->progress(p->arg, p->got, 0);
+	return 0;
+}
+
+/* A reply frame for a call or a STATUS ending a pull. */
+static void rx_reply(struct xport_conn *c, const struct proto_hdr *h, const struct proto_msg *m)
+{
+	struct xport *x = c->x;
+
+	pthread_mutex_lock(&x->lock);
+	struct pending *p = pending_find(x, h->reqid);
+	if (!p || p->peer != c->peer) {
+		pthread_mutex_unlock(&x->lock);
+		return;                 /* it timed out */
+	}
+	if (p->pull) {
+		pthread_mutex_unlock(&x->lock);
+		int err = m->type == PT_STATUS ? -m->u.status.err : -EPROTO;
+		pull_end(x, p, err ? err : -EIO);
+		return;
+	}
+	p->busy = 1;
+	pthread_mutex_unlock(&x->lock);
+	int more = m->type == PT_STATUS || !p->on_reply ? 0 : p->on_reply(p->arg, m);
+	pthread_mutex_lock(&x->lock);
+	p->busy = 0;
+	pthread_cond_broadcast(&x->cond);
+	if (m->type == PT_STATUS)
+		call_end(x, p, -m->u.status.err);
+	else if (!more)
+		call_end(x, p, 0);
+	pthread_mutex_unlock(&x->lock);
+}
+
+/* ---------------------------------------------------------------- our side */
+
+static void peer_down(struct xport *x, int i, const char *why)
+{
+	struct peer *p = &x->peers[i];
+
+	pthread_mutex_lock(&x->lock);
+	struct xport_conn *c = p->out;
+	p->out = NULL;
+	p->since_ns = wall_ns();
+	pthread_mutex_unlock(&x->lock);
+	if (!c)
+		return;
+	shutdown(c->fd, SHUT_RDWR);
+	if (!x->stopping)
+		fprintf(stderr, "omnifs: peer %s (%s) down: %s\n", p->name, p->addr, why);
+	pending_fail(x, i);
+	if (x->ops->peer_down)
+		x->ops->peer_down(x->ctx, i);
+	pthread_mutex_lock(&x->lock);
+	conn_put(c);
+	pthread_mutex_unlock(&x->lock);
+}
+
+/* Reads replies and DATA on our connection until it fails. */
+static void *rx_thread(void *arg)
+{
+	struct xport_conn *c = arg;
+	struct xport *x = c->x;
+	struct proto_hdr h;
+	struct proto_msg m;
+	int rc;
+
+	for (;;) {
+		if ((rc = conn_recv(c, &h, &m, rx_tick)))
+			break;
+		if (h.type == PT_DATA) {
+			rc = rx_data(c, &h, &m);
+		} else if (h.type == PT_STATUS || h.type == PT_OBJECT || h.type == PT_LISTING) {
+			rx_reply(c, &h, &m);
+		} else if (h.type != PT_PONG) {
+			rc = -EPROTO;   /* a request has no business here */
+		}
+		proto_msg_free(&m);
+		if (rc)
+			break;
+	}
+	if (rc == -EPROTO || rc == -EMSGSIZE)
+		count(x, XC_BAD_FRAMES, 1);
+	peer_down(x, c->peer, rc == -ETIMEDOUT ? "silent too long" :
+		  rc == -ECONNRESET ? "connection closed" : strerror(-rc));
+	return NULL;
+}
+
+static int connect_timeout(const struct peer *p)
+{
+	int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	int err = 0;
+	socklen_t elen = sizeof(err);
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (const struct sockaddr *)&p->sa, p->salen) && errno != EINPROGRESS)
+		goto fail;
+	if (poll(&pfd, 1, CONNECT_MS) != 1) {
+		errno = ETIMEDOUT;
+		goto fail;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) || err) {
+		errno = err ? err : errno;
+		goto fail;
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	return fd;
+fail:
+	err = -errno;
+	close(fd);
+	return err;
+}
+
+/* The client's half of the handshake (auth.h). */
+static int handshake_client(struct xport *x, struct xport_conn *c, uint32_t *caps)
+{
+	struct peer *p = &x->peers[c->peer];
+	struct proto_msg m = { .type = PT_HELLO }, r;
+	struct proto_hdr h;
+	uint8_t cnonce[PROTO_NONCE];
+	int rc;
+
+	auth_nonce(cnonce);
+	m.u.hello.version = PROTO_VERSION;
+	m.u.hello.caps = x->c.caps;
+	memcpy(m.u.hello.nonce, cnonce, PROTO_NONCE);
+	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "%s", x->self);
+	if ((rc = conn_send(c, 0, &m)) || (rc = conn_recv(c, &h, &r, NULL)))
+		return rc;
+	if (h.type != PT_CHALLENGE)
+		return -EPROTO;
+	m = (struct proto_msg){ .type = PT_AUTH };
+	auth_mac(x->key, AUTH_CLIENT, cnonce, r.u.challenge.nonce, x->self, m.u.auth.mac);
+	uint8_t snonce[PROTO_NONCE];
+	memcpy(snonce, r.u.challenge.nonce, PROTO_NONCE);
+	if ((rc = conn_send(c, 0, &m)) || (rc = conn_recv(c, &h, &r, NULL)))
+		return rc == -ECONNRESET ? -EACCES : rc;   /* refused: a wrong secret */
+	if (h.type != PT_WELCOME || strcmp(r.u.welcome.name, p->name) ||
+	    !auth_check(x->key, AUTH_SERVER, cnonce, snonce, r.u.welcome.name, r.u.welcome.mac))
+		return -EACCES;
+	*caps = r.u.welcome.caps;
+	return 0;
+}
+
+/* Connects to peer i and starts its receiver.  0, or -errno. */
+static int peer_connect(struct xport *x, int i)
+{
+	struct peer *p = &x->peers[i];
+	struct xport_conn *c;
+	uint32_t caps = 0;
+	int fd, rc;
+
+	pthread_mutex_lock(&x->lock);
+	while (p->connecting && !x->stopping)
+		pthread_cond_wait(&x->cond, &x->lock);
+	if (p->out || x->stopping) {
+		rc = p->out ? 0 : -ESHUTDOWN;
+		pthread_mutex_unlock(&x->lock);
+		return rc;
+	}
+	p->connecting = 1;
+	int joinable = p->rx_joinable;
+	p->rx_joinable = 0;
+	pthread_mutex_unlock(&x->lock);
+	if (joinable)
+		pthread_join(p->rx, NULL);      /* the last receiver is done */
+	if ((fd = connect_timeout(p)) < 0) {
+		rc = fd;
+		goto done;
+	}
+	if (!(c = conn_new(x, fd, i, 1))) {
+		close(fd);
+		rc = -ENOMEM;
+		goto done;
+	}
+	if ((rc = handshake_client(x, c, &caps))) {
+		if (rc == -EACCES)
+			fprintf(stderr, "omnifs: peer %s (%s) refused the handshake: "
+				"is the secret the same?\n", p->name, p->addr);
+		pthread_mutex_lock(&x->lock);
+		conn_put(c);
+		pthread_mutex_unlock(&x->lock);
+		goto done;
+	}
+	pthread_mutex_lock(&x->lock);
+	p->out = c;
+	p->caps = caps;
+	p->since_ns = wall_ns();
+	if (pthread_create(&p->rx, NULL, rx_thread, c)) {
+		p->out = NULL;
+		conn_put(c);
+		rc = -EAGAIN;
+	} else {
+		p->rx_joinable = 1;
+	}
+	pthread_mutex_unlock(&x->lock);
+	if (!rc) {
+		fprintf(stderr, "omnifs: peer %s (%s) up, transport tcp%s\n", p->name, p->addr,
+			(caps & x->c.caps & PROTO_CAP_RDMA) ? " (both ends have RDMA; "
+			"this build moves bytes over TCP)" : "");
+		if (x->ops->peer_up)
+			x->ops->peer_up(x->ctx, i);
+	}
+done:
+	pthread_mutex_lock(&x->lock);
+	p->connecting = 0;
+	pthread_cond_broadcast(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+	return rc;
+}
+
+/* Our connection to peer with a reference, connecting on demand. */
+static struct xport_conn *peer_conn(struct xport *x, int i)
+{
+	struct xport_conn *c;
+
+	if (i < 0 || (size_t)i >= x->npeers)
+		return NULL;
+	pthread_mutex_lock(&x->lock);
+	c = x->peers[i].out;
+	if (c)
+		c->refs++;
+	pthread_mutex_unlock(&x->lock);
+	if (c || peer_connect(x, i))
+		return c;
+	pthread_mutex_lock(&x->lock);
+	if ((c = x->peers[i].out))
+		c->refs++;
+	pthread_mutex_unlock(&x->lock);
+	return c;
+}
+
+static void conn_unref(struct xport *x, struct xport_conn *c)
+{
+	pthread_mutex_lock(&x->lock);
+	conn_put(c);
+	pthread_mutex_unlock(&x->lock);
+}
+
+int xport_send(struct xport *x, int peer, const struct proto_msg *m)
+{
+	struct xport_conn *c;
+	int rc;
+
+	pthread_mutex_lock(&x->lock);
+	if ((c = x->peers[peer].out))   /* one-way messages never wait to connect */
+		c->refs++;
+	pthread_mutex_unlock(&x->lock);
+	if (!c)
+		return -EHOSTDOWN;
+	rc = conn_send(c, 0, m);
+	conn_unref(x, c);
+	return rc;
+}
+
+int xport_call(struct xport *x, int peer, const struct proto_msg *req,
+	       xport_reply_fn on_reply, void *arg)
+{
+	struct xport_conn *c = peer_conn(x, peer);
+	struct pending p = { .peer = peer, .on_reply = on_reply, .arg = arg };
+	struct timespec ts;
+	int rc;
+
+	if (!c)
+		return -EHOSTDOWN;
+	pthread_cond_init(&p.cond, NULL);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += x->c.call_ms / 1000;
+	ts.tv_nsec += (long)(x->c.call_ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&x->lock);
+	p.reqid = ++x->next_reqid;
+	p.next = x->pending;
+	x->pending = &p;
+	pthread_mutex_unlock(&x->lock);
+	rc = conn_send(c, p.reqid, req);
+	pthread_mutex_lock(&x->lock);
+	while (!rc && !p.done)
+		if (pthread_cond_timedwait(&p.cond, &x->lock, &ts) == ETIMEDOUT && !p.done) {
+			while (p.busy)
+				pthread_cond_wait(&x->cond, &x->lock);
+			rc = p.done ? 0 : -ETIMEDOUT;
+		}
+	if (!p.done)
+		pending_del(x, &p);
+	else if (!rc)
+		rc = p.err;
+	conn_put(c);
+	pthread_mutex_unlock(&x->lock);
+	pthread_cond_destroy(&p.cond);
+	return rc;
+}
+
+int xport_pull(struct xport *x, int peer, uint64_t oid, uint64_t off, uint64_t len,
+	       const struct iovec *dst, int ndst, xport_progress_fn progress, void *arg)
+{
+	struct proto_msg m = { .type = PT_PULL, .u.pull = { oid, off, len } };
+	struct xport_conn *c;
+	struct pending *p;
+	int rc = -ENOMEM;
+
+	if (!len || ndst <= 0)
+		return -EINVAL;
+	c = peer_conn(x, peer);
+	p = calloc(1, sizeof(*p));
+	if (!c) {
+		free(p);
+		return -EHOSTDOWN;
+	}
+	if (!p || !(p->dst = malloc((size_t)ndst * sizeof(*dst))))
+		goto fail;
+	memcpy(p->dst, dst, (size_t)ndst * sizeof(*dst));
+	*p = (struct pending){ .peer = peer, .pull = 1, .arg = arg, .off = off, .len = len,
+			       .last_ns = mono_ns(), .dst = p->dst, .ndst = ndst,
+			       .progress = progress };
+	pthread_mutex_lock(&x->lock);
+	p->reqid = ++x->next_reqid;
+	p->next = x->pending;
+	x->pending = p;
+	pthread_mutex_unlock(&x->lock);
+	/* From here the receiver ends it: a failed send closes the socket. */
+	conn_send(c, p->reqid, &m);
+	conn_unref(x, c);
+	return 0;
+fail:
+	if (p)
+		free(p->dst);
+	free(p);
+	conn_unref(x, c);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- their side */
+
+int xport_reply(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m)
+{
+	return conn_send(c, reqid, m);
+}
+
+int xport_reply_data(struct xport_conn *c, uint64_t reqid, uint64_t off, uint64_t xxh3,
+		     const struct iovec *iov, int n)
+{
+	struct proto_msg m = { .type = PT_DATA, .u.data = { off, xxh3, 0 } };
+	uint8_t body[PROTO_DATA_HDR];
+	uint64_t len = 0;
+
+	for (int i = 0; i < n; i++)
+		len += iov[i].iov_len;
+	if (len > PROTO_CHUNK)
+		return -EINVAL;
+	m.u.data.len = (uint32_t)len;
+	proto_encode(&m, body, sizeof(body));
+	int rc = conn_sendv(c, PT_DATA, reqid, body, sizeof(body), iov, n);
+	if (!rc)
+		count(c->x, XC_SERVED, len);
+	return rc;
+}
+
+/* The server's half of the handshake: nothing but a nonce goes out
+ * before the client has proved it holds the secret. */
+static int handshake_server(struct xport *x, struct xport_conn *c)
+{
+	struct proto_msg m = { .type = PT_CHALLENGE }, r;
+	struct proto_hdr h;
+	uint8_t cnonce[PROTO_NONCE], snonce[PROTO_NONCE];
+	char name[PROTO_NAME_MAX + 1];
+	int rc, peer;
+
+	if ((rc = conn_recv(c, &h, &r, NULL)))
+		return rc;
+	if (h.type != PT_HELLO || r.u.hello.version != PROTO_VERSION)
+		return -EPROTO;
+	memcpy(cnonce, r.u.hello.nonce, PROTO_NONCE);
+	snprintf(name, sizeof(name), "%s", r.u.hello.name);
+	auth_nonce(snonce);
+	m.u.challenge.version = PROTO_VERSION;
+	memcpy(m.u.challenge.nonce, snonce, PROTO_NONCE);
+	if ((rc = conn_send(c, 0, &m)) || (rc = conn_recv(c, &h, &r, NULL)))
+		return rc;
+	peer = xport_peer_index(x, name);
+	if (h.type != PT_AUTH || peer < 0 ||
+	    !auth_check(x->key, AUTH_CLIENT, cnonce, snonce, name, r.u.auth.mac))
+		return -EACCES;
+	m = (struct proto_msg){ .type = PT_WELCOME };
+	m.u.welcome.caps = x->c.caps;
+	snprintf(m.u.welcome.name, sizeof(m.u.welcome.name), "%s", x->self);
+	auth_mac(x->key, AUTH_SERVER, cnonce, snonce, x->self, m.u.welcome.mac);
+	if ((rc = conn_send(c, 0, &m)))
+		return rc;
+	c->peer = peer;
+	return 0;
+}
+
+static int is_request(unsigned t)
+{
+	return t == PT_PING || t == PT_ANNOUNCE || t == PT_GONE || t == PT_CONSUMED ||
+	       t == PT_LOOKUP || t == PT_LIST || t == PT_REMOVE || t == PT_PULL;
+}
+
+static void server_detach(struct xport *x, struct xport_conn *c)
+{
+	pthread_mutex_lock(&x->lock);
+	for (struct xport_conn **pp = &x->servers; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	conn_put(c);
+	x->nservers--;
+	pthread_cond_broadcast(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+}
+
+static void *server_thread(void *arg)
+{
+	struct xport_conn *c = arg;
+	struct xport *x = c->x;
+	struct proto_hdr h;
+	struct proto_msg m;
+	int rc;
+
+	c->last_rx = mono_ns();
+	if ((rc = handshake_server(x, c))) {
+		if (rc == -EACCES || rc == -EPROTO || rc == -EMSGSIZE) {
+			count(x, rc == -EACCES ? XC_AUTH_FAILED : XC_BAD_FRAMES, 1);
+			fprintf(stderr, "omnifs: a connection failed the handshake (%s)\n",
+				rc == -EACCES ? "wrong secret or unknown node" : "not our protocol");
+		}
+		goto out;
+	}
+	while (!(rc = conn_recv(c, &h, &m, NULL))) {
+		if (!is_request(h.type)) {
+			rc = -EPROTO;
+			break;
+		}
+		if (h.type == PT_PING) {
+			struct proto_msg pong = { .type = PT_PONG };
+			rc = conn_send(c, h.reqid, &pong);
+		} else {
+			x->ops->handle(x->ctx, c, c->peer, h.reqid, &m);
+		}
+		proto_msg_free(&m);
+		if (rc)
+			break;
+	}
+	if (rc == -EPROTO || rc == -EMSGSIZE) {
+		count(x, XC_BAD_FRAMES, 1);
+		fprintf(stderr, "omnifs: peer %s sent a bad frame; disconnected\n",
+			x->peers[c->peer].name);
+	}
+out:
+	server_detach(x, c);
+	return NULL;
+}
+
+static void *acceptor_thread(void *arg)
+{
+	struct xport *x = arg;
+
+	while (!x->stopping) {
+		int fd = accept4(x->lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN)
+				continue;
+			if (x->stopping)
+				break;
+			usleep(100000);         /* EMFILE and friends: let it ease */
+			continue;
+		}
+		struct xport_conn *c = conn_new(x, fd, -1, 0);
+		pthread_t t;
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		pthread_mutex_lock(&x->lock);
+		c->next = x->servers;
+		x->servers = c;
+		x->nservers++;
+		if (pthread_create(&t, NULL, server_thread, c)) {
+			x->servers = c->next;
+			x->nservers--;
+			conn_put(c);
+		} else {
+			pthread_detach(t);
+		}
+		pthread_mutex_unlock(&x->lock);
+	}
+	return NULL;
+}
+
+/* Pings what is up and reconnects what is down. */
+static void *keeper_thread(void *arg)
+{
+	struct xport *x = arg;
+	struct proto_msg ping = { .type = PT_PING };
+
+	pthread_mutex_lock(&x->lock);
+	while (!x->stopping) {
+		pthread_mutex_unlock(&x->lock);
+		for (size_t i = 0; i < x->npeers && !x->stopping; i++)
+			if (xport_send(x, (int)i, &ping) == -EHOSTDOWN)
+				peer_connect(x, (int)i);
+		pthread_mutex_lock(&x->lock);
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += (long)x->c.ping_ms * 1000000;
+		ts.tv_sec += ts.tv_nsec / 1000000000;
+		ts.tv_nsec %= 1000000000;
+		if (!x->stopping)
+			pthread_cond_timedwait(&x->cond, &x->lock, &ts);
+	}
+	pthread_mutex_unlock(&x->lock);
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+static int listen_on(struct xport *x, char *err, size_t errlen)
+{
+	struct sockaddr_storage sa;
+	socklen_t len;
+	int one = 1;
+
+	if (resolve_addr(x->c.listen, &sa, &len)) {
+		snprintf(err, errlen, "listen=%s: not an address:port", x->c.listen);
+		return -EINVAL;
+	}
+	if ((x->lfd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+	    setsockopt(x->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+	    bind(x->lfd, (struct sockaddr *)&sa, len) || listen(x->lfd, 128)) {
+		int e = errno;
+		snprintf(err, errlen, "listen=%s: %s", x->c.listen, strerror(e));
+		if (x->lfd >= 0)
+			close(x->lfd);
+		x->lfd = -1;
+		return -e;
+	}
+	return 0;
+}
+
+int xport_create(struct xport **out, const struct xport_conf *c,
+		 const struct xport_ops *ops, void *ctx, char *err, size_t errlen)
+{
+	struct xport *x = calloc(1, sizeof(*x));
+	int rc = -ENOMEM;
+
+	if (!x || !(x->peers = calloc(c->npeers ? c->npeers : 1, sizeof(*x->peers))))
+		goto free_x;
+	x->c = *c;
+	x->c.ping_ms = c->ping_ms ? c->ping_ms : 500;
+	x->c.dead_ms = c->dead_ms ? c->dead_ms : 3000;
+	x->c.call_ms = c->call_ms ? c->call_ms : 5000;
+	snprintf(x->self, sizeof(x->self), "%s", c->self);
+	memcpy(x->key, c->key, AUTH_KEY);
+	x->ops = ops;
+	x->ctx = ctx;
+	x->npeers = c->npeers;
+	x->lfd = -1;
+	for (size_t i = 0; i < c->npeers; i++) {
+		struct peer *p = &x->peers[i];
+		snprintf(p->name, sizeof(p->name), "%s", c->peers[i].name);
+		snprintf(p->addr, sizeof(p->addr), "%s", c->peers[i].addr);
+		p->since_ns = wall_ns();
+		if (resolve_addr(p->addr, &p->sa, &p->salen)) {
+			snprintf(err, errlen, "node %s: addr %s: not an address:port", p->name, p->addr);
+			rc = -EINVAL;
+			goto free_x;
+		}
+	}
+	if ((rc = listen_on(x, err, errlen)))
+		goto free_x;
+	pthread_mutex_init(&x->lock, NULL);
+	pthread_cond_init(&x->cond, NULL);
+	*out = x;
+	return 0;
+free_x:
+	if (x)
+		free(x->peers);
+	free(x);
+	return rc;
+}
+
+int xport_start(struct xport *x)
+{
+	if (pthread_create(&x->acceptor, NULL, acceptor_thread, x))
+		return -EAGAIN;
+	if (pthread_create(&x->keeper, NULL, keeper_thread, x)) {
+		x->stopping = 1;
+		shutdown(x->lfd, SHUT_RDWR);
+		pthread_join(x->acceptor, NULL);
+		return -EAGAIN;
+	}
+	x->started = 1;
+	return 0;
+}
+
+void xport_destroy(struct xport *x)
+{
+	if (!x)
+		return;
+	pthread_mutex_lock(&x->lock);
+	x->stopping = 1;
+	pthread_cond_broadcast(&x->cond);
+	for (struct xport_conn *c = x->servers; c; c = c->next)
+		shutdown(c->fd, SHUT_RDWR);
+	for (size_t i = 0; i < x->npeers; i++)
+		if (x->peers[i].out)
+			shutdown(x->peers[i].out->fd, SHUT_RDWR);
+	pthread_mutex_unlock(&x->lock);
+	shutdown(x->lfd, SHUT_RDWR);
+	if (x->started) {
+		pthread_join(x->acceptor, NULL);
+		pthread_join(x->keeper, NULL);
+	}
+	for (size_t i = 0; i < x->npeers; i++)
+		if (x->peers[i].rx_joinable)
+			pthread_join(x->peers[i].rx, NULL);
+	pthread_mutex_lock(&x->lock);
+	while (x->nservers)
+		pthread_cond_wait(&x->cond, &x->lock);
+	pthread_mutex_unlock(&x->lock);
+	close(x->lfd);
+	pthread_cond_destroy(&x->cond);
+	pthread_mutex_destroy(&x->lock);
+	free(x->peers);
+	free(x);
+}
+
+size_t xport_npeers(const struct xport *x) { return x->npeers; }
+
+int xport_peer_index(const struct xport *x, const char *name)
+{
+	for (size_t i = 0; i < x->npeers; i++)
+		if (!strcmp(x->peers[i].name, name))
+			return (int)i;
+	return -1;
+}
+
+const char *xport_peer_name(const struct xport *x, int peer)
+{
+	return peer >= 0 && (size_t)peer < x->npeers ? x->peers[peer].name : "?";
+}
+
+int xport_peer_up(struct xport *x, int peer)
+{
+	pthread_mutex_lock(&x->lock);
+	int up = x->peers[peer].out != NULL;
+	pthread_mutex_unlock(&x->lock);
+	return up;
+}
+
+void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out)
+{
+	struct peer *p = &x->peers[peer];
+
+	pthread_mutex_lock(&x->lock);
+	out->name = p->name;
+	out->addr = p->addr;
+	out->state = p->out ? "up" : "down";
+	out->transport = p->out ? "tcp" : "";
+	out->since_ns = p->since_ns;
+	pthread_mutex_unlock(&x->lock);
+}
