@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ns.h"
 #include "stats.h"
@@ -34,7 +35,10 @@ struct cluster {
 	size_t npeers;
 	/* Stages hosted, per peer index, and by this node. */
 	struct { const char (*stages)[NAME_STAGE_MAX + 1]; size_t n; } *hosts, self;
-	int corrupt;                    /* OMNIFS_TEST_CORRUPT: tests' fault injection */
+	/* Fault injection for the tests: OMNIFS_TEST_CORRUPT sends chunks with
+	 * a wrong hash; OMNIFS_TEST_SERVE_DELAY_MS slows serving per chunk. */
+	int corrupt;
+	unsigned delay_ms;
 };
 
 static uint64_t mono_ns(void)
@@ -217,6 +221,8 @@ static void serve_pull(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
 			break;
 		if (cl->corrupt)        /* the receiver must refuse this chunk */
 			xxh3 ^= 1;
+		if (cl->delay_ms)
+			usleep(cl->delay_ms * 1000u);
 		if (xport_reply_data(c, reqid, idx * NS_CHUNK, xxh3, iov, n))
 			goto release;   /* the connection is gone */
 	}
@@ -481,6 +487,8 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 				 .dead_ms = c->dead_ms };
 	cl->st = st;
 	cl->corrupt = getenv("OMNIFS_TEST_CORRUPT") != NULL;
+	const char *delay = getenv("OMNIFS_TEST_SERVE_DELAY_MS");
+	cl->delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) % 10000 : 0;
 	pthread_mutex_init(&cl->lock, NULL);
 	if ((rc = xport_create(&cl->x, &xc, &xops, cl, err, errlen))) {
 		pthread_mutex_destroy(&cl->lock);

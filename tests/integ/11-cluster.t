@@ -1,0 +1,187 @@
+#!/bin/bash
+# 11-cluster.t - three daemons on loopback ports: remote reads, announces,
+# asking, cluster-wide ls/rm/readers, the handshake, hostile frames, an
+# owner killed mid-read, a corrupted chunk, a rejoin (SPEC §3, §4, §7).
+. "$(dirname "$0")/../lib.sh"
+
+read -r PA PB PC < <($PY -c '
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+head -c 48 /dev/urandom | base64 >"$T/secret"
+chmod 600 "$T/secret"
+head -c 48 /dev/urandom | base64 >"$T/wrong"
+chmod 600 "$T/wrong"
+cat >"$T/omni.yaml" <<EOF
+secret_file: $T/secret
+pool: host:160MiB
+wait_ms: 8000
+nodes:
+  a: { addr: 127.0.0.1:$PA, stages: ["0"] }
+  b: { addr: 127.0.0.1:$PB, stages: ["1"] }
+  c: { addr: 127.0.0.1:$PC, stages: ["2"] }
+edges:
+  "0->1": { readers: 2 }
+  "0->9": { readers: 0 }
+EOF
+sed "s|secret_file: .*|secret_file: $T/wrong|" "$T/omni.yaml" >"$T/wrong.yaml"
+
+node() { start_node "$1" "config=$T/${2:-omni}.yaml,node=$1"; }
+peers_up() {  # peers_up NODE N: NODE sees N peers up
+	[ "$(health "$1" "sum(p['state'] == 'up' for p in d['peers'])")" = "$2" ]
+}
+all_up() { local n; for n in a b c; do peers_up $n 2 || return 1; done; }
+for n in a b c; do node $n; done
+ok "every node sees its two peers up" wait_until 10 all_up
+is "$(health a "sorted((p['name'], p['transport']) for p in d['peers'])")" \
+   "[('b', 'tcp'), ('c', 'tcp')]" "health names the peers and the transport in use"
+
+# --- write on one node, read on another ---------------------------------
+head -c $((3 << 20 | 12345)) /dev/urandom >"$T/r3"
+cp "$T/r3" "$T/a/0/1/k1"
+ok "b (hosts 1) reads a's 3 MiB object" cmp "$T/r3" "$T/b/0/1/k1"
+ok "c (does not host 1) finds it by asking and reads it" cmp "$T/r3" "$T/c/0/1/k1"
+gone_on() { ! [ -e "$T/$1/$2" ]; }
+ok "readers: 2 met by reads on b and c: consumed at the owner" wait_until 5 gone_on a 0/1/k1
+ok "... and gone from b's listing" wait_until 5 gone_on b 0/1/k1
+is "$(stat_of a consumed)" 1 "the owner counted one consumed object"
+is "$(stat_of b bytes_pulled)" $((3 << 20 | 12345)) "b pulled exactly the object's bytes"
+
+# --- small objects travel in the announce ---------------------------------
+echo small >"$T/a/0/1/s1"
+ok "b lists a small object announced to it" wait_until 5 test -e "$T/b/0/1/s1"
+pulled=$(stat_of b bytes_pulled)
+is "$(cat "$T/b/0/1/s1")" small "and reads it"
+is "$(stat_of a bytes_served)" $(( (3 << 20 | 12345) * 2 )) "without a pull (served only the big one twice)"
+
+# --- waiting opens answered by a remote publish ----------------------------
+$PY -c "import sys; sys.stdout.write(open('$T/b/0/1/w1').read())" >"$T/w1.b" 2>&1 &
+wb=$!
+$PY -c "import sys; sys.stdout.write(open('$T/c/0/2/w2').read())" >"$T/w2.c" 2>&1 &
+wc=$!
+waiting() { [ "$(stat_of "$1" waiters)" = "$2" ]; }
+wait_until 5 waiting b 1
+wait_until 5 waiting c 1
+echo one >"$T/a/0/1/w1"
+echo two >"$T/a/0/2/w2"
+wait $wb; wait $wc
+is "$(cat "$T/w1.b")" one "a waiting open on b (hosts 1) is answered by a's publish"
+is "$(cat "$T/w2.c")" two "a waiting open on c is answered too"
+$PY -c "import sys; sys.stdout.write(open('$T/c/0/1/w3').read())" >"$T/w3.c" 2>&1 &
+w3=$!
+wait_until 5 waiting c 1
+echo three >"$T/a/0/1/w3"
+wait $w3
+is "$(cat "$T/w3.c")" three "a waiting open on a node that does not host <to> is answered (it asked)"
+
+# --- cluster-wide ls -l, xattrs, rm, O_EXCL --------------------------------
+head -c 777 /dev/urandom >"$T/a/0/9/fromA"
+head -c 555 /dev/urandom >"$T/b/0/9/fromB"
+lsl() { ls -l "$T/$1/0/9" | awk 'NR > 1 { print $5, $9 }' | sort | tr '\n' ' '; }
+for n in a b c; do
+	is "$(lsl $n)" "555 fromB 777 fromA " "ls -l of the edge on $n lists both nodes' objects, true sizes"
+done
+is "$(xattr owner "$T/c/0/9/fromA")" a "user.omni.owner on c names the owner"
+is "$(xattr size "$T/c/0/9/fromB")" 555 "user.omni.size on c"
+is "$(ls "$T/c")" "0" "readdir of the root on c lists a remote stage"
+is "$(M=$T/c pyerr "open(M + '/0/9/fromA', 'xb')")" EEXIST "O_EXCL on c for a key of a: EEXIST"
+ok "rm on c of a's object" rm "$T/c/0/9/fromA"
+ok "... removes it on a" wait_until 5 gone_on a 0/9/fromA
+ok "... and on b" wait_until 5 gone_on b 0/9/fromA
+is "$(M=$T/c pyerr "os.unlink(M + '/0/9/fromA')")" ENOENT "rm again: ENOENT"
+is "$(stat_of a removed)" 1 "the owner counted the removal"
+
+# --- the handshake and hostile bytes on the peer port -----------------------
+rogue() {  # rogue MODE: talks to a's peer port; prints what came back
+	$PY - "$PA" "$1" <<'PYEOF'
+import os, socket, struct, sys
+port, mode = int(sys.argv[1]), sys.argv[2]
+s = socket.create_connection(("127.0.0.1", port), timeout=5)
+def frame(t, body, ver=1, magic=0x4d4f, length=None):
+    return struct.pack("<HBBIQ", magic, ver, t, len(body) if length is None else length, 0) + body
+def recv_all():
+    got = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b: break
+            got += b
+    except socket.timeout:
+        return got + b"<open>"
+    except ConnectionResetError:        # closed with our bytes unread
+        pass
+    return got
+if mode == "wrongmac":
+    s.sendall(frame(1, struct.pack("<HI", 1, 1) + os.urandom(32) + b"\x01b"))
+    ch = s.recv(16 + 34)
+    s.sendall(frame(3, os.urandom(32)))
+    rest = recv_all()
+    print(len(ch), ch[3], repr(rest))
+elif mode == "garbage":
+    s.sendall(os.urandom(4096)); print(repr(recv_all()))
+elif mode == "oversized":
+    s.sendall(frame(1, b"", length=1 << 30)); print(repr(recv_all()))
+elif mode == "badversion":
+    s.sendall(frame(1, b"x" * 8, ver=9)); print(repr(recv_all()))
+elif mode == "before-auth":
+    s.sendall(frame(12, b"\x01-\x01-\x01\x00-" + b"\0" * 56)); print(repr(recv_all()))
+PYEOF
+}
+is "$(rogue wrongmac)" "50 2 b''" "a wrong MAC: the peer gets a 50-byte CHALLENGE, then is closed with nothing more"
+is "$(stat_of a peer_auth_failed)" 1 "... and counted"
+is "$(rogue before-auth)" "b''" "a request before the handshake: closed, nothing answered"
+is "$(rogue garbage)" "b''" "4 KiB of garbage: closed"
+is "$(rogue oversized)" "b''" "a frame claiming 1 GiB: closed before reading it"
+is "$(rogue badversion)" "b''" "a frame of another protocol version: closed"
+ok "a counted the bad frames" test "$(stat_of a peer_bad_frames)" -ge 3
+echo still >"$T/a/0/1/alive"
+is "$(cat "$T/b/0/1/alive")" still "a still serves its peers after all that"
+ok "a's peers are still up" peers_up a 2
+
+# --- a node with the wrong secret is refused; it rejoins with the right one --
+stop_node c
+ok "b sees c down" wait_until 10 peers_up b 1
+node c wrong
+c_isolated() { ! wait_until 3 peers_up c 1; }
+ok "c with the wrong secret mounts but no peer accepts it" c_isolated
+ok "... and c's log says why" grep -q "refused the handshake: is the secret the same" "$T/c.log"
+stop_node c
+node c
+ok "c with the right secret rejoins, the others unrestarted" wait_until 10 peers_up c 2
+ok "... and b sees it up again" wait_until 10 peers_up b 2
+
+# --- the owner killed mid-read ------------------------------------------------
+stop_node a
+OMNIFS_TEST_SERVE_DELAY_MS=50 node a
+wait_until 10 peers_up b 2
+head -c $((40 << 20)) /dev/urandom >"$T/a/0/1/slow"
+res=$($PY - "$T/b/0/1/slow" "${NODE_PID[a]}" <<'PYEOF'
+import os, signal, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.read(fd, 1 << 20)
+os.kill(int(sys.argv[2]), signal.SIGKILL)
+t = time.time()
+try:
+    while os.read(fd, 1 << 20):
+        pass
+    print("read it all")
+except OSError as e:
+    print("%s %d" % (os.strerror(e.errno), time.time() - t < 10))
+PYEOF
+)
+is "$res" "Input/output error 1" "a reader on b whose owner is killed mid-read gets EIO within 10 s"
+empty() { [ -z "$(ls "$T/$1")" ]; }
+ok "a's objects leave b's listing" wait_until 10 empty b/0/1
+wait "${NODE_PID[a]}" 2>/dev/null; umount -l "$T/a" 2>/dev/null; unset "NODE_PID[a]"
+ok "b counted the objects it lost with a" test "$(stat_of b lost)" -ge 1
+
+# --- a corrupted chunk is never returned --------------------------------------
+OMNIFS_TEST_CORRUPT=1 node a
+ok "a restarted rejoins" wait_until 10 peers_up b 2
+head -c $((2 << 20)) /dev/urandom >"$T/a/0/1/bad"
+is "$(M=$T/b pyerr "open(M + '/0/1/bad', 'rb').read()")" EIO "a chunk that fails its hash: EIO on b"
+is "$(stat_of b checksum_failures)" 1 "... counted"
+ok "... and logged" grep -q "fails its checksum" "$T/b.log"
+
+done_testing
