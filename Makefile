@@ -35,7 +35,7 @@ TOOLS    := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*
 BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/memcpy
 INTEG    := $(sort $(wildcard tests/integ/*.t))
 
-.PHONY: all deps run check test bench install uninstall clean
+.PHONY: all deps run check test bench fuzz install uninstall clean
 all: $(BUILD)/omnifs $(BUILD)/mount.omnifs
 
 deps:
@@ -70,6 +70,27 @@ $(BUILD)/bench/ceilingfs: $(BUILD)/obj/tests/bench/ceilingfs.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# The frame decoder's fuzz target: clang's libFuzzer with ASan and UBSan.
+FUZZ_SECS ?= 60
+CHECK_FUZZ_SECS ?= 20         # make check fuzzes this long
+FUZZ_DIR  := build-fuzz
+$(FUZZ_DIR)/frame: tests/fuzz/frame.c transport/proto.c transport/proto.h
+	@mkdir -p $(dir $@)
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		tests/fuzz/frame.c transport/proto.c -o $@
+$(FUZZ_DIR)/seeds: tests/fuzz/seeds.c transport/proto.c transport/proto.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -Wall -Wextra -Werror tests/fuzz/seeds.c transport/proto.c -o $@
+
+# Runs the fuzz target for FUZZ_SECS seconds from the seeds; a crash or a
+# leak fails it and leaves the input in $(FUZZ_DIR).
+fuzz: $(FUZZ_DIR)/frame $(FUZZ_DIR)/seeds
+	@rm -rf $(FUZZ_DIR)/corpus && mkdir -p $(FUZZ_DIR)/corpus
+	@$(FUZZ_DIR)/seeds $(FUZZ_DIR)/corpus
+	@cd $(FUZZ_DIR) && ./frame -max_total_time=$(FUZZ_SECS) -max_len=70000 -timeout=5 \
+		-print_final_stats=1 corpus 2>fuzz.log || { tail -40 fuzz.log; exit 1; }
+	@grep -E '^stat::number_of_executed_units' $(FUZZ_DIR)/fuzz.log | sed 's/^/fuzz: frame decoder: /'
+
 $(BUILD)/bench/memcpy: $(BUILD)/obj/tests/bench/memcpy.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@
@@ -88,6 +109,7 @@ test: all $(UNIT) $(TOOLS)
 
 check: deps
 	@$(MAKE) --no-print-directory test
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECS=$(CHECK_FUZZ_SECS)
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(TOOLS) $(BENCHES)
@@ -107,7 +129,7 @@ uninstall:
 	      $(DESTDIR)/sbin/mount.fuse.omnifs
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 .SECONDARY:

@@ -104,7 +104,8 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap);
 /* Decodes a whole body of the given type, checking every field: 0, or
  * -EPROTO.  Pointers in *m point into body (ANNOUNCE data) or into
  * arrays that proto_msg_free() releases (LISTING).  A DATA body is decoded
- * from its first PROTO_DATA_HDR bytes; len says how many follow. */
+ * from its first min(len, PROTO_DATA_HDR) bytes, all body must hold; len
+ * is the whole body's length, raw bytes included. */
 int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg *m);
 void proto_msg_free(struct proto_msg *m);
 const char *proto_type_name(unsigned type);

@@ -1,0 +1,140 @@
+/* Unit tests for the peer protocol's frames and the handshake's MACs. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+#include "../tap.h"
+#include "../../transport/auth.h"
+#include "../../transport/proto.h"
+
+static uint8_t buf[PROTO_MAX_BODY];
+
+/* Encodes m, decodes it back; the body length, or -errno. */
+static int roundtrip(const struct proto_msg *m, struct proto_msg *out)
+{
+	int len = proto_encode(m, buf, sizeof(buf));
+	if (len < 0)
+		return len;
+	int rc = proto_decode((uint8_t)m->type, buf, (size_t)len, out);
+	return rc ? rc : len;
+}
+
+static void test_header(void)
+{
+	uint8_t h[PROTO_HDR];
+	struct proto_hdr ph;
+
+	proto_put_hdr(h, PT_PULL, 24, 77);
+	is(proto_frame_check(h, &ph), 0, "a header round-trips");
+	ok(ph.type == PT_PULL && ph.len == 24 && ph.reqid == 77, "with its fields");
+	proto_put_hdr(h, PT_DATA, PROTO_MAX_BODY + 1, 1);
+	is(proto_frame_check(h, &ph), -EMSGSIZE, "a body over the limit is refused");
+	proto_put_hdr(h, PT_PING, 0, 1);
+	h[0] ^= 1;
+	is(proto_frame_check(h, &ph), -EPROTO, "a bad magic is refused");
+	proto_put_hdr(h, PT_PING, 0, 1);
+	h[2] = 2;
+	is(proto_frame_check(h, &ph), -EPROTO, "another version is refused");
+	proto_put_hdr(h, 0, 0, 1);
+	is(proto_frame_check(h, &ph), -EPROTO, "type 0 is refused");
+	proto_put_hdr(h, PT_MAX_TYPE + 1, 0, 1);
+	is(proto_frame_check(h, &ph), -EPROTO, "an unknown type is refused");
+}
+
+static void test_messages(void)
+{
+	struct proto_msg m = { .type = PT_ANNOUNCE }, r;
+	static const uint8_t data[5] = "hello";
+
+	strcpy(m.u.obj.from, "0");
+	strcpy(m.u.obj.to, "1");
+	strcpy(m.u.obj.key, "req-7 with spaces");
+	m.u.obj.oid = 9;
+	m.u.obj.size = 5;
+	m.u.obj.readers = 2;
+	m.u.obj.data = data;
+	m.u.obj.datalen = 5;
+	ok(roundtrip(&m, &r) > 0, "ANNOUNCE with inline bytes round-trips");
+	ok(!strcmp(r.u.obj.key, m.u.obj.key) && r.u.obj.oid == 9 && r.u.obj.readers == 2 &&
+	   r.u.obj.datalen == 5 && !memcmp(r.u.obj.data, "hello", 5), "... every field");
+	m.u.obj.datalen = 4;
+	is(roundtrip(&m, &r), -EPROTO, "inline bytes that are not the whole object: refused");
+	m.u.obj.datalen = 5;
+	strcpy(m.u.obj.key, "a/b");
+	is(roundtrip(&m, &r), -EPROTO, "a key with '/': refused");
+	m.u.obj.key[0] = 0;
+	is(roundtrip(&m, &r), -EPROTO, "an empty key: refused");
+	strcpy(m.u.obj.key, "k");
+	m.u.obj.readers = -1;
+	is(roundtrip(&m, &r), -EPROTO, "negative readers: refused");
+	m.u.obj.readers = 1;
+
+	int len = proto_encode(&m, buf, sizeof(buf));
+	ok(len > 0, "encodes");
+	is(proto_decode(PT_ANNOUNCE, buf, (size_t)len - 1, &r), -EPROTO, "truncated by one byte: refused");
+	is(proto_decode(PT_ANNOUNCE, buf, (size_t)len + 1, &r), -EPROTO, "one trailing byte: refused");
+	buf[0] = 200;                   /* the from name's length */
+	is(proto_decode(PT_ANNOUNCE, buf, (size_t)len, &r), -EPROTO, "a length past the end: refused");
+
+	struct proto_msg pull = { .type = PT_PULL, .u.pull = { 3, 0, 1 << 20 } };
+	ok(roundtrip(&pull, &r) > 0 && r.u.pull.len == 1 << 20, "PULL round-trips");
+	pull.u.pull.len = UINT64_MAX;
+	is(roundtrip(&pull, &r), -EPROTO, "a PULL of 2^64-1 bytes: refused");
+
+	struct proto_msg st = { .type = PT_STATUS, .u.status.err = ENOENT };
+	ok(roundtrip(&st, &r) > 0 && r.u.status.err == ENOENT, "STATUS round-trips");
+	st.u.status.err = -5;
+	is(roundtrip(&st, &r), -EPROTO, "a negative errno: refused");
+
+	struct proto_msg d = { .type = PT_DATA, .u.data = { 0, 42, 100 } };
+	len = proto_encode(&d, buf, sizeof(buf));
+	is(len, PROTO_DATA_HDR, "a DATA header is 20 bytes");
+	is(proto_decode(PT_DATA, buf, PROTO_DATA_HDR + 100, &r), 0, "DATA with its 100 bytes after");
+	is(proto_decode(PT_DATA, buf, PROTO_DATA_HDR + 99, &r), -EPROTO, "DATA whose length disagrees: refused");
+
+	static struct proto_obj objs[3];
+	struct proto_msg l = { .type = PT_LISTING, .u.listing = { 3, 1, 1, objs, NULL } };
+	for (int i = 0; i < 3; i++) {
+		strcpy(objs[i].from, "s");
+		strcpy(objs[i].to, "t");
+		snprintf(objs[i].key, sizeof(objs[i].key), "k%d", i);
+	}
+	ok(roundtrip(&l, &r) > 0 && r.u.listing.n == 3 && r.u.listing.more == 1 &&
+	   !strcmp(r.u.listing.obj[2].key, "k2"), "LISTING round-trips");
+	proto_msg_free(&r);
+	len = proto_encode(&l, buf, sizeof(buf));
+	buf[0] = 0xff; buf[1] = 0xff;   /* claims 65535 entries */
+	is(proto_decode(PT_LISTING, buf, (size_t)len, &r), -EPROTO, "a LISTING over its entry limit: refused");
+
+	struct proto_msg h = { .type = PT_HELLO };
+	h.u.hello.version = PROTO_VERSION;
+	strcpy(h.u.hello.name, "node-a");
+	ok(roundtrip(&h, &r) > 0 && !strcmp(r.u.hello.name, "node-a"), "HELLO round-trips");
+	is(proto_decode(PT_PING, buf, 1, &r), -EPROTO, "a PING with a body: refused");
+}
+
+static void test_auth(void)
+{
+	uint8_t key[AUTH_KEY] = { 1 }, other[AUTH_KEY] = { 2 }, cn[PROTO_NONCE], sn[PROTO_NONCE];
+	uint8_t mac[PROTO_MAC];
+
+	auth_nonce(cn);
+	auth_nonce(sn);
+	ok(memcmp(cn, sn, PROTO_NONCE), "nonces differ");
+	auth_mac(key, AUTH_CLIENT, cn, sn, "a", mac);
+	ok(auth_check(key, AUTH_CLIENT, cn, sn, "a", mac), "the right key checks");
+	ok(!auth_check(other, AUTH_CLIENT, cn, sn, "a", mac), "another key does not");
+	ok(!auth_check(key, AUTH_SERVER, cn, sn, "a", mac), "a client's MAC is no server's");
+	ok(!auth_check(key, AUTH_CLIENT, cn, sn, "b", mac), "nor another name's");
+	ok(!auth_check(key, AUTH_CLIENT, sn, cn, "a", mac), "nor for swapped nonces");
+
+	char err[256];
+	is(auth_load("/nonexistent/secret", key, err, sizeof(err)), -ENOENT, "a missing secret file");
+}
+
+int main(void)
+{
+	test_header();
+	test_messages();
+	test_auth();
+	return done_testing();
+}
