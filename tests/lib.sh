@@ -11,7 +11,8 @@ T=$(mktemp -d /tmp/omnifs-test.XXXXXX)
 PY=${PYTHON:-python3}
 SYSPY=/usr/bin/python3   # Debian's, with python3-prometheus-client and python3-xxhash
 _n=0 _failed=0
-declare -A NODE_PID=()
+declare -A NODE_PID=() NODE_NETNS=()
+CLEANUP_HOOKS=()   # functions cleanup() runs after the daemons are stopped
 
 ok() {  # ok DESC CMD...: passes if CMD exits 0
 	local desc=$1; shift
@@ -59,7 +60,12 @@ is_mounted() { grep -q " $1 fuse.omnifs " /proc/mounts; }
 start_node() {
 	local name=$1 opts=${2:-pool=host:64M}
 	mkdir -p "$T/$name"
-	"$B/omnifs" -f -o "$opts" "$T/$name" >"$T/$name.log" 2>&1 &
+	if [ -n "${NODE_NETNS[$name]:-}" ]; then    # only its network is elsewhere
+		nsenter --net="/run/netns/${NODE_NETNS[$name]}" \
+			"$B/omnifs" -f -o "$opts" "$T/$name" >"$T/$name.log" 2>&1 &
+	else
+		"$B/omnifs" -f -o "$opts" "$T/$name" >"$T/$name.log" 2>&1 &
+	fi
 	NODE_PID[$name]=$!
 	wait_until 10 is_mounted "$T/$name" || { cat "$T/$name.log"; bail "node $name did not mount"; }
 }
@@ -95,6 +101,9 @@ cleanup() {
 	local name rc=$? log
 	for name in "${!NODE_PID[@]}"; do
 		stop_node "$name"
+	done
+	for name in "${CLEANUP_HOOKS[@]}"; do
+		"$name"
 	done
 	# A daemon's sanitizer report must fail the test that provoked it.
 	for log in "$T"/*.log; do

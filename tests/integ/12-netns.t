@@ -1,0 +1,91 @@
+#!/bin/bash
+# 12-netns.t - three daemons, each in its own network namespace joined to a
+# bridge by a veth pair: reads across real interfaces, and a node whose
+# link is cut mid-transfer and restored (SPEC §4.7, §7).
+. "$(dirname "$0")/../lib.sh"
+
+command -v nsenter >/dev/null && ip netns list >/dev/null 2>&1 ||
+	{ skip "no ip netns or nsenter here"; done_testing; exit; }
+S=$(( $$ % 10000 ))
+BR=omb$S
+netns_down() {
+	local n
+	for n in a b c; do ip netns del "om$S$n" 2>/dev/null; done
+	ip link del "$BR" 2>/dev/null
+	true
+}
+CLEANUP_HOOKS+=(netns_down)
+netns_up() {
+	local i=1 n
+	ip link add "$BR" type bridge && ip link set "$BR" up || return 1
+	for n in a b c; do
+		ip netns add "om$S$n" &&
+		ip link add "o$S$n" type veth peer name "o$S${n}p" &&
+		ip link set "o$S$n" netns "om$S$n" &&
+		ip link set "o$S${n}p" master "$BR" up &&
+		ip -n "om$S$n" addr add "10.78.$((S % 250)).$i/24" dev "o$S$n" &&
+		ip -n "om$S$n" link set "o$S$n" up &&
+		ip -n "om$S$n" link set lo up || return 1
+		NODE_NETNS[$n]="om$S$n"
+		i=$((i + 1))
+	done
+}
+netns_up || { skip "cannot create network namespaces and a bridge here"; done_testing; exit; }
+ok "three network namespaces on a bridge" true
+
+NET=10.78.$((S % 250))
+head -c 48 /dev/urandom | base64 >"$T/secret"
+chmod 600 "$T/secret"
+cat >"$T/omni.yaml" <<YAML
+secret_file: $T/secret
+pool: host:128MiB
+readers: 0
+nodes:
+  a: { addr: $NET.1:7070, stages: ["0"] }
+  b: { addr: $NET.2:7070, stages: ["1"] }
+  c: { addr: $NET.3:7070, stages: ["2"] }
+YAML
+peers_up() { [ "$(health "$1" "sum(p['state'] == 'up' for p in d['peers'])")" = "$2" ]; }
+all_up() { local n; for n in a b c; do peers_up $n 2 || return 1; done; }
+OMNIFS_TEST_SERVE_DELAY_MS=40 start_node a "config=$T/omni.yaml,node=a"
+for n in b c; do start_node $n "config=$T/omni.yaml,node=$n"; done
+ok "every node sees its peers up across the bridge" wait_until 15 all_up
+
+head -c $((5 << 20)) /dev/urandom >"$T/r5"
+cp "$T/r5" "$T/a/0/1/kept"
+ok "b reads a's object over the veth pairs" cmp "$T/r5" "$T/b/0/1/kept"
+ok "c reads it too (asking)" cmp "$T/r5" "$T/c/0/1/kept"
+
+# --- a's link is cut in the middle of a transfer ---------------------------
+head -c $((40 << 20)) /dev/urandom >"$T/a/0/1/cut"
+res=$($PY - "$T/b/0/1/cut" "o${S}ap" <<'PYEOF'
+import os, subprocess, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.read(fd, 1 << 20)
+subprocess.run(["ip", "link", "set", sys.argv[2], "down"], check=True)
+t = time.time()
+try:
+    while os.read(fd, 1 << 20):
+        pass
+    print("read it all")
+except OSError as e:
+    print("%s %d" % (os.strerror(e.errno), time.time() - t < 10))
+PYEOF
+)
+is "$res" "Input/output error 1" "a reader on b whose owner's link is cut mid-read gets EIO within 10 s"
+ok "b sees a down" wait_until 10 peers_up b 1
+empty() { [ -z "$(ls "$T/$1")" ]; }
+ok "a's objects leave b's listing" wait_until 10 empty b/0/1
+is "$(health b "[p['state'] for p in d['peers'] if p['name'] == 'a'][0]")" down "b's health says a is down"
+echo "b and c carry on" >"$T/b/1/2/on"
+is "$(cat "$T/c/1/2/on")" "b and c carry on" "the rest of the cluster keeps working"
+ok "a still has its own objects" cmp "$T/r5" "$T/a/0/1/kept"
+
+# --- the link comes back ----------------------------------------------------
+ip link set "o${S}ap" up
+ok "a rejoins with nobody restarted" wait_until 15 all_up
+ok "a's surviving object is listed on b again" wait_until 10 test -e "$T/b/0/1/kept"
+ok "and reads whole" cmp "$T/r5" "$T/b/0/1/kept"
+ok "c sees b's object from a's side too" cmp <(echo "b and c carry on") "$T/a/1/2/on"
+
+done_testing
