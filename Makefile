@@ -32,7 +32,7 @@ LIB_SRCS := transport/pool.c transport/rdma_probe.c transport/proto.c \
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT     := $(patsubst tests/unit/%.c,$(BUILD)/t/%.t,$(wildcard tests/unit/*.c))
 TOOLS    := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
-BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/memcpy
+BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/memcpy $(BUILD)/bench/tcpceil
 INTEG    := $(sort $(wildcard tests/integ/*.t))
 
 .PHONY: all deps run check test bench fuzz install uninstall clean
@@ -90,6 +90,10 @@ fuzz: $(FUZZ_DIR)/frame $(FUZZ_DIR)/seeds
 	@cd $(FUZZ_DIR) && ./frame -max_total_time=$(FUZZ_SECS) -max_len=70000 -timeout=5 \
 		-print_final_stats=1 corpus 2>fuzz.log || { tail -40 fuzz.log; exit 1; }
 	@grep -E '^stat::number_of_executed_units' $(FUZZ_DIR)/fuzz.log | sed 's/^/fuzz: frame decoder: /'
+
+$(BUILD)/bench/tcpceil: $(BUILD)/obj/tests/bench/tcpceil.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -lpthread -o $@
 
 $(BUILD)/bench/memcpy: $(BUILD)/obj/tests/bench/memcpy.o
 	@mkdir -p $(dir $@)

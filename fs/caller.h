@@ -15,6 +15,7 @@
 enum caller_intent {
 	CALLER_UNKNOWN,         /* cannot tell (no /proc access, pid 0) */
 	CALLER_OPEN_READ,       /* open/openat/openat2 O_RDONLY without O_CREAT */
+	CALLER_OPEN_CREATE,     /* an open with O_CREAT but not O_EXCL */
 	CALLER_OTHER,
 };
 

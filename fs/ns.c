@@ -486,6 +486,10 @@ static int chunk_store(struct object *o, uint64_t idx, uint64_t h)
 static int hash_feed(struct object *o, XXH3_state_t *st, XXH3_state_t *cs,
 		     uint64_t pos, const uint8_t *p, size_t len)
 {
+	if (!cs) {              /* a single node never serves chunks */
+		XXH3_64bits_update(st, p, len);
+		return 0;
+	}
 	while (len) {
 		size_t take = NS_CHUNK - pos % NS_CHUNK;
 		if (take > len)
@@ -535,11 +539,11 @@ static int hash_range(struct ns *ns, struct object *o, XXH3_state_t *st,
  * plus the rest.  Called unlocked; every writer has closed. */
 static int obj_hash(struct ns *ns, struct object *o, uint64_t *h)
 {
-	XXH3_state_t local, clocal, *st = &local, *cs = &clocal;
+	XXH3_state_t local, clocal, *st = &local, *cs = ns->set.hooks ? &clocal : NULL;
 	uint64_t from = 0;
 	int rc;
 
-	if (o->hs && o->cs && !o->hash_dirty) { /* a truncation below it made it dirty */
+	if (o->hs && (o->cs || !cs) && !o->hash_dirty) { /* a truncation below it made it dirty */
 		st = o->hs;
 		cs = o->cs;
 		from = o->hashed;
@@ -548,7 +552,7 @@ static int obj_hash(struct ns *ns, struct object *o, uint64_t *h)
 		XXH3_64bits_reset(&clocal);
 	}
 	rc = hash_range(ns, o, st, cs, from, o->size, 1);
-	if (!rc && o->size % NS_CHUNK)
+	if (!rc && cs && o->size % NS_CHUNK)
 		rc = chunk_store(o, o->size / NS_CHUNK, XXH3_64bits_digest(cs));
 	*h = XXH3_64bits_digest(st);
 	if (o->hs)
@@ -616,13 +620,13 @@ static void hasher_step(struct ns *ns, struct object *o)
 {
 	if (o->state != OS_WRITING || o->hash_dirty || o->front <= o->hashed)
 		return;
-	if (!o->hs || !o->cs) {
-		if (!o->hs && !(o->hs = XXH3_createState()))
-			return;
-		if (!o->cs && !(o->cs = XXH3_createState()))
+	if (!o->hs) {
+		if (!(o->hs = XXH3_createState()) ||
+		    (ns->set.hooks && !(o->cs = XXH3_createState())))
 			return;
 		XXH3_64bits_reset(o->hs);
-		XXH3_64bits_reset(o->cs);
+		if (o->cs)
+			XXH3_64bits_reset(o->cs);
 	}
 	o->hashing = 1;
 	o->hash_to = o->front;

@@ -132,7 +132,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	 * first, and told to announce it if it comes later. */
 	if (rc == -ENOENT) {
 		enum caller_intent in = caller_intent(fuse_req_ctx(req)->pid);
-		if (fs->cl && ask_peers(fs, parent, name, in == CALLER_OPEN_READ))
+		/* A writer's plain O_CREAT need not know (a published key
+		 * elsewhere is found when it publishes): no round trip. */
+		if (fs->cl && in != CALLER_OPEN_CREATE &&
+		    ask_peers(fs, parent, name, in == CALLER_OPEN_READ))
 			rc = ns_lookup(fs->ns, parent, name, 0, &a);
 		if (rc == -ENOENT && in == CALLER_OPEN_READ)
 			rc = ns_lookup(fs->ns, parent, name, 1, &a);

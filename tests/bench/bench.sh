@@ -83,3 +83,49 @@ printf '  median %.1f us   p90 %.1f us   p99 %.1f us\n' "$MED" "$P90" "$P99"
 
 printf '\ngoals: %s MiB at >= 90%% of the FUSE ceiling each way: write %s, read %s; hand-off median <= 100 us: %s\n' \
 	"$BIG_MIB" "$(ratio "$BIGW" "$CEILW")" "$(ratio "$BIGR" "$CEILR")" "$MED us"
+
+# --- the cluster: two daemons on loopback ports, a owns, b reads ------------
+fusermount3 -u "$T/omni" 2>/dev/null
+TCP=$(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" "$BIG_MIB"; done | best)
+read -r PA PB < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+head -c 48 /dev/urandom | base64 >"$T/secret" && chmod 600 "$T/secret"
+cat >"$T/cluster.yaml" <<YAML
+secret_file: $T/secret
+pool: host:$((BIG_MIB + 256))MiB
+readers: 0
+nodes:
+  a: { addr: 127.0.0.1:$PA, stages: ["0"] }
+  b: { addr: 127.0.0.1:$PB, stages: ["1"] }
+YAML
+for n in a b; do
+	mkdir -p "$T/$n"
+	"$B/omnifs" -f -o "config=$T/cluster.yaml,node=$n" "$T/$n" 2>"$T/$n.log" & MNTS+=("$T/$n")
+	wait_mount "$T/$n" || { cat "$T/$n.log"; exit 1; }
+done
+for _ in $(seq 500); do grep -q '"state":"up"' "$T/b/.omni/health" && grep -q '"state":"up"' "$T/a/.omni/health" && break; sleep 0.02; done
+
+# remote_read MIB: GiB/s of dd on b reading a fresh object a wrote, best of ROUNDS
+remote_read() {
+	local i
+	for i in $(seq "$ROUNDS"); do
+		dd if=/dev/zero of="$T/a/0/1/r$i" bs=1M count="$1" status=none
+		dd_gibs if="$T/b/0/1/r$i" of=/dev/null bs=1M
+		rm -f "$T/a/0/1/r$i"
+	done | best
+}
+printf '\ncluster over loopback TCP (GiB/s, and as %% of the TCP ceiling):\n'
+printf '  %-34s %7.2f\n' "TCP ceiling, one stream, $BIG_MIB MiB" "$TCP"
+for mib in 64 "$BIG_MIB"; do
+	r=$(remote_read "$mib")
+	printf '  %-34s %7.2f %s\n' "remote read, $mib MiB, open..close" "$r" "$(ratio "$r" "$TCP")"
+	[ "$mib" = "$BIG_MIB" ] && REMOTE=$r
+done
+read -r XMED XP90 XP99 < <("$B/tools/handoff" "$T/a/0/1" 1000 "$T/b/.omni/stats" "$T/b/0/1")
+printf '\n4 KiB hand-off, writer on a, reader waiting in open on b (1000 runs):\n'
+printf '  median %.1f us   p90 %.1f us   p99 %.1f us\n' "$XMED" "$XP90" "$XP99"
+printf '\ngoals: remote read of %s MiB >= 70%% of the TCP ceiling: %s; cross-node hand-off median <= 250 us: %s\n' \
+	"$BIG_MIB" "$(ratio "$REMOTE" "$TCP")" "$XMED us"

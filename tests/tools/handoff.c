@@ -1,6 +1,8 @@
-/* handoff DIR N - the latency of a 4 KiB hand-off between two processes:
- * the writer creates, writes and closes DIR/h<i> while the reader is
- * already waiting in open(); the time runs from the writer's open to the
+/* handoff DIR N STATS [RDIR] - the latency of a 4 KiB hand-off between two
+ * processes: the writer creates, writes and closes DIR/h<i> while the
+ * reader is already waiting in open() of RDIR/h<i> (DIR by default; another
+ * node's mount of the same edge for a cross-node hand-off; STATS is the
+ * reader's node's .omni/stats); the time runs from the writer's open to the
  * reader's close.  Prints the median, p90 and p99 in microseconds. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -64,9 +66,9 @@ static void reader(const char *dir, int n, int ready, int done)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4)
-		return fprintf(stderr, "usage: handoff DIR N STATSFILE\n"), 2;
-	const char *dir = argv[1];
+	if (argc != 4 && argc != 5)
+		return fprintf(stderr, "usage: handoff DIR N STATSFILE [READER-DIR]\n"), 2;
+	const char *dir = argv[1], *rdir = argc == 5 ? argv[4] : dir;
 	int n = atoi(argv[2]), rp[2], dp[2];
 	long long *lat = calloc((size_t)n, sizeof(*lat));
 	static char data[4096];
@@ -75,7 +77,7 @@ int main(int argc, char **argv)
 	if (pipe(rp) || pipe(dp))
 		return 1;
 	if (fork() == 0)
-		reader(dir, n, rp[1], dp[1]);
+		reader(rdir, n, rp[1], dp[1]);
 	for (int i = 0; i < n; i++) {
 		char c, path[4096];
 		long long t1;
