@@ -20,7 +20,8 @@ static void put(struct wr *w, const void *v, size_t n)
 		w->err = 1;
 		return;
 	}
-	memcpy(w->p + w->len, v, n);
+	if (n)                  /* an empty field may come with no pointer */
+		memcpy(w->p + w->len, v, n);
 	w->len += n;
 }
 
