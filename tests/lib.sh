@@ -97,6 +97,24 @@ except OSError as e:
 PYEOF
 }
 
+# read_cut FILE CMD...: reads FILE's first MiB, runs CMD (a fault), reads on;
+# prints the error the reads ended with and 1 if it came within 10 s.
+read_cut() {
+	$PY - "$@" <<'PYEOF'
+import os, subprocess, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.read(fd, 1 << 20)
+subprocess.run(sys.argv[2:], check=True)
+t = time.time()
+try:
+    while os.read(fd, 1 << 20):
+        pass
+    print("read it all")
+except OSError as e:
+    print("%s %d" % (os.strerror(e.errno), time.time() - t < 10))
+PYEOF
+}
+
 cleanup() {
 	local name rc=$? log
 	for name in "${!NODE_PID[@]}"; do
