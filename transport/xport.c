@@ -199,15 +199,14 @@ static int conn_send(struct xport_conn *c, uint64_t reqid, const struct proto_ms
 	return len < 0 ? len : conn_sendv(c, (uint8_t)m->type, reqid, buf, (size_t)len, NULL, 0);
 }
 
-/* Reads exactly the bytes of iov.  Between frames (idle set) a silence of
- * dead_ms is a dead peer; within one it is too.  tick() runs each time the
- * receive timeout passes, and may end the wait with an error. */
-static int conn_readv(struct xport_conn *c, struct iovec *iov, int n, int idle,
+/* Reads exactly the bytes of iov.  A silence of dead_ms, between frames
+ * or within one, is a dead peer.  tick() runs each time the receive
+ * timeout passes, and may end the wait with an error. */
+static int conn_readv(struct xport_conn *c, struct iovec *iov, int n,
 		      int (*tick)(struct xport_conn *c))
 {
 	uint64_t dead = (uint64_t)c->x->c.dead_ms * 1000000u;
 
-	(void)idle;
 	while (n > 0) {
 		ssize_t r = readv(c->fd, iov, n);
 		if (r == 0)
@@ -240,11 +239,11 @@ static int conn_readv(struct xport_conn *c, struct iovec *iov, int n, int idle,
 	return 0;
 }
 
-static int conn_read(struct xport_conn *c, void *buf, size_t len, int idle,
+static int conn_read(struct xport_conn *c, void *buf, size_t len,
 		     int (*tick)(struct xport_conn *c))
 {
 	struct iovec iov = { buf, len };
-	return len ? conn_readv(c, &iov, 1, idle, tick) : 0;
+	return len ? conn_readv(c, &iov, 1, tick) : 0;
 }
 
 /* Reads and checks one frame; its body (if not DATA) lands in c->body and
@@ -255,12 +254,12 @@ static int conn_recv(struct xport_conn *c, struct proto_hdr *h, struct proto_msg
 	uint8_t hdr[PROTO_HDR];
 	int rc;
 
-	if ((rc = conn_read(c, hdr, PROTO_HDR, 1, tick)))
+	if ((rc = conn_read(c, hdr, PROTO_HDR, tick)))
 		return rc;
 	if ((rc = proto_frame_check(hdr, h)))
 		return rc;
 	size_t want = h->type == PT_DATA ? (h->len < PROTO_DATA_HDR ? h->len : PROTO_DATA_HDR) : h->len;
-	if ((rc = conn_read(c, c->body, want, 0, tick)))
+	if ((rc = conn_read(c, c->body, want, tick)))
 		return rc;
 	return proto_decode(h->type, c->body, h->len, m);
 }
@@ -412,13 +411,13 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 	if (n < 0) {            /* not ours (a pull that ended): drop the bytes */
 		for (uint32_t left = m->u.data.len; left;) {
 			uint32_t k = left < PROTO_MAX_BODY ? left : PROTO_MAX_BODY;
-			if ((rc = conn_read(c, c->body, k, 0, rx_tick)))
+			if ((rc = conn_read(c, c->body, k, rx_tick)))
 				return rc;
 			left -= k;
 		}
 		return 0;
 	}
-	if ((rc = conn_readv(c, iov, n, 0, rx_tick)))
+	if ((rc = conn_readv(c, iov, n, rx_tick)))
 		return rc;
 	/* readv moved iov along; take the slice again to hash it. */
 	XXH3_state_t st;
