@@ -1,0 +1,22 @@
+/* internal.h - what kvfmt's files share; not part of its interface. */
+#ifndef OMNI_KVFMT_INTERNAL_H
+#define OMNI_KVFMT_INTERNAL_H
+
+#include "kvfmt.h"
+
+int kv_fail(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+int kv_shape_check(struct kv_info *kv, char *err, size_t errlen);
+int kv_native_layout(struct kv_info *kv, const uint8_t *present);
+void kv_native_header(const struct kv_info *kv, const void *meta, uint8_t *hdr);
+
+int kv_vllm_parse(const uint8_t *p, size_t n, uint64_t total, struct kv_info *kv,
+		  char *err, size_t errlen);
+void kv_vllm_free(void *json);
+/* The JSON text of a vllm header: root's keys, then td and nl for kv's
+ * shape (names from an array, or the defaults), then the head range if
+ * with_heads.  root is changed; the text is malloc'd. */
+char *kv_vllm_header(void *root, const struct kv_info *kv, const uint8_t *present,
+		     void *names, int with_heads);
+
+#endif
