@@ -25,10 +25,12 @@ CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 LDFLAGS  += -fsanitize=address,undefined
 endif
 
-LIB_SRCS := transport/pool.c transport/rdma_probe.c transport/proto.c \
+KV_SRCS  := kvfmt/kvfmt.c kvfmt/vllm.c kvfmt/plan.c kvfmt/convert.c
+KV_OBJS  := $(KV_SRCS:%.c=$(BUILD)/obj/%.o)
+LIB_SRCS := $(KV_SRCS) transport/pool.c transport/rdma_probe.c transport/proto.c \
             transport/auth.c transport/xport.c fs/cluster.c \
             fs/names.c fs/htab.c fs/timerq.c fs/rangeset.c fs/stats.c \
-            fs/ns.c fs/caller.c fs/vfile.c fs/loop.c fs/ops.c mount/conf.c
+            fs/ns.c fs/view.c fs/caller.c fs/vfile.c fs/loop.c fs/ops.c mount/conf.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT     := $(patsubst tests/unit/%.c,$(BUILD)/t/%.t,$(wildcard tests/unit/*.c))
 TOOLS    := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
@@ -66,6 +68,11 @@ $(BUILD)/tools/%: $(BUILD)/obj/tests/tools/%.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -lpthread -o $@
 
+# Tools that speak kvfmt link it.
+$(BUILD)/tools/kvgen: $(BUILD)/obj/tests/tools/kvgen.o $(KV_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 $(BUILD)/bench/ceilingfs: $(BUILD)/obj/tests/bench/ceilingfs.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -82,14 +89,29 @@ $(FUZZ_DIR)/seeds: tests/fuzz/seeds.c transport/proto.c transport/proto.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -Wall -Wextra -Werror tests/fuzz/seeds.c transport/proto.c -o $@
 
-# Runs the fuzz target for FUZZ_SECS seconds from the seeds; a crash or a
-# leak fails it and leaves the input in $(FUZZ_DIR).
-fuzz: $(FUZZ_DIR)/frame $(FUZZ_DIR)/seeds
-	@rm -rf $(FUZZ_DIR)/corpus && mkdir -p $(FUZZ_DIR)/corpus
+# kvfmt's parsers: both payload formats, views and conversions.
+FUZZ_KV_LIBS := $(shell pkg-config --cflags --libs json-c libxxhash 2>/dev/null)
+$(FUZZ_DIR)/kv: tests/fuzz/kv.c $(KV_SRCS) kvfmt/kvfmt.h kvfmt/internal.h
+	@mkdir -p $(dir $@)
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		tests/fuzz/kv.c $(KV_SRCS) $(FUZZ_KV_LIBS) -o $@
+$(FUZZ_DIR)/kvseeds: tests/fuzz/kvseeds.c $(KV_SRCS) kvfmt/kvfmt.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -Wall -Wextra -Werror tests/fuzz/kvseeds.c $(KV_SRCS) $(FUZZ_KV_LIBS) -o $@
+
+# Runs each fuzz target for FUZZ_SECS seconds from its seeds; a crash, a
+# leak or a hang fails it and leaves the input in $(FUZZ_DIR).
+fuzz: $(FUZZ_DIR)/frame $(FUZZ_DIR)/seeds $(FUZZ_DIR)/kv $(FUZZ_DIR)/kvseeds
+	@rm -rf $(FUZZ_DIR)/corpus $(FUZZ_DIR)/kvcorpus
+	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/kvcorpus
 	@$(FUZZ_DIR)/seeds $(FUZZ_DIR)/corpus
+	@$(FUZZ_DIR)/kvseeds $(FUZZ_DIR)/kvcorpus
 	@cd $(FUZZ_DIR) && ./frame -max_total_time=$(FUZZ_SECS) -max_len=70000 -timeout=5 \
 		-print_final_stats=1 corpus 2>fuzz.log || { tail -40 fuzz.log; exit 1; }
 	@grep -E '^stat::number_of_executed_units' $(FUZZ_DIR)/fuzz.log | sed 's/^/fuzz: frame decoder: /'
+	@cd $(FUZZ_DIR) && ./kv -max_total_time=$(FUZZ_SECS) -max_len=65536 -timeout=5 \
+		-print_final_stats=1 kvcorpus 2>kvfuzz.log || { tail -40 kvfuzz.log; exit 1; }
+	@grep -E '^stat::number_of_executed_units' $(FUZZ_DIR)/kvfuzz.log | sed 's/^/fuzz: kvfmt parsers: /'
 
 $(BUILD)/bench/tcpceil: $(BUILD)/obj/tests/bench/tcpceil.o
 	@mkdir -p $(dir $@)

@@ -62,7 +62,7 @@ enum caller_intent caller_intent(pid_t tid)
 	if ((flags & (O_CREAT | O_EXCL)) == O_CREAT)
 		return CALLER_OPEN_CREATE;
 	if (flags & (O_CREAT | O_PATH | O_DIRECTORY) || (flags & O_ACCMODE) != O_RDONLY)
-		return CALLER_OTHER;
+		return CALLER_OPEN_OTHER;
 	return CALLER_OPEN_READ;
 }
 

@@ -9,12 +9,15 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "ns.h"
 #include "stats.h"
+#include "../kvfmt/kvfmt.h"
 
 _Static_assert(NS_CHUNK == PROTO_CHUNK, "chunk hashes are per DATA frame");
 _Static_assert(NS_INLINE_MAX == PROTO_INLINE_MAX, "inline objects fit an announce");
+_Static_assert(KV_HDR_MAX == PROTO_KVHDR_MAX, "KV headers fit an announce");
 _Static_assert(NAME_STAGE_MAX == PROTO_NAME_MAX && NAME_KEY_MAX == PROTO_KEY_MAX,
 	       "names travel whole");
 
@@ -75,6 +78,8 @@ static void to_proto(const struct ns_objinfo *o, struct proto_obj *p)
 	p->readers = o->readers < 0 ? 0 : o->readers;
 	p->uid = o->uid;
 	p->gid = o->gid;
+	p->kvhdr = o->kvhdr;
+	p->kvhdrlen = o->kvhdr ? o->kvhdr_len : 0;
 }
 
 static struct ns_objinfo from_proto(const struct proto_obj *p)
@@ -83,6 +88,7 @@ static struct ns_objinfo from_proto(const struct proto_obj *p)
 		.from = p->from, .to = p->to, .key = p->key, .oid = p->oid, .size = p->size,
 		.xxh3 = p->xxh3, .reads = p->reads, .published_ns = p->published_ns,
 		.readers = p->readers, .uid = p->uid, .gid = p->gid, .data = p->data,
+		.kvhdr = p->kvhdr, .kvhdr_len = p->kvhdrlen,
 	};
 }
 
@@ -142,11 +148,16 @@ static void hook_gone(void *ctx, const struct ns_objinfo *o)
 		xport_send(cl->x, (int)i, &m);
 }
 
-static void hook_consumed(void *ctx, int owner, uint64_t oid)
+static void hook_consumed(void *ctx, int owner, uint64_t oid, const struct ns_cover *cv)
 {
 	struct cluster *cl = ctx;
-	struct proto_msg m = { .type = PT_CONSUMED, .u.consumed.oid = oid };
+	struct proto_msg m = { .type = PT_CONSUMED, .u.consumed = { oid, 0, 0, 0 } };
 
+	if (cv && cv->of) {
+		m.u.consumed.first = cv->first;
+		m.u.consumed.n = cv->n;
+		m.u.consumed.of = cv->of;
+	}
 	xport_send(cl->x, owner, &m);
 }
 
@@ -173,9 +184,75 @@ static int hook_fetch(void *ctx, int owner, uint64_t oid, uint64_t size,
 	if (!f)
 		return -ENOMEM;
 	*f = (struct fetch){ cl, token, size };
-	if ((rc = xport_pull(cl->x, owner, oid, 0, size, dst, n, fetch_progress, f)))
+	if ((rc = xport_pull(cl->x, owner, oid, 0, size, 1, 1, dst, n, fetch_progress, f)))
 		free(f);
 	return rc;
+}
+
+/* ---------------------------------------------------------------- views */
+
+struct pullset {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	size_t left;
+	int err;
+};
+
+struct piece_ctx { struct pullset *ps; uint64_t total; };
+
+/* The transport reports the end of each pull exactly once. */
+static void piece_progress(void *arg, uint64_t upto, int err)
+{
+	struct piece_ctx *pc = arg;
+	struct pullset *ps = pc->ps;
+
+	if (!err && upto < pc->total)
+		return;
+	free(pc);
+	pthread_mutex_lock(&ps->lock);
+	if (err && !ps->err)
+		ps->err = err;
+	ps->left--;
+	pthread_cond_broadcast(&ps->cond);
+	pthread_mutex_unlock(&ps->lock);
+}
+
+int cluster_pull(struct cluster *cl, int owner, uint64_t oid,
+		 const struct cluster_piece *pc, size_t n)
+{
+	struct pullset ps = { .left = 0 };
+	int rc = 0;
+
+	pthread_mutex_init(&ps.lock, NULL);
+	pthread_cond_init(&ps.cond, NULL);
+	/* All in flight at once: one round trip, however many pieces. */
+	for (size_t i = 0; i < n && !rc; i++) {
+		struct piece_ctx *c = malloc(sizeof(*c));
+		if (!c) {
+			rc = -ENOMEM;
+			break;
+		}
+		*c = (struct piece_ctx){ &ps, pc[i].len * pc[i].count };
+		pthread_mutex_lock(&ps.lock);
+		ps.left++;
+		pthread_mutex_unlock(&ps.lock);
+		if ((rc = xport_pull(cl->x, owner, oid, pc[i].off, pc[i].len, pc[i].stride,
+				     pc[i].count, pc[i].dst, pc[i].ndst, piece_progress, c))) {
+			free(c);
+			pthread_mutex_lock(&ps.lock);
+			ps.left--;
+			pthread_mutex_unlock(&ps.lock);
+		}
+	}
+	pthread_mutex_lock(&ps.lock);
+	while (ps.left)         /* every pull ends: done, failed or timed out */
+		pthread_cond_wait(&ps.cond, &ps.lock);
+	if (!rc)
+		rc = ps.err;
+	pthread_mutex_unlock(&ps.lock);
+	pthread_cond_destroy(&ps.cond);
+	pthread_mutex_destroy(&ps.lock);
+	return rc == -EHOSTDOWN ? -EIO : rc;
 }
 
 static int hook_remove(void *ctx, const struct ns_objinfo *o)
@@ -202,35 +279,87 @@ const struct ns_hooks *cluster_hooks(void) { return &hooks; }
 
 /* ---------------------------------------------------------------- serving */
 
-static void serve_pull(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
-		       const struct proto_msg *m)
+/* Gathers up to PROTO_CHUNK bytes of the pieces of a strided pull from
+ * stream position pos into buf. */
+static int gather(struct cluster *cl, struct ns_handle *h, const struct proto_msg *m,
+		  uint64_t pos, uint8_t *buf, uint64_t n)
 {
-	struct proto_msg st = { .type = PT_STATUS };
-	struct ns_handle *h = NULL;
-	uint64_t size = 0, off = m->u.pull.off, end;
-	int rc = ns_serve_open(cl->ns, m->u.pull.oid, &h, &size);
+	const uint64_t len = m->u.pull.len;
 
-	if (!rc && (off % NS_CHUNK || off >= size || m->u.pull.len > size - off))
-		rc = -EINVAL;
-	end = off + m->u.pull.len;
-	for (uint64_t idx = off / NS_CHUNK; !rc && idx * NS_CHUNK < end; idx++) {
+	for (uint64_t done = 0; done < n;) {
+		uint64_t k = (pos + done) / len, in = (pos + done) % len, take = len - in;
 		struct iovec iov[64];
-		uint64_t xxh3;
-		int n;
-		if ((rc = ns_serve_chunk(cl->ns, h, idx, iov, &n, 64, &xxh3)))
+		int cnt;
+		if (take > n - done)
+			take = n - done;
+		ssize_t got = ns_read(cl->ns, h, m->u.pull.off + k * m->u.pull.stride + in, take,
+				      iov, &cnt, 64);
+		if (got <= 0)
+			return got < 0 ? (int)got : -EINVAL;
+		for (int i = 0; i < cnt; i++) {
+			memcpy(buf + done, iov[i].iov_base, iov[i].iov_len);
+			done += iov[i].iov_len;
+		}
+	}
+	return 0;
+}
+
+/* A whole object's chunks go out with the hashes kept at publish; any
+ * other range (a view's) is gathered and hashed as it goes.  DATA frames
+ * carry the stream position, m->u.pull.off plus the bytes before. */
+static int serve_ranges(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
+			const struct proto_msg *m, struct ns_handle *h, uint64_t size)
+{
+	const uint64_t off = m->u.pull.off, len = m->u.pull.len, cnt = m->u.pull.count;
+	const uint64_t total = len * cnt;
+	int aligned = cnt == 1 && off % NS_CHUNK == 0 && (off + len == size || len % NS_CHUNK == 0);
+	uint8_t *buf = aligned ? NULL : malloc(PROTO_CHUNK);
+	int rc = 0;
+
+	if (!aligned && !buf)
+		return -ENOMEM;
+	for (uint64_t pos = 0; !rc && pos < total; pos += PROTO_CHUNK) {
+		uint64_t n = total - pos < PROTO_CHUNK ? total - pos : PROTO_CHUNK, xxh3;
+		struct iovec iov[64];
+		int k;
+		if (aligned) {
+			rc = ns_serve_chunk(cl->ns, h, (off + pos) / NS_CHUNK, iov, &k, 64, &xxh3);
+		} else if (!(rc = gather(cl, h, m, pos, buf, n))) {
+			iov[0] = (struct iovec){ buf, n };
+			k = 1;
+			xxh3 = XXH3_64bits(buf, n);
+		}
+		if (rc)
 			break;
 		if (cl->corrupt)        /* the receiver must refuse this chunk */
 			xxh3 ^= 1;
 		if (cl->delay_ms)
 			usleep(cl->delay_ms * 1000u);
-		if (xport_reply_data(c, reqid, idx * NS_CHUNK, xxh3, iov, n))
-			goto release;   /* the connection is gone */
+		if (xport_reply_data(c, reqid, off + pos, xxh3, iov, k))
+			rc = 1;         /* the connection is gone: no STATUS */
 	}
-	if (rc) {
+	free(buf);
+	return rc;
+}
+
+static void serve_pull(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
+		       const struct proto_msg *m)
+{
+	struct proto_msg st = { .type = PT_STATUS };
+	struct ns_handle *h = NULL;
+	uint64_t size = 0, off = m->u.pull.off, len = m->u.pull.len, last;
+	int rc = ns_serve_open(cl->ns, m->u.pull.oid, &h, &size);
+
+	/* The last piece must end inside the object (decode bounded all). */
+	last = off + (uint64_t)(m->u.pull.count - 1) * m->u.pull.stride;
+	if (!rc && (!len || off >= size || last > size || len > size - last))
+		rc = -EINVAL;
+	if (!rc)
+		rc = serve_ranges(cl, c, reqid, m, h, size);
+	if (rc < 0) {
 		st.u.status.err = -rc;
 		xport_reply(c, reqid, &st);
 	}
-release:
 	if (h)
 		ns_release(cl->ns, h);
 }
@@ -256,7 +385,9 @@ static void list_one(void *arg, const struct ns_objinfo *o)
 
 	if (l->m.u.listing.n == PROTO_LIST_MAX)
 		list_flush(l, 1);
-	to_proto(o, &l->obj[l->m.u.listing.n++]);
+	to_proto(o, &l->obj[l->m.u.listing.n]);
+	l->obj[l->m.u.listing.n].kvhdr = NULL;  /* listings stay small; views ask */
+	l->obj[l->m.u.listing.n++].kvhdrlen = 0;
 }
 
 static void serve_list(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
@@ -291,6 +422,7 @@ static void serve_lookup(struct cluster *cl, struct xport_conn *c, int peer,
 	if (!ns_find(cl->ns, q->from, q->to, q->key, &o, names)) {
 		to_proto(&o, &r.u.obj);
 		xport_reply(c, reqid, &r);
+		free((void *)o.kvhdr);
 		return;
 	}
 	if (q->size && q->size <= 3600000) {
@@ -331,9 +463,11 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 		else
 			ns_drop_owner(cl->ns, peer, 0);
 		break;
-	case PT_CONSUMED:
-		ns_consumed(cl->ns, m->u.consumed.oid);
+	case PT_CONSUMED: {
+		struct ns_cover cv = { m->u.consumed.first, m->u.consumed.n, m->u.consumed.of };
+		ns_consumed(cl->ns, m->u.consumed.oid, &cv);
 		break;
+	}
 	case PT_LOOKUP:
 		serve_lookup(cl, c, peer, reqid, m);
 		break;

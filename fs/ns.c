@@ -26,6 +26,7 @@
 #endif
 
 #include "rangeset.h"
+#include "../kvfmt/kvfmt.h"
 
 enum { T_WAITER = 1, T_OBJECT = 2 };
 enum obj_state { OS_WRITING, OS_PUBLISHING, OS_PUBLISHED, OS_DEAD };
@@ -69,6 +70,12 @@ struct object {
 	int fetch;
 	uint64_t have;
 	unsigned fetch_gen;
+	/* A KV payload's header (SPEC §6), kept for views and user.omni.kv;
+	 * cov counts deliveries of each of cov_of head units by views, of
+	 * which every unit has had cov_min (already counted in reads). */
+	uint8_t *kvhdr;
+	uint32_t kvhdr_len, cov_of, cov_min;
+	uint32_t *cov;
 };
 
 enum { F_NONE, F_RUNNING, F_DONE, F_FAILED };
@@ -76,7 +83,7 @@ enum { F_NONE, F_RUNNING, F_DONE, F_FAILED };
 struct timed { struct timer t; int type; };
 
 struct node {
-	struct hlink byino, byname;
+	struct hlink byino, byname, bybase;     /* bybase: keys, by view base */
 	uint64_t ino, nlookup, npub;
 	enum ns_kind kind;
 	struct node *parent, *child, *next, *prev;
@@ -88,7 +95,7 @@ struct node {
 
 struct ns_handle {
 	struct object *obj;
-	int write, flushed, counted, killed, served;
+	int write, flushed, counted, killed, served, source;
 	unsigned gen;
 	struct rangeset seen;
 	uint64_t opened_ns, done;
@@ -105,7 +112,7 @@ struct ns {
 	struct stats *st;
 	struct ns_settings set;
 	struct ns_rule *rules;
-	struct htab byino, byname, waiters;
+	struct htab byino, byname, waiters, bybase;
 	uint64_t next_ino, next_wid, nobjects;
 	struct timerq tq;
 	struct node *root;
@@ -133,6 +140,7 @@ struct ns_event {
 	struct object *o;               /* EV_PUBLISHED: a reference for data */
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
 	struct ns_objinfo info;
+	struct ns_cover cover;          /* EV_CONSUMED */
 };
 
 static const char *const vfile_names[] = { "health", "stats", "metrics", "transfers", "config" };
@@ -160,6 +168,27 @@ static uint64_t wall_ns(void)
 static uint64_t name_hash(uint64_t parent, const char *name)
 {
 	return XXH3_64bits_withSeed(name, strlen(name), parent);
+}
+
+/* Keys that are views of each other (<base>, <base>.rank<i>of<N>) share
+ * this hash, so a published shard finds the opens waiting for a view. */
+static uint64_t base_hash(uint64_t parent, const char *name)
+{
+	size_t bl;
+	uint32_t r, t;
+
+	kv_name_split(name, &bl, &r, &t);
+	return XXH3_64bits_withSeed(name, bl, parent);
+}
+
+static int same_base(const char *a, const char *b)
+{
+	size_t la, lb;
+	uint32_t r, t;
+
+	kv_name_split(a, &la, &r, &t);
+	kv_name_split(b, &lb, &r, &t);
+	return la == lb && !memcmp(a, b, la);
 }
 
 static struct node *node_by_ino(struct ns *ns, uint64_t ino)
@@ -195,6 +224,8 @@ static struct node *node_new(struct ns *ns, struct node *p, const char *name,
 	if (p) {
 		n->parent = p;
 		htab_add(&ns->byname, &n->byname, name_hash(p->ino, name));
+		if (kind == NK_KEY)
+			htab_add(&ns->bybase, &n->bybase, base_hash(p->ino, name));
 		n->next = p->child;
 		if (p->child)
 			p->child->prev = n;
@@ -212,6 +243,8 @@ static void node_maybe_free(struct ns *ns, struct node *n)
 		struct node *p = n->parent;
 		htab_del(&ns->byino, &n->byino);
 		htab_del(&ns->byname, &n->byname);
+		if (n->kind == NK_KEY)
+			htab_del(&ns->bybase, &n->bybase);
 		if (n->prev)
 			n->prev->next = n->next;
 		else
@@ -292,6 +325,8 @@ static void obj_put(struct ns *ns, struct object *o)
 		XXH3_freeState(o->cs);
 	free(o->chunks);
 	free(o->ext);
+	free(o->kvhdr);
+	free(o->cov);
 	free(o);
 }
 
@@ -319,7 +354,7 @@ static struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uin
 }
 
 static void hasher_dequeue(struct ns *ns, struct object *o);
-static void ev_queue(struct ns *ns, int type, struct object *o);
+static struct ns_event *ev_queue(struct ns *ns, int type, struct object *o);
 
 /* Takes the object off its key: consumed, removed, expired or aborted.
  * Handles that have it open keep its bytes until they close. */
@@ -678,7 +713,7 @@ static void hash_note_write(struct ns *ns, struct object *o, uint64_t off, uint6
 
 /* ---------------------------------------------------------------- events */
 
-static void ev_queue(struct ns *ns, int type, struct object *o)
+static struct ns_event *ev_queue(struct ns *ns, int type, struct object *o)
 {
 	const struct ns_hooks *hk = ns->set.hooks;
 	struct ns_event *e;
@@ -686,10 +721,10 @@ static void ev_queue(struct ns *ns, int type, struct object *o)
 
 	if (!hk || !k || (type == EV_PUBLISHED && !hk->published) ||
 	    (type == EV_GONE && !hk->gone) || (type == EV_CONSUMED && !hk->consumed))
-		return;
+		return NULL;
 	if (!(e = calloc(1, sizeof(*e)))) {
 		fprintf(stderr, "omnifs: out of memory: a peer misses news of %s\n", k->name);
-		return;
+		return NULL;
 	}
 	e->type = type;
 	snprintf(e->from, sizeof(e->from), "%s", k->parent->parent->name);
@@ -705,12 +740,15 @@ static void ev_queue(struct ns *ns, int type, struct object *o)
 		o->refs++;
 		if (o->size <= NS_INLINE_MAX && o->size && o->next == 1)
 			e->info.data = ns->base + o->ext[0].off;
+		e->info.kvhdr = o->kvhdr;       /* o is referenced until delivered */
+		e->info.kvhdr_len = o->kvhdr_len;
 	}
 	if (ns->ev_tail)
 		ns->ev_tail->next = e;
 	else
 		ns->ev_head = e;
 	ns->ev_tail = e;
+	return e;
 }
 
 /* Delivers queued events; one thread at a time, so they stay in order. */
@@ -730,7 +768,7 @@ static void ev_drain(struct ns *ns)
 		else if (e->type == EV_GONE)
 			hk->gone(ns->set.hctx, &e->info);
 		else
-			hk->consumed(ns->set.hctx, e->info.owner, e->info.oid);
+			hk->consumed(ns->set.hctx, e->info.owner, e->info.oid, &e->cover);
 		if (e->o) {
 			pthread_mutex_lock(&ns->lock);
 			obj_put(ns, e->o);
@@ -769,7 +807,10 @@ static void wake_all(struct ns *ns, struct wakelist *wl)
 		struct ns_waiter *w = wl->head;
 		wl->head = w->next;
 		w->next = NULL;
-		ns->set.wake(w, w->wake_err, w->wake_h);
+		if (w->done)
+			w->done(w, w->wake_err, w->wake_h);
+		else
+			ns->set.wake(w, w->wake_err, w->wake_h);
 	}
 }
 
@@ -820,6 +861,8 @@ static void wake_key(struct ns *ns, struct node *key, int err, struct wakelist *
 	while (key->waiters) {
 		struct ns_waiter *w = key->waiters;
 		struct ns_handle *h = err ? NULL : handle_new(ns, key->obj, 0);
+		if (h)
+			h->source = !!(w->flags & NS_OPEN_SOURCE);
 		key->waiters = w->next;         /* the key stays: it has an object */
 		if (key->waiters)
 			key->waiters->prev = NULL;
@@ -837,12 +880,115 @@ static void wake_readers(struct ns *ns, struct node *key, struct wakelist *wl)
 	wake_key(ns, key, 0, wl);
 }
 
+/* Answers the opens on key that only want it published (a view's
+ * sources): a remote object need not be fetched for them. */
+static void wake_sources(struct ns *ns, struct node *key, struct wakelist *wl)
+{
+	for (struct ns_waiter *w = key->waiters, *next; w; w = next) {
+		next = w->next;
+		if (!(w->flags & NS_OPEN_SOURCE))
+			continue;
+		struct ns_handle *h = handle_new(ns, key->obj, 0);
+		waiter_dequeue(ns, w);
+		if (h)
+			h->source = 1;
+		wake_push(wl, w, h ? 0 : -ENOMEM, h);
+	}
+}
+
+/* k was published here or heard of: opens waiting on other names of its
+ * base may now be views of it; they are told to look again (-EAGAIN). */
+static void wake_views(struct ns *ns, struct node *k, struct wakelist *wl)
+{
+	for (struct hlink *l = htab_find(&ns->bybase, base_hash(k->parent->ino, k->name)), *ln;
+	     l; l = ln) {
+		struct node *n = (struct node *)((char *)l - offsetof(struct node, bybase));
+		ln = htab_next(l);      /* n goes when its last waiter does */
+		if (n == k || n->obj || n->parent != k->parent || !same_base(n->name, k->name))
+			continue;
+		for (struct ns_waiter *w = n->waiters, *next; w; w = next) {
+			next = w->next;
+			if (w->flags & NS_OPEN_EXACT)
+				continue;
+			waiter_dequeue(ns, w);
+			wake_push(wl, w, -EAGAIN, NULL);
+		}
+	}
+}
+
+/* 1 if a published key shares n's base (n itself aside). */
+static int views_possible(struct ns *ns, struct node *n)
+{
+	for (struct hlink *l = htab_find(&ns->bybase, base_hash(n->parent->ino, n->name)); l;
+	     l = htab_next(l)) {
+		struct node *m = (struct node *)((char *)l - offsetof(struct node, bybase));
+		if (m != n && m->parent == n->parent && m->obj && m->obj->state == OS_PUBLISHED &&
+		    same_base(m->name, n->name))
+			return 1;
+	}
+	return 0;
+}
+
 /* ---------------------------------------------------------------- publish */
 
 static void obj_abort(struct ns *ns, struct object *o)
 {
 	obj_unlink(ns, o, ST_ABORTED);
 	o->state = OS_DEAD;
+}
+
+/* Bytes of o for kvfmt, with ns unlocked: o's extents are final. */
+struct obj_at { struct ns *ns; struct object *o; };
+static const void *obj_at(void *arg, uint64_t off, uint64_t *len)
+{
+	struct obj_at *a = arg;
+	struct iovec iov;
+	int n;
+
+	if (off >= a->o->size || !obj_iov(a->ns, a->o, off, a->o->size - off, &iov, &n, 1))
+		return NULL;
+	*len = iov.iov_len;
+	return iov.iov_base;
+}
+
+/* A payload that calls itself KV (SPEC §6) must match its own header:
+ * else it is torn and not published (EIO).  Keeps the header.  Unlocked. */
+static int kv_check(struct ns *ns, struct object *o)
+{
+	struct obj_at a = { ns, o };
+	struct kv_info kv;
+	uint8_t head[KV_HDR_FIXED], *hdr;
+	uint64_t need, n = o->size < sizeof(head) ? o->size : sizeof(head);
+	char err[160];
+	int rc;
+
+	if (!o->size || kv_read(obj_at, &a, 0, n, head) || kv_sniff(head, n) == KV_FMT_NONE)
+		return 0;
+	if (kv_need(head, n, &need) || need > o->size) {
+		snprintf(err, sizeof(err), "header length out of range");
+		goto torn;
+	}
+	if (!(hdr = malloc(need)))
+		return -ENOMEM;
+	kv_read(obj_at, &a, 0, need, hdr);
+	rc = kv_parse(hdr, need, o->size, &kv, err, sizeof(err));
+	if (!rc)
+		rc = kv_verify(&kv, obj_at, &a, err, sizeof(err));
+	kv_free(&kv);
+	if (rc) {
+		free(hdr);
+		if (rc == -ENOMEM)
+			return rc;
+		goto torn;
+	}
+	o->kvhdr = hdr;
+	o->kvhdr_len = (uint32_t)need;
+	return 0;
+torn:
+	if (o->node)
+		fprintf(stderr, "omnifs: %s/%s/%s: torn KV payload, not published: %s\n",
+			o->node->parent->parent->name, o->node->parent->name, o->node->name, err);
+	return -EIO;
 }
 
 /* Publishes o: trims its reserve, hashes it with the lock dropped (the
@@ -858,9 +1004,11 @@ static void obj_publish(struct ns *ns, struct object *o, struct wakelist *wl)
 	pthread_mutex_unlock(&ns->lock);
 	uint64_t h;
 	int hrc = obj_hash(ns, o, &h);
+	if (!hrc)
+		hrc = kv_check(ns, o);
 	pthread_mutex_lock(&ns->lock);
 	if (hrc) {
-		obj_abort(ns, o);       /* no chunk table: it could not be served */
+		obj_abort(ns, o);       /* no chunk table, or a torn KV payload */
 		o->error = -hrc;
 	} else if (o->state == OS_PUBLISHING && o->node) {     /* not removed meanwhile */
 		struct ns_policy p = policy_of(ns, o->node->parent);
@@ -880,6 +1028,7 @@ static void obj_publish(struct ns *ns, struct object *o, struct wakelist *wl)
 		stats_observe(ns->st, H_PUBLISH, now_ns() - o->created_ns);
 		ev_queue(ns, EV_PUBLISHED, o);
 		wake_readers(ns, o->node, wl);
+		wake_views(ns, o->node, wl);
 	}
 	obj_put(ns, o);
 }
@@ -889,7 +1038,7 @@ static void count_read(struct ns *ns, struct ns_handle *h)
 {
 	struct object *o = h->obj;
 
-	if (h->write || h->served || h->counted || o->state != OS_PUBLISHED ||
+	if (h->write || h->served || h->source || h->counted || o->state != OS_PUBLISHED ||
 	    !rangeset_covers(&h->seen, 0, o->size))
 		return;
 	h->counted = 1;
@@ -977,7 +1126,8 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 		memcpy(ns->rules, set->rules, set->nrules * sizeof(*ns->rules));
 	}
 	if (htab_init(&ns->byino, 1024) || htab_init(&ns->byname, 1024) ||
-	    htab_init(&ns->waiters, 1024) || htab_init(&ns->byoid, 1024))
+	    htab_init(&ns->waiters, 1024) || htab_init(&ns->byoid, 1024) ||
+	    htab_init(&ns->bybase, 1024))
 		goto free_tables;
 	pthread_mutex_init(&ns->ev_lock, NULL);
 	pthread_cond_init(&ns->fcond, NULL);
@@ -1005,6 +1155,7 @@ free_tables:
 	htab_fini(&ns->byname);
 	htab_fini(&ns->waiters);
 	htab_fini(&ns->byoid);
+	htab_fini(&ns->bybase);
 	free(ns->rules);
 free_ns:
 	free(ns);
@@ -1090,6 +1241,7 @@ void ns_destroy(struct ns *ns)
 	htab_fini(&ns->byname);
 	htab_fini(&ns->waiters);
 	htab_fini(&ns->byoid);
+	htab_fini(&ns->bybase);
 	timerq_fini(&ns->tq);
 	pthread_cond_destroy(&ns->fcond);
 	pthread_mutex_destroy(&ns->ev_lock);
@@ -1366,7 +1518,8 @@ unlock:
 
 /* Queues an open on key n until it is published, or (fetch) until a
  * remote object's first bytes are here. */
-static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int fetch)
+static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int fetch,
+			int flags)
 {
 	struct ns_policy p = policy_of(ns, n->parent);
 
@@ -1376,6 +1529,7 @@ static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int 
 		return -ENOENT;
 	w->type = T_WAITER;
 	w->ino = n->ino;
+	w->flags = flags;
 	w->prev = NULL;
 	w->next = n->waiters;
 	if (n->waiters)
@@ -1421,11 +1575,18 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 			rc = -ENOMEM;
 		else if (flags & O_TRUNC)
 			obj_set_size(o, 0);
+	} else if (o && o->state == OS_PUBLISHED && (flags & NS_OPEN_SOURCE)) {
+		if (!(*h = handle_new(ns, o, 0)))
+			rc = -ENOMEM;
+		else
+			(*h)->source = 1;
+	} else if (!o && !(flags & NS_OPEN_EXACT) && views_possible(ns, n)) {
+		rc = -EAGAIN;           /* a view of published shards: see view.c */
 	} else if (o && o->state == OS_PUBLISHED && o->owner >= 0 &&
 		   o->fetch != F_DONE && (o->fetch != F_RUNNING || !o->have)) {
 		/* Another node's: answered once its first bytes are here,
 		 * or its owner says it is gone. */
-		rc = waiter_queue(ns, n, w, 1);
+		rc = waiter_queue(ns, n, w, 1, flags);
 		if (rc == -EINPROGRESS && o->fetch != F_RUNNING)
 			start = fetch_begin(ns, o, &fs);
 	} else if (o && o->state == OS_PUBLISHED) {
@@ -1434,7 +1595,7 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 		else
 			stat_add(ns->st, ST_GETS, 1);
 	} else {
-		rc = waiter_queue(ns, n, w, 0);
+		rc = waiter_queue(ns, n, w, 0, flags);
 	}
 	if (rc && rc != -EINPROGRESS && rc != -EINTR && n)
 		node_maybe_free(ns, n);
@@ -1525,6 +1686,10 @@ ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 
 	*niov = 0;
 	pthread_mutex_lock(&ns->lock);
+	if (h->source && o->owner >= 0) {
+		pthread_mutex_unlock(&ns->lock);
+		return -EREMOTE;        /* a view pulls its ranges itself */
+	}
 	if ((o->state != OS_PUBLISHED && !h->write) ||
 	    (o->owner >= 0 && fetch_wait(ns, h, off, len))) {
 		stat_add(ns->st, ST_ERRORS, 1);
@@ -1535,11 +1700,13 @@ ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 		if (len > o->size - off)
 			len = o->size - off;
 		got = obj_iov(ns, o, off, len, iov, niov, maxiov);
-		rangeset_add(&h->seen, off, off + got);
+		if (!h->source && !h->served)
+			rangeset_add(&h->seen, off, off + got);
 		h->done += got;
 	}
 	pthread_mutex_unlock(&ns->lock);
-	stat_add(ns->st, ST_BYTES_READ, got);
+	if (!h->source && !h->served)   /* views and peers count their own */
+		stat_add(ns->st, ST_BYTES_READ, got);
 	return (ssize_t)got;
 }
 
@@ -1694,6 +1861,16 @@ static struct node *key_node(struct ns *ns, const char *from, const char *to, co
 	return n && n->kind == NK_KEY ? n : NULL;
 }
 
+/* The KV header an owner sent with its object, if we have none yet. */
+static void kvhdr_keep(struct object *o, const struct ns_objinfo *ri)
+{
+	if (!o->kvhdr && ri->kvhdr_len && ri->kvhdr_len <= KV_HDR_MAX &&
+	    (o->kvhdr = malloc(ri->kvhdr_len))) {
+		memcpy(o->kvhdr, ri->kvhdr, ri->kvhdr_len);
+		o->kvhdr_len = ri->kvhdr_len;
+	}
+}
+
 /* A remote object's local record, under key k. */
 static struct object *remote_new(struct ns *ns, struct node *k, int owner,
 				 const struct ns_objinfo *ri)
@@ -1712,6 +1889,7 @@ static struct object *remote_new(struct ns *ns, struct node *k, int owner,
 	o->published_ns = ri->published_ns;
 	o->fetch = ri->size ? F_NONE : F_DONE;
 	npub_add(k, 1);
+	kvhdr_keep(o, ri);
 	/* Bytes that came with the announce are checked like pulled ones. */
 	if (ri->data && !obj_reserve(ns, o, ri->size)) {
 		struct iovec iov[4];
@@ -1748,16 +1926,22 @@ int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
 	} else if (o && o->owner == owner && o->oid == ri->oid) {
 		if (ri->reads > o->reads)
 			o->reads = ri->reads;
+		kvhdr_keep(o, ri);      /* it may have come by a listing, without */
 	} else {
 		if (o)
 			obj_unlink(ns, o, ST_NONE);
-		if (!(o = remote_new(ns, k, owner, ri)))
+		if (!(o = remote_new(ns, k, owner, ri))) {
 			rc = -ENOMEM;
-		else if (k->waiters && o->fetch == F_DONE)
+			goto drop;
+		}
+		wake_sources(ns, k, &wl);
+		wake_views(ns, k, &wl);
+		if (k->waiters && o->fetch == F_DONE)
 			wake_readers(ns, k, &wl);
 		else if (k->waiters)    /* readers are waiting: bring it now */
 			start = fetch_begin(ns, o, &fs);
 	}
+drop:
 	node_maybe_free(ns, k);
 unlock:
 	pthread_mutex_unlock(&ns->lock);
@@ -1798,19 +1982,48 @@ void ns_drop_owner(struct ns *ns, int owner, int lost)
 	pthread_mutex_unlock(&ns->lock);
 }
 
-int ns_consumed(struct ns *ns, uint64_t oid)
+/* Our object o was delivered: whole (c NULL or all its units), or units
+ * [first, first+n) of `of` by a view.  It counts one read once every unit
+ * has been delivered once more; under the lock. */
+static int cover_add(struct ns *ns, struct object *o, const struct ns_cover *c)
+{
+	if (c && c->of && (c->first || c->n != c->of)) {
+		if (c->first >= c->of || c->n > c->of - c->first)
+			return -EINVAL;
+		if (!o->cov_of) {
+			if (!(o->cov = calloc(c->of, sizeof(*o->cov))))
+				return -ENOMEM;
+			o->cov_of = c->of;
+		}
+		if (c->of != o->cov_of)
+			return -EINVAL; /* views of another split: not comparable */
+		uint32_t min = UINT32_MAX;
+		for (uint32_t u = 0; u < o->cov_of; u++) {
+			if (u >= c->first && u < c->first + c->n)
+				o->cov[u]++;
+			if (o->cov[u] < min)
+				min = o->cov[u];
+		}
+		if (min <= o->cov_min)
+			return 0;
+		o->reads += min - o->cov_min;
+		o->cov_min = min;
+	} else {
+		o->reads++;
+	}
+	if (o->node && o->readers > 0 && o->reads >= (uint64_t)o->readers)
+		obj_unlink(ns, o, ST_CONSUMED);
+	return 0;
+}
+
+int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c)
 {
 	struct hlink *l;
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&ns->lock);
-	if ((l = htab_find(&ns->byoid, oid))) {
-		struct object *o = (struct object *)((char *)l - offsetof(struct object, byoid));
-		o->reads++;
-		if (o->readers > 0 && o->reads >= (uint64_t)o->readers)
-			obj_unlink(ns, o, ST_CONSUMED);
-		rc = 0;
-	}
+	if ((l = htab_find(&ns->byoid, oid)))
+		rc = cover_add(ns, (struct object *)((char *)l - offsetof(struct object, byoid)), c);
 	ns_unlock(ns);
 	return rc;
 }
@@ -1840,7 +2053,7 @@ static void objinfo(const struct object *o, struct ns_objinfo *out, char names[3
 		.from = names[0], .to = names[1], .key = names[2], .oid = o->oid,
 		.size = o->size, .xxh3 = o->xxh3, .reads = o->reads,
 		.published_ns = o->published_ns, .readers = o->readers, .uid = o->uid,
-		.gid = o->gid, .owner = o->owner,
+		.gid = o->gid, .owner = o->owner, .kvhdr_len = o->kvhdr_len,
 	};
 }
 
@@ -1853,6 +2066,11 @@ int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
 	struct node *k = key_node(ns, from, to, key);
 	if (k && k->obj && k->obj->owner < 0 && k->obj->state == OS_PUBLISHED) {
 		objinfo(k->obj, out, names);
+		out->kvhdr = NULL;
+		if (out->kvhdr_len && (out->kvhdr = malloc(out->kvhdr_len)))
+			memcpy((void *)out->kvhdr, k->obj->kvhdr, out->kvhdr_len);
+		else
+			out->kvhdr_len = 0;
 		rc = 0;
 	}
 	pthread_mutex_unlock(&ns->lock);
@@ -1883,6 +2101,10 @@ void ns_foreach_own(struct ns *ns, const char *from, const char *to,
 					v = nv;
 				}
 				objinfo(o, &v[n].info, v[n].names);
+				if (o->kvhdr && (v[n].info.kvhdr = malloc(o->kvhdr_len)))
+					memcpy((void *)v[n].info.kvhdr, o->kvhdr, o->kvhdr_len);
+				else
+					v[n].info.kvhdr_len = 0;
 				n++;
 			}
 		}
@@ -1894,6 +2116,7 @@ unlock:
 		v[i].info.to = v[i].names[1];
 		v[i].info.key = v[i].names[2];
 		fn(arg, &v[i].info);
+		free((void *)v[i].info.kvhdr);
 	}
 	free(v);
 }
@@ -1980,7 +2203,7 @@ int64_t ns_wait_ms(struct ns *ns, uint64_t ino)
 #define XA "user.omni."
 static const char *const xattr_names[] = {
 	XA "owner", XA "state", XA "size", XA "xxh3", XA "readers", XA "reads",
-	XA "published_ns",
+	XA "published_ns", XA "kv",
 };
 
 /* The value of one of xattr_names for o, or -ENODATA. */
@@ -2006,6 +2229,14 @@ static int xattr_value(struct ns *ns, const struct object *o, const char *name,
 		return snprintf(v, vlen, "%016" PRIx64, o->xxh3);
 	if (pub && !strcmp(name, XA "published_ns"))
 		return snprintf(v, vlen, "%" PRIu64, o->published_ns);
+	if (pub && o->kvhdr && !strcmp(name, XA "kv")) {
+		struct kv_info kv;
+		int rc = kv_parse(o->kvhdr, o->kvhdr_len, o->size, &kv, NULL, 0);
+		if (!rc)
+			rc = kv_summary(&kv, v, vlen);
+		kv_free(&kv);
+		return rc < 0 ? -ENODATA : rc;
+	}
 	return -ENODATA;
 }
 
@@ -2019,7 +2250,7 @@ static struct object *xattr_obj(struct ns *ns, uint64_t ino, int *rc)
 
 int ns_getxattr(struct ns *ns, uint64_t ino, const char *name, char *buf, size_t size)
 {
-	char v[64];
+	char v[1024];           /* user.omni.kv is the longest */
 	int rc;
 
 	pthread_mutex_lock(&ns->lock);
@@ -2036,7 +2267,7 @@ int ns_getxattr(struct ns *ns, uint64_t ino, const char *name, char *buf, size_t
 
 int ns_listxattr(struct ns *ns, uint64_t ino, char *buf, size_t size)
 {
-	char v[64];
+	char v[1024];           /* user.omni.kv is the longest */
 	size_t len = 0;
 	int rc;
 
@@ -2150,4 +2381,106 @@ const char *ns_vfile_name(struct ns *ns, uint64_t ino)
 		name = n->name;         /* static for the life of ns */
 	pthread_mutex_unlock(&ns->lock);
 	return name;
+}
+
+/* ---------------------------------------------------------------- views */
+
+int ns_siblings(struct ns *ns, uint64_t ino, char self[NAME_KEY_MAX + 1], uint64_t *edge,
+		struct ns_sibling **out, size_t *count)
+{
+	struct ns_sibling *v = NULL;
+	size_t n = 0, cap = 0;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->lock);
+	struct node *k = node_by_ino(ns, ino);
+	if (!k || k->kind != NK_KEY)
+		goto unlock;
+	rc = 0;
+	*edge = k->parent->ino;
+	snprintf(self, NAME_KEY_MAX + 1, "%s", k->name);
+	for (struct hlink *l = htab_find(&ns->bybase, base_hash(k->parent->ino, k->name)); l;
+	     l = htab_next(l)) {
+		struct node *m = (struct node *)((char *)l - offsetof(struct node, bybase));
+		if (m->parent != k->parent || !m->obj || m->obj->state != OS_PUBLISHED ||
+		    !same_base(m->name, k->name))
+			continue;
+		if (n == cap) {
+			struct ns_sibling *nv = realloc(v, (cap = cap ? 2 * cap : 16) * sizeof(*v));
+			if (!nv) {
+				rc = -ENOMEM;
+				break;
+			}
+			v = nv;
+		}
+		snprintf(v[n].name, sizeof(v[n].name), "%s", m->name);
+		v[n++].ino = m->ino;
+	}
+unlock:
+	pthread_mutex_unlock(&ns->lock);
+	if (rc) {
+		free(v);
+		v = NULL;
+		n = 0;
+	}
+	*out = v;
+	*count = n;
+	return rc;
+}
+
+int ns_source_info(struct ns *ns, struct ns_handle *h, struct ns_srcinfo *si)
+{
+	struct object *o = h->obj;
+	int rc = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	*si = (struct ns_srcinfo){ .owner = o->owner, .oid = o->oid, .size = o->size };
+	if (o->state != OS_PUBLISHED)
+		rc = -ENOENT;
+	else if (o->kvhdr && !(si->kvhdr = malloc(o->kvhdr_len)))
+		rc = -ENOMEM;
+	else if (o->kvhdr) {
+		memcpy(si->kvhdr, o->kvhdr, o->kvhdr_len);
+		si->kvhdr_len = o->kvhdr_len;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+void ns_source_consumed(struct ns *ns, struct ns_handle *h, const struct ns_cover *c)
+{
+	struct object *o = h->obj;
+
+	pthread_mutex_lock(&ns->lock);
+	if (o->state == OS_PUBLISHED && h->source && !h->counted) {
+		h->counted = 1;
+		if (o->owner < 0) {
+			cover_add(ns, o, c);
+		} else {
+			struct ns_event *e = ev_queue(ns, EV_CONSUMED, o);  /* the owner counts */
+			if (e)
+				e->cover = *c;
+		}
+	}
+	ns_unlock(ns);
+}
+
+int ns_kv_header(struct ns *ns, uint64_t ino, uint8_t **hdr, uint32_t *len, uint64_t *size)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->lock);
+	struct node *k = node_by_ino(ns, ino);
+	struct object *o = k && k->kind == NK_KEY ? k->obj : NULL;
+	if (o && o->state == OS_PUBLISHED) {
+		rc = -ENODATA;
+		if (o->kvhdr && (*hdr = malloc(o->kvhdr_len))) {
+			memcpy(*hdr, o->kvhdr, o->kvhdr_len);
+			*len = o->kvhdr_len;
+			*size = o->size;
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
 }

@@ -56,14 +56,21 @@ struct ns_objinfo {
 	uint32_t uid, gid;
 	int owner;                      /* -1: this node; else a peer index */
 	const void *data;               /* the bytes when small (see above), or NULL */
+	const void *kvhdr;              /* a KV payload's header (SPEC §6), or NULL */
+	uint32_t kvhdr_len;
 };
+
+/* What a view delivered of a source: units [first, first+n) of `of`
+ * (heads; of 0: the whole object). */
+struct ns_cover { uint32_t first, n, of; };
 
 /* What ns asks of the cluster; all called unlocked, in the order the
  * events happened.  Any may be NULL (a single node). */
 struct ns_hooks {
 	void (*published)(void *ctx, const struct ns_objinfo *o);       /* ours */
 	void (*gone)(void *ctx, const struct ns_objinfo *o);            /* ours */
-	void (*consumed)(void *ctx, int owner, uint64_t oid);           /* a complete read */
+	void (*consumed)(void *ctx, int owner, uint64_t oid,            /* a complete read */
+			 const struct ns_cover *c);
 	/* Start bringing a remote object's bytes into dst; report through
 	 * ns_fetch_progress(token).  0, or -errno (nothing will be reported). */
 	int (*fetch)(void *ctx, int owner, uint64_t oid, uint64_t size,
@@ -96,6 +103,8 @@ struct ns_waiter {
 	/* Asked under ns's lock right after queueing: 1 if the open was
 	 * interrupted before it could be cancelled by id. */
 	int (*interrupted)(struct ns_waiter *w);
+	/* If set, answers this waiter instead of settings.wake. */
+	void (*done)(struct ns_waiter *w, int err, struct ns_handle *h);
 	int wake_err;           /* private to ns: the answer, while queued */
 	struct ns_handle *wake_h;
 };
@@ -146,7 +155,13 @@ int ns_create_key(struct ns *ns, uint64_t parent, const char *name, int excl,
 		  uint32_t uid, uint32_t gid, struct ns_attr *out,
 		  struct ns_handle **h);
 /* Opens a key.  0 with *h, or -EINPROGRESS when the open waits: then w is
- * queued and will be answered through wake().  Other errors: -errno. */
+ * queued and will be answered through wake().  -EAGAIN: the key is not
+ * there but other names of its base are (<base>.rank<i>of<S>): open it as
+ * a view; a waiting open is answered so too when one comes.  Other
+ * errors: -errno.  Flags beyond open(2)'s: */
+#define NS_OPEN_SOURCE (1 << 30)        /* a view's source: answered once published,
+					   never fetched whole, never counted */
+#define NS_OPEN_EXACT  (1 << 29)        /* this name only, never -EAGAIN */
 int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	    struct ns_handle **h);
 /* A fresh waiter id, to register for interrupts before ns_open. */
@@ -200,10 +215,10 @@ void ns_drop_owner(struct ns *ns, int owner, int lost);
 /* A fetch's bytes [0, upto) are here and verified; err ends it. */
 void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err);
 /* Requests from peers about objects this node owns. */
-int ns_consumed(struct ns *ns, uint64_t oid);
+int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c);
 int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key);
 /* Our published object of that name (names point into ns: copy them
- * before the next call). */
+ * before the next call; kvhdr is malloc'd: the caller frees it). */
 int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
 	    struct ns_objinfo *out, char names[3][256]);
 /* Calls fn for each published object this node owns in the scope (from
@@ -226,6 +241,23 @@ int64_t ns_wait_ms(struct ns *ns, uint64_t ino);
 /* For .omni: counts and the transfers in flight (malloc'd array). */
 void ns_counts(struct ns *ns, uint64_t *objects, uint64_t *inflight);
 int ns_transfers(struct ns *ns, struct ns_xfer **out, size_t *n);
+/* ---- rank-shard views (fs/view.c) ---- */
+
+/* The published keys of a key's base in its edge (see ns_open), the
+ * key's own name and its edge's inode.  *out is malloc'd. */
+struct ns_sibling { char name[NAME_KEY_MAX + 1]; uint64_t ino; };
+int ns_siblings(struct ns *ns, uint64_t ino, char self[NAME_KEY_MAX + 1], uint64_t *edge,
+		struct ns_sibling **out, size_t *n);
+/* A source handle's object: owner (-1: here), oid, size, and its KV
+ * header (malloc'd, NULL if it has none or none came with it). */
+struct ns_srcinfo { int owner; uint64_t oid, size; uint8_t *kvhdr; uint32_t kvhdr_len; };
+int ns_source_info(struct ns *ns, struct ns_handle *h, struct ns_srcinfo *si);
+/* A view delivered c of the source (once per handle): counted here or
+ * by its owner towards consumption (SPEC §5). */
+void ns_source_consumed(struct ns *ns, struct ns_handle *h, const struct ns_cover *c);
+/* A published key's KV header (malloc'd): 0, -ENODATA, -ENOENT. */
+int ns_kv_header(struct ns *ns, uint64_t ino, uint8_t **hdr, uint32_t *len, uint64_t *size);
+
 /* Which virtual file an NK_VFILE inode is (its name). */
 const char *ns_vfile_name(struct ns *ns, uint64_t ino);
 

@@ -24,6 +24,7 @@
 #include "loop.h"
 #include "stats.h"
 #include "vfile.h"
+#include "view.h"
 #include "../transport/pool.h"
 
 #define DIR_TIMEOUT 3600.0
@@ -35,6 +36,7 @@ struct fs {
 	struct cluster *cl;             /* NULL: a single node */
 	struct stats st;
 	struct vfile_ctx vf;
+	struct view_env venv;
 	unsigned max_threads, spin_us;
 	int mounted, unknown_intent_logged;
 };
@@ -44,6 +46,7 @@ struct op_wait {
 	struct ns_waiter w;
 	fuse_req_t req;
 	struct fuse_file_info fi;
+	fuse_ino_t ino;
 };
 
 /* Directory and virtual-file handles; key handles are ns handles. */
@@ -60,7 +63,9 @@ static void vbuf_put(struct vbuf *v)
 		free(v);
 	}
 }
-#define FH_VFILE 1u             /* tag bit on fh: a struct vbuf */
+#define FH_VFILE 1u             /* tag bits on fh: a struct vbuf, */
+#define FH_VIEW  2u             /* a struct view (else an ns handle) */
+#define FH_TAGS  (FH_VFILE | FH_VIEW)
 
 static struct fs *fs_of(fuse_req_t req) { return fuse_req_userdata(req); }
 
@@ -120,6 +125,20 @@ static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int wil
 	return cluster_ask(fs->cl, from, to, name, ms > 0 ? (unsigned)ms : 0) == 0;
 }
 
+/* A name that is a view of published shards resolves (stat, getfattr)
+ * though no object has it. */
+/* A name that is a view of published shards resolves (stat, getfattr)
+ * though no object has it. */
+static int lookup_view(struct fs *fs, fuse_ino_t parent, const char *name, struct ns_attr *a)
+{
+	int rc = ns_lookup(fs->ns, parent, name, 1, a);
+
+	if (rc || view_exists(&fs->venv, a->ino))
+		return rc;
+	ns_forget(fs->ns, a->ino, 1);
+	return -ENOENT;
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
@@ -139,6 +158,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			rc = ns_lookup(fs->ns, parent, name, 0, &a);
 		if (rc == -ENOENT && in == CALLER_OPEN_READ)
 			rc = ns_lookup(fs->ns, parent, name, 1, &a);
+		else if (rc == -ENOENT && in == CALLER_OTHER)  /* stat, getfattr of a view */
+			rc = lookup_view(fs, parent, name, &a);
 		else if (in == CALLER_UNKNOWN && !fs->unknown_intent_logged) {
 			fs->unknown_intent_logged = 1;
 			fprintf(stderr, "omnifs: cannot read a caller's syscall from "
@@ -288,11 +309,26 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 /* ---------------------------------------------------------------- open */
 
+static void view_answer(void *arg, int err, struct view *v);
+
+/* Opens a view (SPEC §5) for a waiting or new open; w answers it. */
+static void open_view(struct fs *fs, struct op_wait *w)
+{
+	int rc = view_open(&fs->venv, w->ino, view_answer, w);
+
+	if (rc) {
+		fuse_reply_err(w->req, -rc);
+		free(w);
+	}
+}
+
 static void wait_answer(struct ns_waiter *nw, int err, struct ns_handle *h)
 {
 	struct op_wait *w = (struct op_wait *)nw;
 	struct fs *fs = fs_of(w->req);
 
+	if (err == -EAGAIN)             /* shards of its name came: a view */
+		return open_view(fs, w);
 	if (err) {
 		fuse_reply_err(w->req, -err);
 	} else {
@@ -340,6 +376,29 @@ static void open_vfile(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		vbuf_put(v);
 }
 
+static void view_answer(void *arg, int err, struct view *v)
+{
+	struct op_wait *w = arg;
+	struct fs *fs = fs_of(w->req);
+	struct ns_handle *h;
+
+	if (err == -EXDEV) {            /* the name is the one shard: wait for it */
+		err = ns_open(fs->ns, w->ino, w->fi.flags | NS_OPEN_EXACT, &w->w, &h);
+		if (err == -EINPROGRESS)
+			return;
+		return wait_answer(&w->w, err, err ? NULL : h);
+	}
+	if (err) {
+		fuse_reply_err(w->req, -err);
+	} else {
+		w->fi.fh = (uintptr_t)v | FH_VIEW;
+		w->fi.direct_io = 1;
+		if (fuse_reply_open(w->req, &w->fi))
+			view_close(v);
+	}
+	free(w);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
@@ -356,6 +415,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return (void)fuse_reply_err(req, ENOMEM);
 	w->req = req;
 	w->fi = *fi;
+	w->ino = ino;
 	w->w.ctx = w;
 	w->w.interrupted = wait_interrupted;
 	w->w.id = ns_waiter_id(fs->ns);
@@ -365,6 +425,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	rc = ns_open(fs->ns, ino, fi->flags, &w->w, &h);
 	if (rc == -EINPROGRESS)
 		return;                 /* answered by wait_answer() */
+	if (rc == -EAGAIN)
+		return open_view(fs, w);        /* answered by view_answer() */
 	free(w);
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
@@ -419,6 +481,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		vbuf_put(v);
 		return;
 	}
+	if (fi->fh & FH_VIEW) {
+		ssize_t got = view_read((struct view *)(uintptr_t)(fi->fh & ~(uint64_t)FH_TAGS),
+					(uint64_t)off, size, iov);
+		return (void)fuse_reply_iov(req, iov, got > 0);
+	}
 	ssize_t got = ns_read(fs_of(req)->ns, (struct ns_handle *)(uintptr_t)fi->fh,
 			      (uint64_t)off, size, iov, &n, MAX_IOV);
 	if (got < 0)
@@ -430,7 +497,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		     off_t off, struct fuse_file_info *fi)
 {
 	(void)ino;
-	if (fi->fh & FH_VFILE)
+	if (fi->fh & FH_TAGS)
 		return (void)fuse_reply_err(req, EBADF);
 	ssize_t rc = ns_write(fs_of(req)->ns, (struct ns_handle *)(uintptr_t)fi->fh,
 			      buf, size, (uint64_t)off);
@@ -445,7 +512,9 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
 
 	(void)ino;
-	if (fi->fh & FH_VFILE)
+	if (fi->fh & FH_VIEW)
+		view_flush((struct view *)(uintptr_t)(fi->fh & ~(uint64_t)FH_TAGS));
+	if (fi->fh & FH_TAGS)
 		return (void)fuse_reply_err(req, 0);
 	enum ns_close how = NS_CLOSE_LAST;
 	if (ns_handle_is_writer(h)) {
@@ -468,6 +537,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	(void)ino;
 	if (fi->fh & FH_VFILE) {
 		vbuf_put((struct vbuf *)(uintptr_t)(fi->fh & ~(uint64_t)FH_VFILE));
+	} else if (fi->fh & FH_VIEW) {
+		view_close((struct view *)(uintptr_t)(fi->fh & ~(uint64_t)FH_TAGS));
 	} else {
 		ns_release(fs_of(req)->ns, (struct ns_handle *)(uintptr_t)fi->fh);
 	}
@@ -489,10 +560,17 @@ static void reply_xattr(fuse_req_t req, int rc, size_t size, const char *buf)
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
-	char buf[128];
+	struct fs *fs = fs_of(req);
+	char buf[1024];
+	size_t cap = size && size < sizeof(buf) ? size : sizeof(buf);
+	int rc = ns_getxattr(fs->ns, ino, name, buf, cap);
 
-	reply_xattr(req, ns_getxattr(fs_of(req)->ns, ino, name, buf,
-				     size < sizeof(buf) ? size : sizeof(buf)), size, buf);
+	/* A view has no object, but a header once its shards are here. */
+	if (rc == -ENODATA && !strcmp(name, "user.omni.kv"))
+		rc = view_summary(&fs->venv, ino, buf, cap);
+	if (rc > 0 && size && (size_t)rc > size)
+		rc = -ERANGE;
+	reply_xattr(req, rc, size, buf);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
@@ -581,6 +659,7 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 		goto free_cluster;
 	fs->vf = (struct vfile_ctx){ fs->ns, p->pool, &fs->st, p->node_name,
 				     p->transport, p->config_text, fs->cl };
+	fs->venv = (struct view_env){ fs->ns, fs->cl, &fs->st };
 	fs->max_threads = p->max_threads;
 	fs->spin_us = p->spin_us;
 	fs->se = fuse_session_new(args, &ops, sizeof(ops), fs);

@@ -112,7 +112,10 @@ int proto_frame_check(const uint8_t in[PROTO_HDR], struct proto_hdr *h)
 	return h->len > PROTO_MAX_BODY ? -EMSGSIZE : 0;
 }
 
-static void put_obj(struct wr *w, const struct proto_obj *o, int with_data)
+/* with: OBJ_DATA (inline bytes), OBJ_KVHDR (a KV header). */
+enum { OBJ_DATA = 1, OBJ_KVHDR = 2 };
+
+static void put_obj(struct wr *w, const struct proto_obj *o, int with)
 {
 	put_str(w, o->from, 1);
 	put_str(w, o->to, 1);
@@ -125,13 +128,17 @@ static void put_obj(struct wr *w, const struct proto_obj *o, int with_data)
 	put_le(w, (uint64_t)o->readers, 8);
 	put_le(w, o->uid, 4);
 	put_le(w, o->gid, 4);
-	if (with_data) {
+	if (with & OBJ_DATA) {
 		put_le(w, o->datalen, 4);
 		put(w, o->data, o->datalen);
 	}
+	if (with & OBJ_KVHDR) {
+		put_le(w, o->kvhdrlen, 4);
+		put(w, o->kvhdr, o->kvhdrlen);
+	}
 }
 
-static void get_obj(struct rd *r, struct proto_obj *o, int with_data)
+static void get_obj(struct rd *r, struct proto_obj *o, int with)
 {
 	get_str(r, o->from, PROTO_NAME_MAX, 1, 0);
 	get_str(r, o->to, PROTO_NAME_MAX, 1, 0);
@@ -144,18 +151,25 @@ static void get_obj(struct rd *r, struct proto_obj *o, int with_data)
 	o->readers = (int64_t)get_le(r, 8);
 	o->uid = (uint32_t)get_le(r, 4);
 	o->gid = (uint32_t)get_le(r, 4);
-	o->data = NULL;
-	o->datalen = 0;
+	o->data = o->kvhdr = NULL;
+	o->datalen = o->kvhdrlen = 0;
 	if (o->readers < 0 || o->size > (UINT64_MAX >> 2))
 		r->err = 1;
-	if (!with_data)
-		return;
-	o->datalen = (uint32_t)get_le(r, 4);
-	/* Inline bytes are the whole object, and only a small one. */
-	if (o->datalen && (o->datalen != o->size || o->datalen > PROTO_INLINE_MAX))
-		r->err = 1;
-	else if (o->datalen)
-		o->data = get(r, o->datalen);
+	if (with & OBJ_DATA) {
+		o->datalen = (uint32_t)get_le(r, 4);
+		/* Inline bytes are the whole object, and only a small one. */
+		if (o->datalen && (o->datalen != o->size || o->datalen > PROTO_INLINE_MAX))
+			r->err = 1;
+		else if (o->datalen)
+			o->data = get(r, o->datalen);
+	}
+	if (with & OBJ_KVHDR) {
+		o->kvhdrlen = (uint32_t)get_le(r, 4);
+		if (o->kvhdrlen > PROTO_KVHDR_MAX || o->kvhdrlen > o->size)
+			r->err = 1;
+		else if (o->kvhdrlen)
+			o->kvhdr = get(r, o->kvhdrlen);
+	}
 }
 
 static void put_listing(struct wr *w, const struct proto_msg *m)
@@ -197,13 +211,19 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 	case PT_PING: case PT_PONG:
 		break;
 	case PT_ANNOUNCE:
-		put_obj(&w, &m->u.obj, 1);
+		put_obj(&w, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
 		break;
-	case PT_GONE: case PT_LOOKUP: case PT_REMOVE: case PT_OBJECT:
+	case PT_OBJECT:
+		put_obj(&w, &m->u.obj, OBJ_KVHDR);
+		break;
+	case PT_GONE: case PT_LOOKUP: case PT_REMOVE:
 		put_obj(&w, &m->u.obj, 0);
 		break;
 	case PT_CONSUMED:
 		put_le(&w, m->u.consumed.oid, 8);
+		put_le(&w, m->u.consumed.first, 4);
+		put_le(&w, m->u.consumed.n, 4);
+		put_le(&w, m->u.consumed.of, 4);
 		break;
 	case PT_LIST:
 		put_str(&w, m->u.list.from, 1);
@@ -213,6 +233,8 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		put_le(&w, m->u.pull.oid, 8);
 		put_le(&w, m->u.pull.off, 8);
 		put_le(&w, m->u.pull.len, 8);
+		put_le(&w, m->u.pull.stride, 8);
+		put_le(&w, m->u.pull.count, 4);
 		break;
 	case PT_STATUS:
 		put_le(&w, (uint32_t)m->u.status.err, 4);
@@ -288,13 +310,22 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 	case PT_PING: case PT_PONG:
 		break;
 	case PT_ANNOUNCE:
-		get_obj(&r, &m->u.obj, 1);
+		get_obj(&r, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
 		break;
-	case PT_GONE: case PT_LOOKUP: case PT_REMOVE: case PT_OBJECT:
+	case PT_OBJECT:
+		get_obj(&r, &m->u.obj, OBJ_KVHDR);
+		break;
+	case PT_GONE: case PT_LOOKUP: case PT_REMOVE:
 		get_obj(&r, &m->u.obj, 0);
 		break;
 	case PT_CONSUMED:
 		m->u.consumed.oid = get_le(&r, 8);
+		m->u.consumed.first = (uint32_t)get_le(&r, 4);
+		m->u.consumed.n = (uint32_t)get_le(&r, 4);
+		m->u.consumed.of = (uint32_t)get_le(&r, 4);
+		if (m->u.consumed.of && (m->u.consumed.first >= m->u.consumed.of ||
+					 m->u.consumed.n > m->u.consumed.of - m->u.consumed.first))
+			r.err = 1;
 		break;
 	case PT_LIST:
 		get_str(&r, m->u.list.from, PROTO_NAME_MAX, 1, 1);
@@ -304,7 +335,13 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		m->u.pull.oid = get_le(&r, 8);
 		m->u.pull.off = get_le(&r, 8);
 		m->u.pull.len = get_le(&r, 8);
-		if (m->u.pull.off > (UINT64_MAX >> 2) || m->u.pull.len > (UINT64_MAX >> 2))
+		m->u.pull.stride = get_le(&r, 8);
+		m->u.pull.count = (uint32_t)get_le(&r, 4);
+		/* count pieces of len at off + k*stride: bounded, apart, in order. */
+		if (m->u.pull.off > (UINT64_MAX >> 2) || m->u.pull.len > (UINT64_MAX >> 2) ||
+		    !m->u.pull.count || m->u.pull.count > PROTO_PULL_PIECES ||
+		    (m->u.pull.count > 1 && (m->u.pull.stride < m->u.pull.len ||
+					     m->u.pull.stride > (UINT64_MAX >> 26))))
 			r.err = 1;
 		break;
 	case PT_STATUS:

@@ -28,6 +28,8 @@
 #define PROTO_NONCE      32
 #define PROTO_MAC        32
 #define PROTO_INLINE_MAX (64u << 10)    /* objects this small travel in their announce */
+#define PROTO_KVHDR_MAX  (512u << 10)   /* a KV payload's header (kvfmt's KV_HDR_MAX) */
+#define PROTO_PULL_PIECES (1u << 24)    /* pieces of one strided pull */
 
 /* What a side's transports can do, exchanged in the handshake. */
 #define PROTO_CAP_TCP  1u
@@ -42,11 +44,12 @@ enum proto_type {
 	PT_PONG,
 	PT_ANNOUNCE,    /* one-way: an object published (object) */
 	PT_GONE,        /* one-way: an object left (object: names and oid) */
-	PT_CONSUMED,    /* one-way: a complete read of oid on the sender */
+	PT_CONSUMED,    /* one-way: oid delivered on the sender (whole, or heads of it) */
 	PT_LOOKUP,      /* request: names; reply OBJECT or STATUS */
 	PT_LIST,        /* request: from, to (either may be ""); reply LISTING frames */
 	PT_REMOVE,      /* request: names; reply STATUS */
-	PT_PULL,        /* request: oid, off, len; reply DATA frames or STATUS */
+	PT_PULL,        /* request: oid, count pieces of len at off + k*stride;
+			   reply DATA frames of the pieces back to back, or STATUS */
 	PT_STATUS,      /* reply: an errno (0 = ok) */
 	PT_OBJECT,      /* reply: one object */
 	PT_LISTING,     /* reply: names (dirs) or objects, and whether more follow */
@@ -68,6 +71,8 @@ struct proto_obj {
 	uint32_t uid, gid;
 	const uint8_t *data;            /* ANNOUNCE: the bytes when small, or NULL */
 	uint32_t datalen;
+	const uint8_t *kvhdr;           /* ANNOUNCE, OBJECT: a KV payload's header, or NULL */
+	uint32_t kvhdrlen;
 };
 
 #define PROTO_LIST_MAX 512              /* entries per LISTING frame */
@@ -82,9 +87,9 @@ struct proto_msg {
 		struct { uint32_t caps; uint8_t mac[PROTO_MAC];
 			 char name[PROTO_NAME_MAX + 1]; } welcome;
 		struct proto_obj obj;   /* ANNOUNCE GONE LOOKUP REMOVE OBJECT */
-		struct { uint64_t oid; } consumed;
+		struct { uint64_t oid; uint32_t first, n, of; } consumed;  /* of 0: whole */
 		struct { char from[PROTO_NAME_MAX + 1], to[PROTO_NAME_MAX + 1]; } list;
-		struct { uint64_t oid, off, len; } pull;
+		struct { uint64_t oid, off, len, stride; uint32_t count; } pull;
 		struct { int32_t err; } status;
 		struct { uint32_t n; uint8_t more, objects; struct proto_obj *obj;
 			 char (*name)[PROTO_NAME_MAX + 1]; } listing;

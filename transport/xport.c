@@ -374,11 +374,13 @@ static int rx_tick(struct xport_conn *c)
 }
 
 /* The iov of dst for [from, from+len) of the pull. */
+/* Up to max pieces of the pull's buffer from stream offset from, on for
+ * at most len bytes; *took says how many they hold. */
 static int pull_slice(const struct pending *p, uint64_t from, uint64_t len,
-		      struct iovec *out, int max)
+		      struct iovec *out, int max, uint64_t *took)
 {
 	int n = 0;
-	uint64_t pos = 0;
+	uint64_t pos = 0, want = len;
 
 	for (int i = 0; i < p->ndst && len && n < max; i++) {
 		uint64_t l = p->dst[i].iov_len;
@@ -390,7 +392,8 @@ static int pull_slice(const struct pending *p, uint64_t from, uint64_t len,
 		}
 		pos += l;
 	}
-	return len ? -EINVAL : n;
+	*took = want - len;
+	return n ? n : -EINVAL;
 }
 
 /* A DATA frame: its bytes go straight into the pull's buffer, are hashed
@@ -407,7 +410,7 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 		p = NULL;
 	pthread_mutex_unlock(&x->lock);
 	if (p && m->u.data.off == p->off + p->got && m->u.data.len <= p->len - p->got)
-		n = pull_slice(p, p->got, m->u.data.len, iov, 64);
+		n = 0;
 	if (n < 0) {            /* not ours (a pull that ended): drop the bytes */
 		for (uint32_t left = m->u.data.len; left;) {
 			uint32_t k = left < PROTO_MAX_BODY ? left : PROTO_MAX_BODY;
@@ -417,16 +420,21 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 		}
 		return 0;
 	}
-	if ((rc = conn_readv(c, iov, n, rx_tick)))
-		return rc;
-	/* readv moved iov along; take the slice again to hash it. */
+	/* The frame lands in as many pieces of the buffer as it spans. */
 	XXH3_state_t st;
-	struct iovec chk[64];
-	int k = pull_slice(p, p->got, m->u.data.len, chk, 64);
-	uint64_t hv;
+	uint64_t hv, took;
 	XXH3_64bits_reset(&st);
-	for (int i = 0; i < k; i++)
-		XXH3_64bits_update(&st, chk[i].iov_base, chk[i].iov_len);
+	for (uint64_t pos = p->got, left = m->u.data.len; left; pos += took, left -= took) {
+		struct iovec chk[64];
+		if ((n = pull_slice(p, pos, left, iov, 64, &took)) < 0)
+			return -EPROTO;         /* the buffer is shorter than the pull */
+		if ((rc = conn_readv(c, iov, n, rx_tick)))
+			return rc;
+		/* readv moved iov along; take the slice again to hash it. */
+		pull_slice(p, pos, took, chk, 64, &took);
+		for (int i = 0; i < n; i++)
+			XXH3_64bits_update(&st, chk[i].iov_base, chk[i].iov_len);
+	}
 	hv = XXH3_64bits_digest(&st);
 	if (hv != m->u.data.xxh3) {
 		count(x, XC_BAD_CHUNKS, 1);
@@ -740,15 +748,20 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 }
 
 int xport_pull(struct xport *x, int peer, uint64_t oid, uint64_t off, uint64_t len,
-	       const struct iovec *dst, int ndst, xport_progress_fn progress, void *arg)
+	       uint64_t stride, uint32_t count, const struct iovec *dst, int ndst,
+	       xport_progress_fn progress, void *arg)
 {
-	struct proto_msg m = { .type = PT_PULL, .u.pull = { oid, off, len } };
+	struct proto_msg m = { .type = PT_PULL, .u.pull = { oid, off, len, stride, count } };
 	struct xport_conn *c;
 	struct pending *p;
+	uint64_t room = 0;
 	int rc = -ENOMEM;
 
-	if (!len || ndst <= 0)
+	for (int i = 0; i < ndst; i++)
+		room += dst[i].iov_len;
+	if (!len || !count || ndst <= 0 || len > UINT64_MAX / count || room < len * count)
 		return -EINVAL;
+	len *= count;           /* the pieces arrive back to back */
 	c = peer_conn(x, peer);
 	p = calloc(1, sizeof(*p));
 	if (!c) {

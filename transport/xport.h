@@ -83,7 +83,8 @@ typedef int (*xport_reply_fn)(void *arg, const struct proto_msg *m);
 int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 	       xport_reply_fn on_reply, void *arg);
 
-/* Pulls [off, off+len) of oid from peer into dst (which must stay valid
+/* Pulls count pieces of len bytes at off + k*stride (count 1: the range
+ * [off, off+len)) of oid from peer into dst, back to back (which must stay valid
  * until progress reports an end).  progress(arg, upto, 0) as verified
  * bytes land in order; then progress(arg, upto, err) once at the end: 0
  * when all arrived, else -EIO (peer lost, stalled or a chunk that fails its
@@ -91,7 +92,8 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
  * (then progress is never called). */
 typedef void (*xport_progress_fn)(void *arg, uint64_t upto, int err);
 int xport_pull(struct xport *x, int peer, uint64_t oid, uint64_t off, uint64_t len,
-	       const struct iovec *dst, int ndst, xport_progress_fn progress, void *arg);
+	       uint64_t stride, uint32_t count, const struct iovec *dst, int ndst,
+	       xport_progress_fn progress, void *arg);
 
 /* Replies, from ops->handle. */
 int xport_reply(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m);

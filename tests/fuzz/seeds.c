@@ -23,8 +23,8 @@ static int put(const char *dir, const struct proto_msg *m, size_t extra)
 
 int main(int argc, char **argv)
 {
-	static struct proto_obj objs[2] = { { "0", "1", "a", 1, 2, 3, 0, 0, 1, 0, 0, NULL, 0 },
-					    { "0", "1", "b", 2, 2, 3, 0, 0, 1, 0, 0, NULL, 0 } };
+	static struct proto_obj objs[2] = { { "0", "1", "a", 1, 2, 3, 0, 0, 1, 0, 0, NULL, 0, NULL, 0 },
+					    { "0", "1", "b", 2, 2, 3, 0, 0, 1, 0, 0, NULL, 0, NULL, 0 } };
 	struct proto_msg m;
 	int rc = 0;
 

@@ -9,6 +9,16 @@
 static uint8_t buf[PROTO_MAX_BODY];
 
 /* Encodes m, decodes it back; the body length, or -errno. */
+static void set_pull(struct proto_msg *m, uint64_t oid, uint64_t off, uint64_t len,
+		     uint64_t stride, uint32_t count)
+{
+	m->u.pull.oid = oid;
+	m->u.pull.off = off;
+	m->u.pull.len = len;
+	m->u.pull.stride = stride;
+	m->u.pull.count = count;
+}
+
 static int roundtrip(const struct proto_msg *m, struct proto_msg *out)
 {
 	int len = proto_encode(m, buf, sizeof(buf));
@@ -75,10 +85,24 @@ static void test_messages(void)
 	buf[0] = 200;                   /* the from name's length */
 	is(proto_decode(PT_ANNOUNCE, buf, (size_t)len, &r), -EPROTO, "a length past the end: refused");
 
-	struct proto_msg pull = { .type = PT_PULL, .u.pull = { 3, 0, 1 << 20 } };
+	struct proto_msg pull = { .type = PT_PULL, .u.pull = { 3, 0, 1 << 20, 0, 1 } };
 	ok(roundtrip(&pull, &r) > 0 && r.u.pull.len == 1 << 20, "PULL round-trips");
-	pull.u.pull.len = UINT64_MAX;
+	set_pull(&pull, 3, 64, 256, 1024, 4096);
+	ok(roundtrip(&pull, &r) > 0 && r.u.pull.stride == 1024 && r.u.pull.count == 4096,
+	   "a strided PULL round-trips");
+	pull.u.pull.stride = 100;
+	is(roundtrip(&pull, &r), -EPROTO, "pieces that overlap (stride < len): refused");
+	set_pull(&pull, 3, 0, 1, 1, 0);
+	is(roundtrip(&pull, &r), -EPROTO, "a PULL of no pieces: refused");
+	set_pull(&pull, 3, 0, 1, 1, PROTO_PULL_PIECES + 1);
+	is(roundtrip(&pull, &r), -EPROTO, "a PULL of too many pieces: refused");
+	set_pull(&pull, 3, 0, UINT64_MAX, 0, 1);
 	is(roundtrip(&pull, &r), -EPROTO, "a PULL of 2^64-1 bytes: refused");
+	struct proto_msg cm = { .type = PT_CONSUMED, .u.consumed = { 9, 1, 2, 4 } };
+	ok(roundtrip(&cm, &r) > 0 && r.u.consumed.first == 1 && r.u.consumed.n == 2 &&
+	   r.u.consumed.of == 4, "CONSUMED carries the heads a view delivered");
+	cm.u.consumed.n = 4;
+	is(roundtrip(&cm, &r), -EPROTO, "heads past the shard's: refused");
 
 	struct proto_msg st = { .type = PT_STATUS, .u.status.err = ENOENT };
 	ok(roundtrip(&st, &r) > 0 && r.u.status.err == ENOENT, "STATUS round-trips");

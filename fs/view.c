@@ -1,0 +1,480 @@
+/* view.c - rank-shard views: resolve, wait, plan, bring, verify. */
+#define _GNU_SOURCE
+#include "view.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "ns.h"
+#include "rangeset.h"
+#include "stats.h"
+#include "../kvfmt/kvfmt.h"
+
+#define VIEW_MAX_SHARDS 1024
+
+struct view {
+	struct view_env env;
+	uint8_t *buf;
+	uint64_t size;
+	uint32_t nsrc;
+	struct ns_handle **src;
+	struct kv_cover *cover;
+	pthread_mutex_t lock;           /* seen */
+	struct rangeset seen;
+};
+
+/* What a view's name asks for, and which shards make it. */
+struct want {
+	char self[NAME_KEY_MAX + 1];
+	uint64_t edge;
+	size_t baselen;
+	uint32_t r, T, S, first, n;
+	char names[VIEW_MAX_SHARDS][NAME_KEY_MAX + 1];
+	uint64_t ino[VIEW_MAX_SHARDS];  /* 0: not published yet */
+};
+
+/* Shard i of S's name; S == 1 may also be the bare base. */
+static int shard_name(const struct want *w, uint32_t i, uint32_t S, char *out)
+{
+	char base[NAME_KEY_MAX + 1];
+
+	memcpy(base, w->self, w->baselen);
+	base[w->baselen] = 0;
+	int n = snprintf(out, NAME_KEY_MAX + 1, "%s.rank%uof%u", base, i, S);
+	return n < 0 || n > NAME_KEY_MAX ? -ENAMETOOLONG : 0;
+}
+
+/* Picks S among the published siblings: one that T divides or divides,
+ * preferring the one with the most of its needed shards there.
+ * 0, -EXDEV (the key itself is the one shard), -EINVAL, -ENOENT (none). */
+static int resolve(struct ns *ns, uint64_t ino, struct want *w)
+{
+	struct ns_sibling *sib;
+	size_t nsib;
+	uint32_t best = 0, bestn = 0;
+	int rc = ns_siblings(ns, ino, w->self, &w->edge, &sib, &nsib);
+
+	if (rc)
+		return rc;
+	kv_name_split(w->self, &w->baselen, &w->r, &w->T);
+	rc = -ENOENT;
+	for (size_t s = 0; s < nsib; s++) {
+		size_t bl;
+		uint32_t i, S, first, n, have = 0;
+		kv_name_split(sib[s].name, &bl, &i, &S);
+		if (S > VIEW_MAX_SHARDS || kv_view_shards(S, w->r, w->T, &first, &n)) {
+			rc = rc == -ENOENT ? -EINVAL : rc;      /* shards of a size that won't do */
+			continue;
+		}
+		for (size_t t = 0; t < nsib; t++) {
+			uint32_t i2, S2;
+			kv_name_split(sib[t].name, &bl, &i2, &S2);
+			have += S2 == S && i2 >= first && i2 < first + n;
+		}
+		if (!best || have > bestn) {    /* ties: the first seen */
+			best = S;
+			bestn = have;
+		}
+		rc = 0;
+	}
+	if (!rc) {
+		w->S = best;
+		kv_view_shards(w->S, w->r, w->T, &w->first, &w->n);
+		for (uint32_t k = 0; k < w->n; k++) {
+			w->ino[k] = 0;
+			if ((rc = shard_name(w, w->first + k, w->S, w->names[k])))
+				break;
+			for (size_t s = 0; s < nsib; s++) {
+				size_t bl;
+				uint32_t i, S;
+				kv_name_split(sib[s].name, &bl, &i, &S);
+				if (S == w->S && i == w->first + k) {
+					snprintf(w->names[k], NAME_KEY_MAX + 1, "%s", sib[s].name);
+					w->ino[k] = sib[s].ino;
+				}
+			}
+		}
+		if (!rc && w->n == 1 && !strcmp(w->names[0], w->self))
+			rc = -EXDEV;
+	}
+	free(sib);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- sources */
+
+/* An open of a shard that is not published yet, answered on our thread. */
+struct srcwait {
+	struct ns_waiter w;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int answered, err;
+	struct ns_handle *h;
+};
+
+static void srcwait_done(struct ns_waiter *nw, int err, struct ns_handle *h)
+{
+	struct srcwait *sw = (struct srcwait *)nw;
+
+	pthread_mutex_lock(&sw->lock);
+	sw->answered = 1;
+	sw->err = err;
+	sw->h = h;
+	pthread_cond_signal(&sw->cond);
+	pthread_mutex_unlock(&sw->lock);
+}
+
+/* A handle on shard k, waiting for it as an open would (wait_ms). */
+static int source_open(struct ns *ns, struct want *w, uint32_t k, struct ns_handle **h)
+{
+	const int flags = O_RDONLY | NS_OPEN_SOURCE | NS_OPEN_EXACT;
+	struct srcwait sw = { .w.done = srcwait_done };
+	struct ns_attr a;
+	int rc;
+
+	if (w->ino[k] && !(rc = ns_open(ns, w->ino[k], flags, NULL, h)))
+		return 0;
+	if ((rc = ns_lookup(ns, w->edge, w->names[k], 1, &a)))
+		return rc;
+	pthread_mutex_init(&sw.lock, NULL);
+	pthread_cond_init(&sw.cond, NULL);
+	sw.w.id = ns_waiter_id(ns);
+	sw.w.ctx = &sw;
+	rc = ns_open(ns, a.ino, flags, &sw.w, h);
+	if (rc == -EINPROGRESS) {
+		pthread_mutex_lock(&sw.lock);
+		while (!sw.answered)    /* the waiter's deadline bounds this */
+			pthread_cond_wait(&sw.cond, &sw.lock);
+		pthread_mutex_unlock(&sw.lock);
+		rc = sw.err;
+		*h = sw.h;
+	}
+	ns_forget(ns, a.ino, 1);
+	pthread_cond_destroy(&sw.cond);
+	pthread_mutex_destroy(&sw.lock);
+	return rc;
+}
+
+/* The KV header of each source; a remote one that came without its header
+ * (we heard of it by a listing) is asked for again. */
+static int source_headers(const struct view_env *env, struct want *w, struct ns_handle **h,
+			  struct ns_srcinfo *si)
+{
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
+	int rc;
+
+	for (uint32_t k = 0; k < w->n; k++) {
+		if ((rc = ns_source_info(env->ns, h[k], &si[k])))
+			return rc;
+		if (si[k].kvhdr || si[k].owner < 0 || !env->cl)
+			continue;
+		if (ns_dir_names(env->ns, w->edge, from, to) == NK_EDGE)
+			cluster_ask(env->cl, from, to, w->names[k], 0);
+		if ((rc = ns_source_info(env->ns, h[k], &si[k])))
+			return rc;
+	}
+	for (uint32_t k = 0; k < w->n; k++)
+		if (!si[k].kvhdr)
+			return -EINVAL;         /* not a KV payload: no views of it */
+	return 0;
+}
+
+/* ---------------------------------------------------------------- assembly */
+
+/* Local pieces are copied out of the pool. */
+static int copy_local(struct ns *ns, struct ns_handle *h, const struct kv_seg *s, uint8_t *buf)
+{
+	for (uint32_t k = 0; k < s->count; k++)
+		for (uint64_t done = 0; done < s->len;) {
+			struct iovec iov[64];
+			int n;
+			ssize_t got = ns_read(ns, h, s->soff + k * s->sstride + done, s->len - done,
+					      iov, &n, 64);
+			if (got <= 0)
+				return got < 0 ? (int)got : -EIO;
+			for (int i = 0; i < n; i++) {
+				memcpy(buf + s->doff + k * s->dstride + done, iov[i].iov_base,
+				       iov[i].iov_len);
+				done += iov[i].iov_len;
+			}
+		}
+	return 0;
+}
+
+/* Remote pieces of source k: every segment one strided pull, all at once. */
+static int pull_remote(const struct view_env *env, const struct ns_srcinfo *si, uint32_t k,
+		       const struct kv_plan *p, uint8_t *buf)
+{
+	struct cluster_piece *pc = calloc(p->nseg, sizeof(*pc));
+	struct iovec **iovs = calloc(p->nseg, sizeof(*iovs));
+	size_t n = 0;
+	int rc = pc && iovs ? 0 : -ENOMEM;
+
+	for (size_t i = 0; !rc && i < p->nseg; i++) {
+		const struct kv_seg *s = &p->seg[i];
+		if (s->src != k)
+			continue;
+		/* Pieces land back to back unless the view spaces them out. */
+		uint32_t nd = s->count > 1 && s->dstride != s->len ? s->count : 1;
+		if (!(iovs[n] = malloc(nd * sizeof(struct iovec)))) {
+			rc = -ENOMEM;
+			break;
+		}
+		for (uint32_t j = 0; j < nd; j++)
+			iovs[n][j] = (struct iovec){ buf + s->doff + j * s->dstride,
+						     nd > 1 ? s->len : s->len * s->count };
+		pc[n] = (struct cluster_piece){ s->soff, s->len, s->sstride, s->count, iovs[n],
+						(int)nd };
+		n++;
+	}
+	if (!rc && n)
+		rc = env->cl ? cluster_pull(env->cl, si->owner, si->oid, pc, n) : -EIO;
+	for (size_t i = 0; iovs && i < n; i++)
+		free(iovs[i]);
+	free(iovs);
+	free(pc);
+	return rc;
+}
+
+static const void *buf_at(void *arg, uint64_t off, uint64_t *len)
+{
+	struct view *v = arg;
+
+	if (off >= v->size)
+		return NULL;
+	*len = v->size - off;
+	return v->buf + off;
+}
+
+/* Brings the view's bytes in and checks them end to end. */
+static int assemble(struct view *v, const struct ns_srcinfo *si, const struct kv_plan *p)
+{
+	struct kv_info kv;
+	char err[160];
+	int rc = 0;
+
+	if (!(v->buf = calloc(1, p->size ? p->size : 1)))
+		return -ENOMEM;
+	v->size = p->size;
+	memcpy(v->buf, p->hdr, p->hdr_len);
+	for (size_t i = 0; !rc && i < p->nseg; i++)
+		if (si[p->seg[i].src].owner < 0)
+			rc = copy_local(v->env.ns, v->src[p->seg[i].src], &p->seg[i], v->buf);
+	for (uint32_t k = 0; !rc && k < v->nsrc; k++)
+		if (si[k].owner >= 0)
+			rc = pull_remote(&v->env, &si[k], k, p, v->buf);
+	if (rc)
+		return rc == -ENOENT ? -ENOENT : -EIO;
+	rc = kv_parse(v->buf, p->hdr_len, v->size, &kv, err, sizeof(err));
+	if (!rc && (rc = kv_verify(&kv, buf_at, v, err, sizeof(err))))
+		stat_add(v->env.st, ST_CHECKSUM_FAILED, 1);
+	kv_free(&kv);
+	if (rc) {
+		fprintf(stderr, "omnifs: view %s does not verify: %s\n", "of shards", err);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- the open */
+
+static void view_free(struct view *v)
+{
+	for (uint32_t k = 0; k < v->nsrc; k++)
+		if (v->src[k])
+			ns_release(v->env.ns, v->src[k]);
+	free(v->src);
+	free(v->cover);
+	free(v->buf);
+	rangeset_fini(&v->seen);
+	pthread_mutex_destroy(&v->lock);
+	free(v);
+}
+
+/* Parses the sources' headers and plans rank r of T over them. */
+static int plan(struct want *w, struct ns_srcinfo *si, struct kv_plan *p, char *err, size_t errlen)
+{
+	struct kv_info *kv = calloc(w->n, sizeof(*kv));
+	const void **hdr = calloc(w->n, sizeof(*hdr));
+	int rc = kv && hdr ? 0 : -ENOMEM;
+
+	for (uint32_t k = 0; !rc && k < w->n; k++) {
+		hdr[k] = si[k].kvhdr;
+		rc = kv_parse(si[k].kvhdr, si[k].kvhdr_len, si[k].size, &kv[k], err, errlen);
+	}
+	if (!rc)
+		rc = kv_plan_view(kv, (const void *const *)hdr, w->n, w->S, w->r, w->T, p, err, errlen);
+	for (uint32_t k = 0; kv && k < w->n; k++)
+		kv_free(&kv[k]);
+	free(kv);
+	free(hdr);
+	return rc;
+}
+
+/* Everything a view open does, on its own thread. */
+static int build(const struct view_env *env, uint64_t ino, struct view **out)
+{
+	struct want *w = malloc(sizeof(*w));
+	struct view *v = calloc(1, sizeof(*v));
+	struct ns_srcinfo *si = NULL;
+	struct kv_plan p = { 0 };
+	char err[160] = "";
+	int rc = w && v ? 0 : -ENOMEM;
+
+	if (v) {
+		v->env = *env;
+		pthread_mutex_init(&v->lock, NULL);
+		rangeset_init(&v->seen);
+	}
+	if (!rc)
+		rc = resolve(env->ns, ino, w);
+	if (!rc && (!(v->src = calloc(w->n, sizeof(*v->src))) ||
+		    !(si = calloc(w->n, sizeof(*si)))))
+		rc = -ENOMEM;
+	if (!rc)
+		v->nsrc = w->n;
+	for (uint32_t k = 0; !rc && k < w->n; k++)
+		rc = source_open(env->ns, w, k, &v->src[k]);
+	if (!rc)
+		rc = source_headers(env, w, v->src, si);
+	if (!rc && (rc = plan(w, si, &p, err, sizeof(err))) == -EINVAL)
+		fprintf(stderr, "omnifs: %s: not a view: %s\n", w->self, err);
+	if (!rc && !(rc = assemble(v, si, &p))) {
+		v->cover = p.cover;
+		p.cover = NULL;
+	}
+	kv_plan_free(&p);
+	for (uint32_t k = 0; si && k < w->n; k++)
+		free(si[k].kvhdr);
+	free(si);
+	free(w);
+	if (rc && v)
+		view_free(v);
+	else
+		*out = v;
+	return rc;
+}
+
+struct job { struct view_env env; uint64_t ino; view_done_fn done; void *arg; };
+
+static void *job_thread(void *arg)
+{
+	struct job *j = arg;
+	struct view *v = NULL;
+	int rc = build(&j->env, j->ino, &v);
+
+	if (!rc)
+		stat_add(j->env.st, ST_GETS, 1);
+	j->done(j->arg, rc, rc ? NULL : v);
+	free(j);
+	return NULL;
+}
+
+int view_open(const struct view_env *env, uint64_t ino, view_done_fn done, void *arg)
+{
+	struct job *j = malloc(sizeof(*j));
+	pthread_attr_t at;
+	pthread_t t;
+	int rc;
+
+	if (!j)
+		return -ENOMEM;
+	*j = (struct job){ *env, ino, done, arg };
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	rc = -pthread_create(&t, &at, job_thread, j);
+	pthread_attr_destroy(&at);
+	if (rc)
+		free(j);
+	return rc;
+}
+
+ssize_t view_read(struct view *v, uint64_t off, size_t len, struct iovec *iov)
+{
+	if (off >= v->size)
+		return 0;
+	if (len > v->size - off)
+		len = v->size - off;
+	pthread_mutex_lock(&v->lock);
+	rangeset_add(&v->seen, off, off + len);
+	pthread_mutex_unlock(&v->lock);
+	*iov = (struct iovec){ v->buf + off, len };
+	stat_add(v->env.st, ST_BYTES_READ, len);
+	return (ssize_t)len;
+}
+
+uint64_t view_size(const struct view *v) { return v->size; }
+
+/* A complete read delivers the heads each source gave (SPEC §5); at
+ * close(2), as for objects, so that the reader's next step sees it. */
+void view_flush(struct view *v)
+{
+	pthread_mutex_lock(&v->lock);
+	int whole = rangeset_covers(&v->seen, 0, v->size);
+	pthread_mutex_unlock(&v->lock);
+	if (whole)      /* each source handle counts once */
+		for (uint32_t k = 0; k < v->nsrc; k++) {
+			struct ns_cover c = { v->cover[k].first, v->cover[k].n, v->cover[k].of };
+			ns_source_consumed(v->env.ns, v->src[k], &c);
+		}
+}
+
+void view_close(struct view *v)
+{
+	view_flush(v);
+	view_free(v);
+}
+
+int view_exists(const struct view_env *env, uint64_t ino)
+{
+	struct want *w = malloc(sizeof(*w));
+	int rc = w ? resolve(env->ns, ino, w) : -ENOMEM;
+
+	for (uint32_t k = 0; !rc && k < w->n; k++)
+		if (!w->ino[k])
+			rc = -ENOENT;
+	free(w);
+	return !rc;
+}
+
+int view_summary(const struct view_env *env, uint64_t ino, char *buf, size_t size)
+{
+	struct want *w = malloc(sizeof(*w));
+	struct ns_handle **h = NULL;
+	struct ns_srcinfo *si = NULL;
+	struct kv_plan p = { 0 };
+	struct kv_info kv;
+	int rc = w ? resolve(env->ns, ino, w) : -ENOMEM;
+
+	if (rc == -EXDEV)
+		rc = -ENODATA;
+	if (!rc && (!(h = calloc(w->n, sizeof(*h))) || !(si = calloc(w->n, sizeof(*si)))))
+		rc = -ENOMEM;
+	for (uint32_t k = 0; !rc && k < w->n; k++)      /* only what is here: no waiting */
+		rc = w->ino[k] ? ns_open(env->ns, w->ino[k], O_RDONLY | NS_OPEN_SOURCE |
+					 NS_OPEN_EXACT, NULL, &h[k]) : -ENODATA;
+	if (!rc)
+		rc = source_headers(env, w, h, si);
+	if (!rc)
+		rc = plan(w, si, &p, NULL, 0);
+	if (!rc && !(rc = kv_parse(p.hdr, p.hdr_len, p.size, &kv, NULL, 0))) {
+		rc = kv_summary(&kv, buf, size);
+		kv_free(&kv);
+	}
+	kv_plan_free(&p);
+	for (uint32_t k = 0; w && h && k < w->n; k++) {
+		if (h[k])
+			ns_release(env->ns, h[k]);
+		if (si)
+			free(si[k].kvhdr);
+	}
+	free(h);
+	free(si);
+	free(w);
+	return rc == -EINVAL || rc == -ENOENT ? -ENODATA : rc;
+}

@@ -1,0 +1,43 @@
+/* view.h - rank-shard views (SPEC §5) as open files.
+ *
+ * Opening <key>.rank<r>of<T> (or <key>) over shards <key>.rank<i>of<S>
+ * finds the shards, waits for the missing ones as any open would, plans
+ * the view from their headers (kvfmt) and brings exactly the byte ranges
+ * it needs: from this node's pool, or pulled from the owners.  The view
+ * is verified against its sources' per-head checksums before the open
+ * returns.  A complete read of a view counts, at each source's owner, the
+ * heads it delivered (consumption by coverage).
+ */
+#ifndef OMNI_VIEW_H
+#define OMNI_VIEW_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+struct ns;
+struct cluster;
+struct stats;
+struct view;
+
+struct view_env { struct ns *ns; struct cluster *cl; struct stats *st; };
+
+/* Answers a view open: a view, or err (-EXDEV: not a view after all,
+ * open the key itself with NS_OPEN_EXACT). */
+typedef void (*view_done_fn)(void *arg, int err, struct view *v);
+/* Resolves and assembles the view named by key inode ino on a thread of
+ * its own (it may wait for shards and pull); done() is called once.
+ * 0, or -errno (then done is not called). */
+int view_open(const struct view_env *env, uint64_t ino, view_done_fn done, void *arg);
+/* The bytes of [off, off+len): iov into the view, valid until close. */
+ssize_t view_read(struct view *v, uint64_t off, size_t len, struct iovec *iov);
+uint64_t view_size(const struct view *v);
+/* A close(2): a complete read is counted towards its sources' consumption. */
+void view_flush(struct view *v);
+void view_close(struct view *v);
+/* 1 if key inode ino names a view whose shards are all published. */
+int view_exists(const struct view_env *env, uint64_t ino);
+/* user.omni.kv of a view whose shards are all here: its length, or -errno. */
+int view_summary(const struct view_env *env, uint64_t ino, char *buf, size_t size);
+
+#endif

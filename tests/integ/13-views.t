@@ -1,0 +1,175 @@
+#!/bin/bash
+# 13-views.t - KV payloads and rank-shard views (SPEC §4.2, §5, §6): torn
+# payloads, user.omni.kv, views merged and sliced and checked byte for byte
+# against an independent computation on one node and with shards on three,
+# the bytes a view pulls, consumption by coverage, and bad views.
+. "$(dirname "$0")/../lib.sh"
+
+KVPY="import sys; sys.path.insert(0, '$(cd "$(dirname "$0")/../py" && pwd)'); import kvpy"
+CASES=${KV_CASES:-200}
+
+start_node a "pool=host:256M,node=a"
+M=$T/a/p/q
+
+# --- payloads at publish ----------------------------------------------------
+$SYSPY -c "$KVPY
+import os
+t = [os.urandom(2 * 4 * 16) for _ in range(4)]
+open('$T/good', 'wb').write(kvpy.native(t, layers=2))
+b = bytearray(kvpy.native(t, layers=2)); b[-1] ^= 1
+open('$T/torn', 'wb').write(b)
+b = bytearray(kvpy.native(t, layers=2)); b[20] ^= 1    # tokens: a lie
+open('$T/lie', 'wb').write(b)
+open('$T/cut', 'wb').write(kvpy.native(t, layers=2)[:-64])
+"
+cp "$T/good" "$M/good"
+kv=$(xattr kv "$M/good")
+is "$($PY -c "import json; d = json.loads('$kv'); print(d['format'], d['layers'], d['tokens'], d['head_count'], d['dtype'], d['layout'])")" \
+   "native 2 4 2 f16 HND" "getfattr user.omni.kv summarises the header"
+ok "a native payload built from FORMAT.md publishes" cmp "$T/good" "$M/good"
+is "$(M=$M pyerr "f = open(M + '/torn', 'wb'); f.write(open('$T/torn', 'rb').read()); f.close()")" \
+   EIO "a payload whose bytes fail a head's checksum: close gives EIO"
+is "$(M=$M pyerr "os.stat(M + '/torn')")" ENOENT "... and it is not published"
+is "$(M=$M pyerr "f = open(M + '/lie', 'wb'); f.write(open('$T/lie', 'rb').read()); f.close()")" \
+   EIO "a header that lies about its shape: EIO"
+is "$(M=$M pyerr "f = open(M + '/cut', 'wb'); f.write(open('$T/cut', 'rb').read()); f.close()")" \
+   EIO "a payload cut short: EIO"
+echo plain >"$M/plain"
+ok "a plain object has no user.omni.kv" sh -c "! getfattr -n user.omni.kv '$M/plain' 2>/dev/null"
+
+# --- vllm-omni payloads, byte by byte -----------------------------------------
+$SYSPY -c "$KVPY
+import os
+tok, H, D = 3, 4, 8
+full = {(l, kv): os.urandom(tok * H * D * 2) for l in range(2) for kv in 'KV'}
+def part(t, h0, n):     # [tokens, H, D] -> [tokens, n, D]
+    return b''.join(t[(k * H + h0) * D * 2:(k * H + h0 + n) * D * 2] for k in range(tok))
+for i in range(2):      # two shards of two heads, as vllm-omni's TP ranks write them
+    p = kvpy.vllm([part(full[l, 'K'], 2 * i, 2) for l in range(2)],
+                  [part(full[l, 'V'], 2 * i, 2) for l in range(2)],
+                  tokens=tok, heads=2, head_dim=D, rid='req-9', bids=(4, 5))
+    open('$T/v.rank%dof2' % i, 'wb').write(p)
+# rank 3 of 4 is heads 3..3: the second shard's second head.
+want = kvpy.vllm([part(full[l, 'K'], 3, 1) for l in range(2)],
+                 [part(full[l, 'V'], 3, 1) for l in range(2)], tokens=tok, heads=1,
+                 head_dim=D, rid='req-9', bids=(4, 5),
+                 extra={'omni': {'head_first': 3, 'heads_total': 4}})
+open('$T/v.want', 'wb').write(want)
+whole = kvpy.vllm([full[l, 'K'] for l in range(2)], [full[l, 'V'] for l in range(2)],
+                  tokens=tok, heads=H, head_dim=D, rid='req-9', bids=(4, 5))
+open('$T/v.whole', 'wb').write(whole)
+"
+for i in 0 1; do $PY -c "import shutil, os; shutil.copyfile('$T/v.rank${i}of2', '$M/v.rank${i}of2')"; done
+ok "rank 3 of 4 of vllm-omni shards is their slice, in vllm-omni's format" cmp "$T/v.want" "$M/v.rank3of4"
+ok "<key> alone merges them into the whole" cmp "$T/v.whole" "$M/v"
+ok "every head of both shards was delivered once: both consumed" \
+   sh -c "! test -e '$M/v.rank0of2' && ! test -e '$M/v.rank1of2'"
+
+# --- views through the filesystem, property test -------------------------------
+out=$("$B/tools/kvgen" 11 "$CASES" "$M" "$M" 2>&1)
+ok "views byte-exact against an independent computation, one node ($out)" \
+   test "${out%% *}" = "kvgen:"
+diag "$out"
+
+# --- bad views -----------------------------------------------------------------
+$SYSPY -c "$KVPY
+import os
+for i in range(2):
+    t = [os.urandom(1 * 4 * 16) for _ in range(2)]
+    open('$T/b.rank%dof2' % i, 'wb').write(kvpy.native(t, heads_total=2, head_first=i, head_count=1))
+"
+cp "$T/b.rank0of2" "$M/b.rank0of2"; cp "$T/b.rank1of2" "$M/b.rank1of2"
+is "$(M=$M pyerr "open(M + '/b.rank2of2')")" EINVAL "rank r >= T: EINVAL"
+is "$(M=$M pyerr "open(M + '/b.rank0of3')")" EINVAL "T that neither divides nor is divided by S: EINVAL"
+is "$(M=$M pyerr "open(M + '/b.rank0of4')")" EINVAL "one head per shard cannot split in two: EINVAL"
+echo x >"$M/n.rank0of2"; echo y >"$M/n.rank1of2"
+is "$(M=$M pyerr "open(M + '/n')")" EINVAL "a view of objects that are not KV payloads: EINVAL"
+ok "views are not listed" sh -c "! ls '$M' | grep -qx 'b'"
+ok "... but stat and getfattr see them" sh -c "getfattr -n user.omni.kv '$M/b' >/dev/null"
+
+# --- consumption by coverage ----------------------------------------------------
+$SYSPY -c "$KVPY
+import os
+for i in range(2):
+    t = [os.urandom(2 * 4 * 16) for _ in range(2)]
+    open('$T/c.rank%dof2' % i, 'wb').write(kvpy.native(t, heads_total=4, head_first=2 * i, head_count=2))
+"
+cp "$T/c.rank0of2" "$M/c.rank0of2"; cp "$T/c.rank1of2" "$M/c.rank1of2"
+cat "$M/c.rank0of4" >/dev/null
+ok "a slice delivered half of shard 0's heads: it stays" test -e "$M/c.rank0of2"
+cat "$M/c.rank1of4" >/dev/null
+ok "the other half too: shard 0 is consumed" sh -c "! test -e '$M/c.rank0of2'"
+ok "shard 1 untouched" test -e "$M/c.rank1of2"
+head -c 10 "$M/c.rank3of4" >/dev/null
+cat "$M/c.rank2of4" >/dev/null
+ok "a partial read of a view delivers nothing" test -e "$M/c.rank1of2"
+
+# --- an open of a view waits for its shards ----------------------------------------
+$PY -c "import sys; sys.stdout.buffer.write(open('$M/w.rank0of1', 'rb').read())" >"$T/w.got" 2>&1 &
+wpid=$!
+$SYSPY -c "$KVPY
+import os
+t = [os.urandom(2 * 4 * 16) for _ in range(2)]
+for i in range(2):
+    open('$T/w.rank%dof2' % i, 'wb').write(kvpy.native(t, heads_total=4, head_first=2 * i, head_count=2))
+"
+sleep_until_waiting() { [ "$(stat_of a waiters)" -ge 1 ]; }
+ok "the view's open waits" wait_until 5 sleep_until_waiting
+cp "$T/w.rank0of2" "$M/w.rank0of2"
+cp "$T/w.rank1of2" "$M/w.rank1of2"
+wait_until 10 all_gone $wpid
+wait $wpid
+ok "... and is answered once both shards are published" \
+   sh -c "[ \$(wc -c <'$T/w.got') -gt 200 ] && head -c 8 '$T/w.got' | grep -q OMNIKV"
+
+stop_node a
+
+# --- three nodes ----------------------------------------------------------------
+read -r PA PB PC < <($PY -c '
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+head -c 48 /dev/urandom | base64 >"$T/secret"
+chmod 600 "$T/secret"
+cat >"$T/omni.yaml" <<EOF
+secret_file: $T/secret
+pool: host:256MiB
+wait_ms: 8000
+nodes:
+  a: { addr: 127.0.0.1:$PA, stages: ["q"] }
+  b: { addr: 127.0.0.1:$PB, stages: ["q"] }
+  c: { addr: 127.0.0.1:$PC, stages: ["q"] }
+edges:
+  "p->q": { readers: 0 }
+EOF
+for n in a b c; do start_node $n "config=$T/omni.yaml,node=$n"; done
+all_up() { local n; for n in a b c; do [ "$(health $n "sum(p['state'] == 'up' for p in d['peers'])")" = 2 ] || return 1; done; }
+ok "three nodes up" wait_until 10 all_up
+
+out=$("$B/tools/kvgen" 12 "$CASES" "$T/c/p/q" "$T/a/p/q" "$T/b/p/q" "$T/c/p/q" 2>&1)
+ok "views byte-exact with shards on three nodes, read on one ($out)" test "${out%% *}" = "kvgen:"
+diag "$out"
+
+# Exactly the view's data bytes cross the network: shards on a and b, read on c.
+$SYSPY -c "$KVPY
+import os
+for i in range(4):
+    t = [os.urandom(4 * 64 * 128 * 2) for _ in range(8)]
+    open('$T/x.rank%dof4' % i, 'wb').write(kvpy.native(t, layers=4, tokens=64, head_dim=128,
+        heads_total=16, head_first=4 * i, head_count=4))
+"
+for i in 0 1; do cp "$T/x.rank${i}of4" "$T/a/p/q/x.rank${i}of4"; done
+for i in 2 3; do cp "$T/x.rank${i}of4" "$T/b/p/q/x.rank${i}of4"; done
+seen_on_c() { test -e "$T/c/p/q/x.rank3of4"; }
+ok "c hears of the shards" wait_until 5 seen_on_c
+for T_ in 1 2 8; do
+	before=$(stat_of c bytes_pulled)
+	data=$($PY -c "import json; print(json.loads('''$(getfattr --absolute-names --only-values -n user.omni.kv "$T/c/p/q/x.rank0of$T_")''')['data_bytes'])")
+	cat "$T/c/p/q/x.rank0of$T_" >/dev/null
+	is "$(( $(stat_of c bytes_pulled) - before ))" "$data" "rank 0 of $T_ on c pulls its $data data bytes, no more"
+done
+before=$(stat_of a bytes_pulled)
+cat "$T/a/p/q/x.rank0of8" >/dev/null
+is "$(( $(stat_of a bytes_pulled) - before ))" 0 "a view of a's own shard pulls nothing"
+done_testing
