@@ -38,7 +38,7 @@ BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/memcpy $(BUILD)/bench/tcpcei
 INTEG    := $(sort $(wildcard tests/integ/*.t))
 
 .PHONY: all deps run check test bench fuzz install uninstall clean
-all: $(BUILD)/omnifs $(BUILD)/mount.omnifs
+all: $(BUILD)/omnifs $(BUILD)/mount.omnifs $(BUILD)/omnikv
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
@@ -55,6 +55,9 @@ $(BUILD)/obj/%.o: %.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/omnifs: $(BUILD)/obj/mount/main.o $(LIB_OBJS)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/omnikv: $(BUILD)/obj/mount/omnikv.o $(BUILD)/obj/mount/omnikv_pack.o $(KV_OBJS)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/mount.omnifs: $(BUILD)/obj/mount/mount_omnifs.o
@@ -144,6 +147,7 @@ bench: deps
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)/sbin
 	install -m 755 $(BUILD)/omnifs $(DESTDIR)$(PREFIX)/bin/omnifs
+	install -m 755 $(BUILD)/omnikv $(DESTDIR)$(PREFIX)/bin/omnikv
 	install -m 755 $(BUILD)/mount.omnifs $(DESTDIR)$(PREFIX)/sbin/mount.omnifs
 	ln -sf $(PREFIX)/sbin/mount.omnifs $(DESTDIR)/sbin/mount.fuse.omnifs
 	install -d $(DESTDIR)/etc/omnifs
@@ -151,7 +155,8 @@ install: all
 		install -m 644 contrib/omnifs.yaml $(DESTDIR)/etc/omnifs/omnifs.yaml
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/omnifs $(DESTDIR)$(PREFIX)/sbin/mount.omnifs \
+	rm -f $(DESTDIR)$(PREFIX)/bin/omnifs $(DESTDIR)$(PREFIX)/bin/omnikv \
+	      $(DESTDIR)$(PREFIX)/sbin/mount.omnifs \
 	      $(DESTDIR)/sbin/mount.fuse.omnifs
 
 clean:

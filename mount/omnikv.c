@@ -1,0 +1,270 @@
+/* omnikv - KV payloads (SPEC §6) on the command line.
+ *
+ *   omnikv inspect [--json] FILE
+ *   omnikv verify FILE                    exit 0: intact, 1: damaged, 2: not KV
+ *   omnikv convert --to native|vllm IN OUT
+ *   omnikv view --rank R --of T [-o OUT] SHARD...
+ *   omnikv pack --cache 2nbhd|n2bhd|kv --blocks I,J,... --tokens N [--to native|vllm]
+ *               [--dtype D] [--head-first F --heads-total H] [--rid R] OUT NPY...
+ *
+ * view gives the bytes the filesystem's <key>.rank<R>of<T> gives, offline,
+ * from shard files named <key>.rank<i>of<S>.  pack gathers one request's
+ * tokens out of vLLM's paged caches saved with numpy.save: one .npy per
+ * layer shaped [2, blocks, block, heads, dim] (2nbhd) or [blocks, 2,
+ * block, heads, dim] (n2bhd), or a K and a V .npy per layer shaped
+ * [blocks, block, heads, dim] (kv).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kvfmt/kvfmt.h"
+
+struct file { uint8_t *p; uint64_t n; };
+
+static int slurp(const char *path, struct file *f)
+{
+	FILE *fp = fopen(path, "rb");
+	long n;
+
+	if (!fp || fseek(fp, 0, SEEK_END) || (n = ftell(fp)) < 0 || fseek(fp, 0, SEEK_SET)) {
+		fprintf(stderr, "omnikv: %s: %s\n", path, strerror(errno));
+		if (fp)
+			fclose(fp);
+		return -1;
+	}
+	f->n = (uint64_t)n;
+	f->p = malloc(f->n ? f->n : 1);
+	if (!f->p || fread(f->p, 1, f->n, fp) != f->n) {
+		fprintf(stderr, "omnikv: %s: cannot read\n", path);
+		fclose(fp);
+		return -1;
+	}
+	fclose(fp);
+	return 0;
+}
+
+static int spit(const char *path, const uint8_t *p, uint64_t n)
+{
+	FILE *fp = path && strcmp(path, "-") ? fopen(path, "wb") : stdout;
+	int bad = !fp || fwrite(p, 1, n, fp) != n;
+
+	if (fp && fp != stdout)
+		bad |= fclose(fp) != 0;
+	if (bad)
+		fprintf(stderr, "omnikv: %s: %s\n", path ? path : "-", strerror(errno));
+	return bad ? -1 : 0;
+}
+
+static const void *at(void *arg, uint64_t off, uint64_t *len)
+{
+	struct file *f = arg;
+
+	if (off >= f->n)
+		return NULL;
+	*len = f->n - off;
+	return f->p + off;
+}
+
+/* Reads and parses a payload; 2 (the exit status) on failure. */
+static int load(const char *path, struct file *f, struct kv_info *kv)
+{
+	char err[160];
+
+	if (slurp(path, f))
+		return 2;
+	if (kv_parse(f->p, f->n, f->n, kv, err, sizeof(err))) {
+		fprintf(stderr, "omnikv: %s: %s\n", path, err);
+		return 2;
+	}
+	return 0;
+}
+
+static int cmd_inspect(int argc, char **argv)
+{
+	int json = argc > 1 && !strcmp(argv[1], "--json");
+	struct file f;
+	struct kv_info kv;
+	char sum[1024];
+
+	if (argc != 2 + json) {
+		fprintf(stderr, "usage: omnikv inspect [--json] FILE\n");
+		return 2;
+	}
+	if (load(argv[1 + json], &f, &kv))
+		return 2;
+	if (json) {
+		kv_summary(&kv, sum, sizeof(sum));
+		printf("%s\n", sum);
+	} else {
+		uint32_t missing = 0;
+		for (uint32_t i = 0; i < kv.ntensors; i++)
+			missing += !kv.t[i].len;
+		printf("%s: %s KV payload, %s %s %s\n", argv[1], kv.format == KV_FMT_NATIVE ?
+		       "native" : "vllm-omni", kv_dtype_name(kv.dtype),
+		       kv.layout == KV_HND ? "HND" : "NHD", kv.kind == KV_SPLIT ? "K and V" : "latent");
+		printf("  layers %u, tokens %u, heads %u..%u of %u, head_dim %u\n", kv.layers,
+		       kv.tokens, kv.head_first, kv.head_first + kv.head_count - 1, kv.heads_total,
+		       kv.head_dim);
+		printf("  %u tensors (%u missing), %llu data bytes, %llu header bytes\n", kv.ntensors,
+		       missing, (unsigned long long)kv.data_bytes, (unsigned long long)kv.hdr_len);
+	}
+	kv_free(&kv);
+	free(f.p);
+	return 0;
+}
+
+static int cmd_verify(int argc, char **argv)
+{
+	struct file f;
+	struct kv_info kv;
+	char err[160];
+
+	if (argc != 2) {
+		fprintf(stderr, "usage: omnikv verify FILE\n");
+		return 2;
+	}
+	if (load(argv[1], &f, &kv))
+		return 2;
+	int rc = kv_verify(&kv, at, &f, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "omnikv: %s: %s\n", argv[1], err);
+	else
+		printf("%s: intact%s\n", argv[1], kv.format == KV_FMT_VLLM ?
+		       " (vllm-omni payloads carry no checksums: its layout checks out)" : "");
+	kv_free(&kv);
+	free(f.p);
+	return rc ? 1 : 0;
+}
+
+static int cmd_convert(int argc, char **argv)
+{
+	struct file f;
+	struct kv_info kv;
+	uint8_t *out;
+	uint64_t len;
+
+	if (argc != 5 || strcmp(argv[1], "--to") ||
+	    (strcmp(argv[2], "native") && strcmp(argv[2], "vllm"))) {
+		fprintf(stderr, "usage: omnikv convert --to native|vllm IN OUT\n");
+		return 2;
+	}
+	if (load(argv[3], &f, &kv))
+		return 2;
+	int rc = kv_convert(&kv, f.p, at, &f, strcmp(argv[2], "vllm") ? KV_FMT_NATIVE : KV_FMT_VLLM,
+			    &out, &len);
+	if (rc)
+		fprintf(stderr, "omnikv: %s: cannot convert: %s\n", argv[3],
+			rc == -EINVAL ? "vllm-omni has no latent payloads" : strerror(-rc));
+	else
+		rc = spit(argv[4], out, len), free(out);
+	kv_free(&kv);
+	free(f.p);
+	return rc ? 1 : 0;
+}
+
+int omnikv_view(int argc, char **argv);
+int omnikv_pack(int argc, char **argv);
+
+int main(int argc, char **argv)
+{
+	static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
+		{ "inspect", cmd_inspect }, { "verify", cmd_verify }, { "convert", cmd_convert },
+		{ "view", omnikv_view }, { "pack", omnikv_pack },
+	};
+
+	for (size_t i = 0; argc > 1 && i < sizeof(cmds) / sizeof(*cmds); i++)
+		if (!strcmp(argv[1], cmds[i].name))
+			return cmds[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "usage: omnikv inspect|verify|convert|view|pack ... (see omnikv.c's head)\n");
+	return 2;
+}
+
+/* ---------------------------------------------------------------- view */
+
+int omnikv_view(int argc, char **argv)
+{
+	uint32_t r = UINT32_MAX, T = 0, S = 0, first, n;
+	const char *out = "-";
+	int c;
+
+	optind = 1;
+	static const struct option lo[] = { { "rank", 1, 0, 'r' }, { "of", 1, 0, 'T' }, { 0, 0, 0, 0 } };
+	while ((c = getopt_long(argc, argv, "o:", lo, NULL)) != -1) {
+		if (c == 'r')
+			r = (uint32_t)strtoul(optarg, NULL, 10);
+		else if (c == 'T')
+			T = (uint32_t)strtoul(optarg, NULL, 10);
+		else if (c == 'o')
+			out = optarg;
+		else
+			return 2;
+	}
+	int nfiles = argc - optind;
+	if (!T || r == UINT32_MAX || nfiles < 1) {
+		fprintf(stderr, "usage: omnikv view --rank R --of T [-o OUT] SHARD...\n");
+		return 2;
+	}
+	/* The shards' names say S and which each is. */
+	struct file *f = calloc((size_t)nfiles, sizeof(*f));
+	int *idx = calloc((size_t)nfiles, sizeof(*idx));
+	for (int i = 0; i < nfiles; i++) {
+		const char *base = strrchr(argv[optind + i], '/');
+		size_t bl;
+		uint32_t si, ss;
+		kv_name_split(base ? base + 1 : argv[optind + i], &bl, &si, &ss);
+		if (S && ss != S) {
+			fprintf(stderr, "omnikv: %s: not a shard of %u\n", argv[optind + i], S);
+			return 2;
+		}
+		S = ss;
+		idx[i] = (int)si;
+	}
+	if (kv_view_shards(S, r, T, &first, &n)) {
+		fprintf(stderr, "omnikv: rank %u of %u cannot be made from %u shards\n", r, T, S);
+		return 2;
+	}
+	struct kv_info *kv = calloc(n, sizeof(*kv));
+	const void **hdr = calloc(n, sizeof(*hdr));
+	struct file *src = calloc(n, sizeof(*src));
+	char err[160];
+	for (uint32_t k = 0; k < n; k++) {
+		int i = 0;
+		while (i < nfiles && (uint32_t)idx[i] != first + k)
+			i++;
+		if (i == nfiles) {
+			fprintf(stderr, "omnikv: shard %u of %u is not given\n", first + k, S);
+			return 2;
+		}
+		if (load(argv[optind + i], &src[k], &kv[k]))
+			return 2;
+		hdr[k] = src[k].p;
+	}
+	struct kv_plan p;
+	if (kv_plan_view(kv, hdr, n, S, r, T, &p, err, sizeof(err))) {
+		fprintf(stderr, "omnikv: %s\n", err);
+		return 2;
+	}
+	uint8_t *v = calloc(1, p.size);
+	memcpy(v, p.hdr, p.hdr_len);
+	for (size_t s = 0; s < p.nseg; s++)
+		for (uint32_t k = 0; k < p.seg[s].count; k++)
+			memcpy(v + p.seg[s].doff + k * p.seg[s].dstride,
+			       src[p.seg[s].src].p + p.seg[s].soff + k * p.seg[s].sstride, p.seg[s].len);
+	int rc = spit(out, v, p.size);
+	free(v);
+	kv_plan_free(&p);
+	for (uint32_t k = 0; k < n; k++) {
+		kv_free(&kv[k]);
+		free(src[k].p);
+	}
+	free(kv);
+	free(hdr);
+	free(src);
+	free(f);
+	free(idx);
+	return rc ? 1 : 0;
+}
