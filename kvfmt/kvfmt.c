@@ -167,6 +167,8 @@ static int kv_tensors_check(struct kv_info *kv, uint64_t from, char *err, size_t
 		end = t->off + t->len;
 		kv->data_bytes += t->len;
 	}
+	if (!kv->data_bytes)    /* its shape could not be said in vllm-omni's format */
+		return kv_fail(err, errlen, "every layer is missing");
 	return 0;
 }
 
@@ -509,9 +511,11 @@ int kv_build_native(const struct kv_spec *s, const void *const *tensors,
 	kv.meta_len = s->meta_len;
 	if (!(present = malloc(kv.ntensors)))
 		return -ENOMEM;
+	rc = -EINVAL;           /* a payload of no tensors says nothing */
 	for (uint32_t i = 0; i < kv.ntensors; i++)
-		present[i] = tensors[i] != NULL;
-	if ((rc = kv_native_layout(&kv, present)))
+		if ((present[i] = tensors[i] != NULL))
+			rc = 0;
+	if (rc || (rc = kv_native_layout(&kv, present)))
 		goto free_kv;
 	rc = -ENOMEM;
 	if (!(buf = calloc(1, kv.total)))

@@ -129,3 +129,35 @@ printf '\n4 KiB hand-off, writer on a, reader waiting in open on b (1000 runs):\
 printf '  median %.1f us   p90 %.1f us   p99 %.1f us\n' "$XMED" "$XP90" "$XP99"
 printf '\ngoals: remote read of %s MiB >= 70%% of the TCP ceiling: %s; cross-node hand-off median <= 250 us: %s\n' \
 	"$BIG_MIB" "$(ratio "$REMOTE" "$TCP")" "$XMED us"
+
+# --- rank-shard views: a 28-layer f16 KV of 4096 tokens, 8 heads of 128, in
+# 4 shards on a; b reads every view of T = 1, 2, 4, 8 ------------------------
+"$B/tools/kvgen" shards 28 4096 8 128 4 "$T/x" || { echo "kvgen failed"; exit 1; }
+for i in 0 1 2 3; do cp "$T/x.rank${i}of4" "$T/a/0/1/"; done
+for _ in $(seq 500); do [ -e "$T/b/0/1/x.rank3of4" ] && break; sleep 0.02; done
+kvdata() { getfattr --absolute-names --only-values -n user.omni.kv "$1" |
+	python3 -c 'import json,sys; print(json.load(sys.stdin)["data_bytes"])'; }
+# views T: "pulled data GiB/s" over every rank, bytes by the counters.  T = 4
+# is the shards themselves, read whole.
+views() {
+	local T_=$1 r before data=0 t0 t1
+	for r in $(seq 0 $((T_ - 1))); do
+		data=$((data + $(kvdata "$T/b/0/1/x.rank${r}of$T_")))
+	done
+	before=$(awk '$1 == "bytes_pulled:" { print $2 }' "$T/b/.omni/stats")
+	t0=$(date +%s.%N)
+	for r in $(seq 0 $((T_ - 1))); do
+		cat "$T/b/0/1/x.rank${r}of$T_" >/dev/null
+	done
+	t1=$(date +%s.%N)
+	echo "$(( $(awk '$1 == "bytes_pulled:" { print $2 }' "$T/b/.omni/stats") - before )) $data" \
+		"$(awk -v d="$data" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", d / (b - a) / 1073741824 }')"
+}
+printf '\nviews of 4 shards on a, read on b (28 layers, 4096 tokens, 8 heads of 128, f16):\n'
+WHOLE=
+for T_ in 4 1 2 8; do
+	read -r pulled data rate < <(views "$T_")
+	[ -z "$WHOLE" ] && WHOLE=$rate
+	printf '  T=%-3s every rank: pulled %s bytes for %s data bytes (%s), %5.2f GiB/s (%s of whole shards)\n' \
+		"$T_" "$pulled" "$data" "$(ratio "$pulled" "$data")" "$rate" "$(ratio "$rate" "$WHOLE")"
+done

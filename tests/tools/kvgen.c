@@ -246,8 +246,48 @@ static int one_case(int k, const char *rdir, char **wdirs, int nw, int *views)
 	return rc;
 }
 
+/* kvgen shards LAYERS TOKENS HEADS DIM S DIR/KEY: S native f16 HND shards
+ * of random bytes, DIR/KEY.rank<i>of<S>, for the benchmark. */
+static int shards(char **argv)
+{
+	struct kv_spec s = { KV_F16, KV_HND, KV_SPLIT, (uint32_t)atoi(argv[0]),
+			     (uint32_t)atoi(argv[1]), (uint32_t)atoi(argv[2]), 0, 0,
+			     (uint32_t)atoi(argv[3]), NULL, 0 };
+	uint32_t S = (uint32_t)atoi(argv[4]);
+	char path[4096];
+
+	if (!S || s.heads_total % S)
+		return 2;
+	s.head_count = s.heads_total / S;
+	uint64_t tb = kv_tensor_bytes(&s);
+	uint8_t *t = malloc(tb);
+	const void **ts = calloc(2 * s.layers, sizeof(*ts));
+	for (uint32_t i = 0; i < S; i++) {
+		uint8_t *out;
+		uint64_t n;
+		for (uint64_t b = 0; b < tb; b++)
+			t[b] = (uint8_t)rnd(256);
+		for (uint32_t k = 0; k < 2 * s.layers; k++)
+			ts[k] = t;      /* the same bytes per tensor: only sizes matter here */
+		s.head_first = i * s.head_count;
+		if (kv_build_native(&s, ts, &out, &n))
+			return 1;
+		snprintf(path, sizeof(path), "%s.rank%uof%u", argv[5], i, S);
+		FILE *f = fopen(path, "wb");
+		if (!f || fwrite(out, 1, n, f) != n || fclose(f))
+			return 1;
+		free(out);
+	}
+	free(t);
+	free(ts);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	rng = 88172645463325252ull;
+	if (argc == 8 && !strcmp(argv[1], "shards"))
+		return shards(argv + 2);
 	if (argc < 5) {
 		fprintf(stderr, "usage: kvgen SEED CASES READ-DIR WRITE-DIR...\n");
 		return 2;
