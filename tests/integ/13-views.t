@@ -169,6 +169,20 @@ for T_ in 1 2 8; do
 	cat "$T/c/p/q/x.rank0of$T_" >/dev/null
 	is "$(( $(stat_of c bytes_pulled) - before ))" "$data" "rank 0 of $T_ on c pulls its $data data bytes, no more"
 done
+# vllm-omni shards (NHD): a slice is a strided pull of every token's row.
+$SYSPY -c "$KVPY
+import os
+for i in range(2):
+    open('$T/y.rank%dof2' % i, 'wb').write(kvpy.vllm([os.urandom(64 * 4 * 32 * 2) for _ in range(3)],
+        [os.urandom(64 * 4 * 32 * 2) for _ in range(3)], tokens=64, heads=4, head_dim=32))
+"
+cp "$T/y.rank0of2" "$T/a/p/q/"; cp "$T/y.rank1of2" "$T/b/p/q/"
+ok "c hears of the vllm-omni shards" wait_until 5 test -e "$T/c/p/q/y.rank1of2"
+before=$(stat_of c bytes_pulled)
+data=$(getfattr --absolute-names --only-values -n user.omni.kv "$T/c/p/q/y.rank3of8" |
+	$PY -c "import json, sys; print(json.load(sys.stdin)['data_bytes'])")
+cat "$T/c/p/q/y.rank3of8" >/dev/null
+is "$(( $(stat_of c bytes_pulled) - before ))" "$data" "a slice of vllm-omni shards pulls its $data data bytes, no more"
 before=$(stat_of a bytes_pulled)
 cat "$T/a/p/q/x.rank0of8" >/dev/null
 is "$(( $(stat_of a bytes_pulled) - before ))" 0 "a view of a's own shard pulls nothing"
