@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY         /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "ns.h"
@@ -304,6 +305,16 @@ static int gather(struct cluster *cl, struct ns_handle *h, const struct proto_ms
 	return 0;
 }
 
+static uint64_t iov_hash(const struct iovec *iov, int n)
+{
+	XXH3_state_t st;
+
+	XXH3_64bits_reset(&st);
+	for (int i = 0; i < n; i++)
+		XXH3_64bits_update(&st, iov[i].iov_base, iov[i].iov_len);
+	return XXH3_64bits_digest(&st);
+}
+
 /* A whole object's chunks go out with the hashes kept at publish; any
  * other range (a view's) is gathered and hashed as it goes.  DATA frames
  * carry the stream position, m->u.pull.off plus the bytes before. */
@@ -313,17 +324,23 @@ static int serve_ranges(struct cluster *cl, struct xport_conn *c, uint64_t reqid
 	const uint64_t off = m->u.pull.off, len = m->u.pull.len, cnt = m->u.pull.count;
 	const uint64_t total = len * cnt;
 	int aligned = cnt == 1 && off % NS_CHUNK == 0 && (off + len == size || len % NS_CHUNK == 0);
-	uint8_t *buf = aligned ? NULL : malloc(PROTO_CHUNK);
+	uint8_t *buf = aligned || cnt == 1 ? NULL : malloc(PROTO_CHUNK);
 	int rc = 0;
 
-	if (!aligned && !buf)
+	if (!aligned && cnt > 1 && !buf)
 		return -ENOMEM;
-	for (uint64_t pos = 0; !rc && pos < total; pos += PROTO_CHUNK) {
-		uint64_t n = total - pos < PROTO_CHUNK ? total - pos : PROTO_CHUNK, xxh3;
+	for (uint64_t pos = 0, n; !rc && pos < total; pos += n) {
+		uint64_t xxh3;
+		n = total - pos < PROTO_CHUNK ? total - pos : PROTO_CHUNK;
 		struct iovec iov[64];
 		int k;
 		if (aligned) {
 			rc = ns_serve_chunk(cl->ns, h, (off + pos) / NS_CHUNK, iov, &k, 64, &xxh3);
+		} else if (cnt == 1) {  /* a range: straight from the pool */
+			ssize_t got = ns_read(cl->ns, h, off + pos, n, iov, &k, 64);
+			rc = got <= 0 ? -EIO : 0;
+			n = got > 0 ? (uint64_t)got : 0;
+			xxh3 = iov_hash(iov, k);
 		} else if (!(rc = gather(cl, h, m, pos, buf, n))) {
 			iov[0] = (struct iovec){ buf, n };
 			k = 1;

@@ -37,6 +37,7 @@ struct fs {
 	struct stats st;
 	struct vfile_ctx vf;
 	struct view_env venv;
+	struct view_jobs vjobs;
 	unsigned max_threads, spin_us;
 	int mounted, unknown_intent_logged;
 };
@@ -659,7 +660,8 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 		goto free_cluster;
 	fs->vf = (struct vfile_ctx){ fs->ns, p->pool, &fs->st, p->node_name,
 				     p->transport, p->config_text, fs->cl };
-	fs->venv = (struct view_env){ fs->ns, fs->cl, &fs->st };
+	view_jobs_init(&fs->vjobs);
+	fs->venv = (struct view_env){ fs->ns, fs->cl, &fs->st, &fs->vjobs };
 	fs->max_threads = p->max_threads;
 	fs->spin_us = p->spin_us;
 	fs->se = fuse_session_new(args, &ops, sizeof(ops), fs);
@@ -715,6 +717,9 @@ void fs_destroy(struct fs *fs)
 	if (!fs)
 		return;
 	ns_stop(fs->ns);
+	/* View opens wait in ns and pull through the cluster: let them end. */
+	if (fs->venv.jobs)
+		view_jobs_drain(fs->venv.jobs);
 	/* Peers' threads call into ns: they stop before it goes. */
 	cluster_destroy(fs->cl);
 	if (fs->mounted)

@@ -362,9 +362,25 @@ static int build(const struct view_env *env, uint64_t ino, struct view **out)
 
 struct job { struct view_env env; uint64_t ino; view_done_fn done; void *arg; };
 
+void view_jobs_init(struct view_jobs *j)
+{
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->cond, NULL);
+	j->n = 0;
+}
+
+void view_jobs_drain(struct view_jobs *j)
+{
+	pthread_mutex_lock(&j->lock);
+	while (j->n)
+		pthread_cond_wait(&j->cond, &j->lock);
+	pthread_mutex_unlock(&j->lock);
+}
+
 static void *job_thread(void *arg)
 {
 	struct job *j = arg;
+	struct view_jobs *jobs = j->env.jobs;
 	struct view *v = NULL;
 	int rc = build(&j->env, j->ino, &v);
 
@@ -372,6 +388,10 @@ static void *job_thread(void *arg)
 		stat_add(j->env.st, ST_GETS, 1);
 	j->done(j->arg, rc, rc ? NULL : v);
 	free(j);
+	pthread_mutex_lock(&jobs->lock);
+	if (!--jobs->n)
+		pthread_cond_broadcast(&jobs->cond);
+	pthread_mutex_unlock(&jobs->lock);
 	return NULL;
 }
 
@@ -385,12 +405,19 @@ int view_open(const struct view_env *env, uint64_t ino, view_done_fn done, void 
 	if (!j)
 		return -ENOMEM;
 	*j = (struct job){ *env, ino, done, arg };
+	pthread_mutex_lock(&env->jobs->lock);
+	env->jobs->n++;
+	pthread_mutex_unlock(&env->jobs->lock);
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	rc = -pthread_create(&t, &at, job_thread, j);
 	pthread_attr_destroy(&at);
-	if (rc)
+	if (rc) {
 		free(j);
+		pthread_mutex_lock(&env->jobs->lock);
+		env->jobs->n--;
+		pthread_mutex_unlock(&env->jobs->lock);
+	}
 	return rc;
 }
 

@@ -12,6 +12,7 @@
 #define OMNI_VIEW_H
 
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
@@ -20,7 +21,14 @@ struct cluster;
 struct stats;
 struct view;
 
-struct view_env { struct ns *ns; struct cluster *cl; struct stats *st; };
+/* The view opens in flight, so that shutdown can wait for them. */
+struct view_jobs { pthread_mutex_t lock; pthread_cond_t cond; unsigned n; };
+void view_jobs_init(struct view_jobs *j);
+/* Waits until every view open has been answered (call after ns_stop(),
+ * which answers their waits, and before the cluster goes). */
+void view_jobs_drain(struct view_jobs *j);
+
+struct view_env { struct ns *ns; struct cluster *cl; struct stats *st; struct view_jobs *jobs; };
 
 /* Answers a view open: a view, or err (-EXDEV: not a view after all,
  * open the key itself with NS_OPEN_EXACT). */

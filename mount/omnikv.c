@@ -25,6 +25,8 @@
 
 struct file { uint8_t *p; uint64_t n; };
 
+#define VIEW_FILES_MAX 1024
+
 static int slurp(const char *path, struct file *f)
 {
 	FILE *fp = fopen(path, "rb");
@@ -41,6 +43,8 @@ static int slurp(const char *path, struct file *f)
 	if (!f->p || fread(f->p, 1, f->n, fp) != f->n) {
 		fprintf(stderr, "omnikv: %s: cannot read\n", path);
 		fclose(fp);
+		free(f->p);
+		f->p = NULL;
 		return -1;
 	}
 	fclose(fp);
@@ -78,6 +82,9 @@ static int load(const char *path, struct file *f, struct kv_info *kv)
 		return 2;
 	if (kv_parse(f->p, f->n, f->n, kv, err, sizeof(err))) {
 		fprintf(stderr, "omnikv: %s: %s\n", path, err);
+		kv_free(kv);
+		free(f->p);
+		f->p = NULL;
 		return 2;
 	}
 	return 0;
@@ -185,11 +192,52 @@ int main(int argc, char **argv)
 
 /* ---------------------------------------------------------------- view */
 
+/* The shards of S that rank r of T needs, loaded and parsed: 0, or 2. */
+static int view_sources(char **files, int nfiles, uint32_t r, uint32_t T, uint32_t *S,
+			uint32_t *n, struct file *src, struct kv_info *kv)
+{
+	uint32_t first, idx[VIEW_FILES_MAX];
+
+	*S = 0;
+	for (int i = 0; i < nfiles; i++) {     /* the names say S and which each is */
+		const char *base = strrchr(files[i], '/');
+		size_t bl;
+		uint32_t ss;
+		kv_name_split(base ? base + 1 : files[i], &bl, &idx[i], &ss);
+		if (*S && ss != *S) {
+			fprintf(stderr, "omnikv: %s: not a shard of %u\n", files[i], *S);
+			return 2;
+		}
+		*S = ss;
+	}
+	if (kv_view_shards(*S, r, T, &first, n) || *n > VIEW_FILES_MAX) {
+		fprintf(stderr, "omnikv: rank %u of %u cannot be made from %u shards\n", r, T, *S);
+		return 2;
+	}
+	for (uint32_t k = 0; k < *n; k++) {
+		int i = 0;
+		while (i < nfiles && idx[i] != first + k)
+			i++;
+		if (i == nfiles) {
+			fprintf(stderr, "omnikv: shard %u of %u is not given\n", first + k, *S);
+			return 2;
+		}
+		if (load(files[i], &src[k], &kv[k]))
+			return 2;
+	}
+	return 0;
+}
+
 int omnikv_view(int argc, char **argv)
 {
-	uint32_t r = UINT32_MAX, T = 0, S = 0, first, n;
+	static struct file src[VIEW_FILES_MAX];
+	static struct kv_info kv[VIEW_FILES_MAX];
+	const void *hdr[VIEW_FILES_MAX];
+	uint32_t r = UINT32_MAX, T = 0, S, n = 0;
 	const char *out = "-";
-	int c;
+	struct kv_plan p;
+	char err[160];
+	int c, rc = 2;
 
 	optind = 1;
 	static const struct option lo[] = { { "rank", 1, 0, 'r' }, { "of", 1, 0, 'T' }, { 0, 0, 0, 0 } };
@@ -204,67 +252,35 @@ int omnikv_view(int argc, char **argv)
 			return 2;
 	}
 	int nfiles = argc - optind;
-	if (!T || r == UINT32_MAX || nfiles < 1) {
+	if (!T || r == UINT32_MAX || nfiles < 1 || nfiles > VIEW_FILES_MAX) {
 		fprintf(stderr, "usage: omnikv view --rank R --of T [-o OUT] SHARD...\n");
 		return 2;
 	}
-	/* The shards' names say S and which each is. */
-	struct file *f = calloc((size_t)nfiles, sizeof(*f));
-	int *idx = calloc((size_t)nfiles, sizeof(*idx));
-	for (int i = 0; i < nfiles; i++) {
-		const char *base = strrchr(argv[optind + i], '/');
-		size_t bl;
-		uint32_t si, ss;
-		kv_name_split(base ? base + 1 : argv[optind + i], &bl, &si, &ss);
-		if (S && ss != S) {
-			fprintf(stderr, "omnikv: %s: not a shard of %u\n", argv[optind + i], S);
-			return 2;
-		}
-		S = ss;
-		idx[i] = (int)si;
-	}
-	if (kv_view_shards(S, r, T, &first, &n)) {
-		fprintf(stderr, "omnikv: rank %u of %u cannot be made from %u shards\n", r, T, S);
-		return 2;
-	}
-	struct kv_info *kv = calloc(n, sizeof(*kv));
-	const void **hdr = calloc(n, sizeof(*hdr));
-	struct file *src = calloc(n, sizeof(*src));
-	char err[160];
-	for (uint32_t k = 0; k < n; k++) {
-		int i = 0;
-		while (i < nfiles && (uint32_t)idx[i] != first + k)
-			i++;
-		if (i == nfiles) {
-			fprintf(stderr, "omnikv: shard %u of %u is not given\n", first + k, S);
-			return 2;
-		}
-		if (load(argv[optind + i], &src[k], &kv[k]))
-			return 2;
+	if (view_sources(argv + optind, nfiles, r, T, &S, &n, src, kv))
+		goto free_sources;
+	for (uint32_t k = 0; k < n; k++)
 		hdr[k] = src[k].p;
-	}
-	struct kv_plan p;
 	if (kv_plan_view(kv, hdr, n, S, r, T, &p, err, sizeof(err))) {
 		fprintf(stderr, "omnikv: %s\n", err);
-		return 2;
+		goto free_sources;
 	}
 	uint8_t *v = calloc(1, p.size);
-	memcpy(v, p.hdr, p.hdr_len);
-	for (size_t s = 0; s < p.nseg; s++)
-		for (uint32_t k = 0; k < p.seg[s].count; k++)
-			memcpy(v + p.seg[s].doff + k * p.seg[s].dstride,
-			       src[p.seg[s].src].p + p.seg[s].soff + k * p.seg[s].sstride, p.seg[s].len);
-	int rc = spit(out, v, p.size);
-	free(v);
+	if (v) {
+		memcpy(v, p.hdr, p.hdr_len);
+		for (size_t s = 0; s < p.nseg; s++)
+			for (uint32_t k = 0; k < p.seg[s].count; k++)
+				memcpy(v + p.seg[s].doff + k * p.seg[s].dstride,
+				       src[p.seg[s].src].p + p.seg[s].soff + k * p.seg[s].sstride,
+				       p.seg[s].len);
+		rc = spit(out, v, p.size) ? 1 : 0;
+		free(v);
+	}
 	kv_plan_free(&p);
-	for (uint32_t k = 0; k < n; k++) {
+free_sources:
+	for (uint32_t k = 0; k < VIEW_FILES_MAX; k++) {
 		kv_free(&kv[k]);
 		free(src[k].p);
+		src[k].p = NULL;
 	}
-	free(kv);
-	free(hdr);
-	free(src);
-	free(f);
-	free(idx);
-	return rc ? 1 : 0;
+	return rc;
 }

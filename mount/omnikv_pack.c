@@ -215,6 +215,7 @@ int omnikv_pack(int argc, char **argv)
 		fprintf(stderr, "usage: omnikv pack --cache 2nbhd|n2bhd|kv --blocks I,J,... "
 			"--tokens N [--to native|vllm] [--dtype D] [--head-first F --heads-total H] "
 			"[--rid R] OUT NPY...\n");
+		free(o.blocks);
 		return 2;
 	}
 	o.out = argv[optind];
