@@ -259,6 +259,26 @@ void kv_free(struct kv_info *kv)
 
 /* ---------------------------------------------------------------- checksums */
 
+/* Calls fn on each contiguous run of [off, off+len), read through at. */
+static int walk(kv_at_fn at, void *arg, uint64_t off, uint64_t len,
+		void (*fn)(void *ctx, const void *b, uint64_t n), void *ctx)
+{
+	while (len) {
+		uint64_t have;
+		const void *b = at(arg, off, &have);
+		if (!b || !have)
+			return -EIO;
+		if (have > len)
+			have = len;
+		fn(ctx, b, have);
+		off += have;
+		len -= have;
+	}
+	return 0;
+}
+
+static void hash_run(void *ctx, const void *b, uint64_t n) { XXH3_64bits_update(ctx, b, n); }
+
 /* XXH3 of count pieces of len bytes at off + k*stride, read through at. */
 static int hash_pieces(kv_at_fn at, void *arg, uint64_t off, uint64_t len,
 		       uint64_t stride, uint64_t count, uint64_t *out)
@@ -267,17 +287,8 @@ static int hash_pieces(kv_at_fn at, void *arg, uint64_t off, uint64_t len,
 
 	XXH3_64bits_reset(&st);
 	for (uint64_t k = 0; k < count; k++)
-		for (uint64_t o = off + k * stride, left = len; left;) {
-			uint64_t have;
-			const void *b = at(arg, o, &have);
-			if (!b || !have)
-				return -EIO;
-			if (have > left)
-				have = left;
-			XXH3_64bits_update(&st, b, have);
-			o += have;
-			left -= have;
-		}
+		if (walk(at, arg, off + k * stride, len, hash_run, &st))
+			return -EIO;
 	*out = XXH3_64bits_digest(&st);
 	return 0;
 }
@@ -545,22 +556,20 @@ void kv_spec_of(const struct kv_info *kv, const void *hdr, struct kv_spec *s)
 			       kv->format == KV_FMT_NATIVE ? kv->meta_len : 0 };
 }
 
+static void copy_run(void *ctx, const void *b, uint64_t n)
+{
+	uint8_t **d = ctx;
+
+	memcpy(*d, b, n);
+	*d += n;
+}
+
 /* Copies [off, off+len) of a payload out through at. */
 int kv_read(kv_at_fn at, void *arg, uint64_t off, uint64_t len, void *dst)
 {
-	for (uint8_t *d = dst; len;) {
-		uint64_t have;
-		const void *b = at(arg, off, &have);
-		if (!b || !have)
-			return -EIO;
-		if (have > len)
-			have = len;
-		memcpy(d, b, have);
-		d += have;
-		off += have;
-		len -= have;
-	}
-	return 0;
+	uint8_t *d = dst;
+
+	return walk(at, arg, off, len, copy_run, &d);
 }
 
 /* Where token t of head h of a tensor lies in a layout, from its start. */

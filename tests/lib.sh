@@ -80,6 +80,15 @@ stop_node() {
 	fi
 }
 
+# free_ports N: N loopback TCP ports nobody listens on now, on one line.
+free_ports() {
+	$PY -c '
+import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])' "$1"
+}
+
 stat_of() { awk -v k="$2:" '$1 == k { print $2 }' "$T/$1/.omni/stats"; }   # stat_of NODE COUNTER
 xattr() { getfattr --absolute-names --only-values -n "user.omni.$1" "$2" 2>/dev/null; }
 health() { $PY -c "import json,sys; d=json.load(open('$T/$1/.omni/health')); print($2)"; }

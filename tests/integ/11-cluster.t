@@ -4,11 +4,7 @@
 # owner killed mid-read, a corrupted chunk, a rejoin (SPEC §3, §4, §7).
 . "$(dirname "$0")/../lib.sh"
 
-read -r PA PB PC < <($PY -c '
-import socket
-ss = [socket.socket() for _ in range(3)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+read -r PA PB PC < <(free_ports 3)
 head -c 48 /dev/urandom | base64 >"$T/secret"
 chmod 600 "$T/secret"
 head -c 48 /dev/urandom | base64 >"$T/wrong"

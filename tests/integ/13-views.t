@@ -125,11 +125,7 @@ ok "... and is answered once both shards are published" \
 stop_node a
 
 # --- three nodes ----------------------------------------------------------------
-read -r PA PB PC < <($PY -c '
-import socket
-ss = [socket.socket() for _ in range(3)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+read -r PA PB PC < <(free_ports 3)
 head -c 48 /dev/urandom | base64 >"$T/secret"
 chmod 600 "$T/secret"
 cat >"$T/omni.yaml" <<EOF
