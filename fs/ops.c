@@ -114,8 +114,11 @@ static void op_init(void *data, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 }
 
-/* 1 if a peer had parent/name (it is in ns now). */
-static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait)
+/* 1 if a peer had parent/name (it is in ns now).  If none had and learn
+ * is set, what the edge holds is brought in: a reader of a missing key may
+ * want a view of shards published elsewhere under other names. */
+static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait,
+		     int learn)
 {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
 
@@ -123,7 +126,11 @@ static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int wil
 	    name_check_key(name))
 		return 0;
 	int64_t ms = will_wait ? ns_wait_ms(fs->ns, parent) : 0;
-	return cluster_ask(fs->cl, from, to, name, ms > 0 ? (unsigned)ms : 0) == 0;
+	if (!cluster_ask(fs->cl, from, to, name, ms > 0 ? (unsigned)ms : 0))
+		return 1;
+	if (learn)
+		cluster_refresh(fs->cl, from, to);
+	return 0;
 }
 
 /* A name that is a view of published shards resolves (stat, getfattr)
@@ -155,7 +162,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		/* A writer's plain O_CREAT need not know (a published key
 		 * elsewhere is found when it publishes): no round trip. */
 		if (fs->cl && in != CALLER_OPEN_CREATE &&
-		    ask_peers(fs, parent, name, in == CALLER_OPEN_READ))
+		    ask_peers(fs, parent, name, in == CALLER_OPEN_READ,
+			      in == CALLER_OPEN_READ || in == CALLER_OTHER))
 			rc = ns_lookup(fs->ns, parent, name, 0, &a);
 		if (rc == -ENOENT && in == CALLER_OPEN_READ)
 			rc = ns_lookup(fs->ns, parent, name, 1, &a);
@@ -450,7 +458,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	(void)mode;
 	/* O_EXCL means "nowhere in the cluster": ask, unless announces of
 	 * this edge come here anyway. */
-	if (excl && fs->cl && ask_peers(fs, parent, name, 0))
+	if (excl && fs->cl && ask_peers(fs, parent, name, 0, 0))
 		return (void)fuse_reply_err(req, EEXIST);
 	rc = ns_create_key(fs->ns, parent, name, excl, ctx->uid, ctx->gid, &a, &h);
 	if (rc)

@@ -15,6 +15,9 @@
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY         /* XXH3_state_t on the stack */
 #include <xxhash.h>
+#if defined(__x86_64__)
+#include <xxh_x86dispatch.h>      /* libxxhash's AVX2/AVX-512 paths, chosen at run time */
+#endif
 
 static const uint8_t kv_magic[8] = { 'O', 'M', 'N', 'I', 'K', 'V', '\r', '\n' };
 

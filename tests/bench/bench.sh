@@ -136,13 +136,14 @@ printf '\ngoals: remote read of %s MiB >= 70%% of the TCP ceiling: %s; cross-nod
 for i in 0 1 2 3; do cp "$T/x.rank${i}of4" "$T/a/0/1/"; done
 for _ in $(seq 500); do [ -e "$T/b/0/1/x.rank3of4" ] && break; sleep 0.02; done
 kvdata() { getfattr --absolute-names --only-values -n user.omni.kv "$1" |
-	python3 -c 'import json,sys; print(json.load(sys.stdin)["data_bytes"])'; }
-# views T: "pulled data GiB/s" over every rank, bytes by the counters.  T = 4
-# is the shards themselves, read whole.
+	python3 -c 'import json,sys; d = json.load(sys.stdin); print(d["data_bytes"], d["header_bytes"])'; }
+# views T: "pulled data size GiB/s" over every rank (bytes by the counters;
+# GiB/s of data, open..close).  T = 4 is the shards themselves, read whole.
 views() {
-	local T_=$1 r before data=0 t0 t1
+	local T_=$1 r before data=0 size=0 d h t0 t1
 	for r in $(seq 0 $((T_ - 1))); do
-		data=$((data + $(kvdata "$T/b/0/1/x.rank${r}of$T_")))
+		read -r d h < <(kvdata "$T/b/0/1/x.rank${r}of$T_")
+		data=$((data + d)) size=$((size + d + h))
 	done
 	before=$(awk '$1 == "bytes_pulled:" { print $2 }' "$T/b/.omni/stats")
 	t0=$(date +%s.%N)
@@ -150,14 +151,14 @@ views() {
 		cat "$T/b/0/1/x.rank${r}of$T_" >/dev/null
 	done
 	t1=$(date +%s.%N)
-	echo "$(( $(awk '$1 == "bytes_pulled:" { print $2 }' "$T/b/.omni/stats") - before )) $data" \
+	echo "$(( $(awk '$1 == "bytes_pulled:" { print $2 }' "$T/b/.omni/stats") - before )) $data $size" \
 		"$(awk -v d="$data" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", d / (b - a) / 1073741824 }')"
 }
 printf '\nviews of 4 shards on a, read on b (28 layers, 4096 tokens, 8 heads of 128, f16):\n'
 WHOLE=
 for T_ in 4 1 2 8; do
-	read -r pulled data rate < <(views "$T_")
+	read -r pulled data size rate < <(views "$T_")
 	[ -z "$WHOLE" ] && WHOLE=$rate
-	printf '  T=%-3s every rank: pulled %s bytes for %s data bytes (%s), %5.2f GiB/s (%s of whole shards)\n' \
-		"$T_" "$pulled" "$data" "$(ratio "$pulled" "$data")" "$rate" "$(ratio "$rate" "$WHOLE")"
+	printf '  T=%-2s pulled %9s B for views of %9s B (%9s data: %s) %5.2f GiB/s (%s of whole shards)\n' \
+		"$T_" "$pulled" "$size" "$data" "$(ratio "$pulled" "$data")" "$rate" "$(ratio "$rate" "$WHOLE")"
 done

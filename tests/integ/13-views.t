@@ -135,7 +135,7 @@ wait_ms: 8000
 nodes:
   a: { addr: 127.0.0.1:$PA, stages: ["q"] }
   b: { addr: 127.0.0.1:$PB, stages: ["q"] }
-  c: { addr: 127.0.0.1:$PC, stages: ["q"] }
+  c: { addr: 127.0.0.1:$PC, stages: ["z"] }    # c finds shards by asking
 edges:
   "p->q": { readers: 0 }
 EOF
@@ -144,7 +144,7 @@ all_up() { local n; for n in a b c; do [ "$(health $n "sum(p['state'] == 'up' fo
 ok "three nodes up" wait_until 10 all_up
 
 out=$("$B/tools/kvgen" 12 "$CASES" "$T/c/p/q" "$T/a/p/q" "$T/b/p/q" "$T/c/p/q" 2>&1)
-ok "views byte-exact with shards on three nodes, read on one ($out)" test "${out%% *}" = "kvgen:"
+ok "views byte-exact with shards on three nodes, read on one that asks ($out)" test "${out%% *}" = "kvgen:"
 diag "$out"
 
 # Exactly the view's data bytes cross the network: shards on a and b, read on c.
