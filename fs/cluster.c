@@ -202,7 +202,7 @@ struct pullset {
 	int err;
 };
 
-struct piece_ctx { struct pullset *ps; uint64_t total; };
+struct piece_ctx { struct pullset *ps; uint64_t total; const struct cluster_piece *pc; };
 
 /* The transport reports the end of each pull exactly once. */
 static void piece_progress(void *arg, uint64_t upto, int err)
@@ -212,6 +212,8 @@ static void piece_progress(void *arg, uint64_t upto, int err)
 
 	if (!err && upto < pc->total)
 		return;
+	if (pc->pc->done)
+		pc->pc->done(pc->pc->arg, err);
 	free(pc);
 	pthread_mutex_lock(&ps->lock);
 	if (err && !ps->err)
@@ -221,8 +223,7 @@ static void piece_progress(void *arg, uint64_t upto, int err)
 	pthread_mutex_unlock(&ps->lock);
 }
 
-int cluster_pull(struct cluster *cl, int owner, uint64_t oid,
-		 const struct cluster_piece *pc, size_t n)
+int cluster_pull(struct cluster *cl, const struct cluster_piece *pc, size_t n)
 {
 	struct pullset ps = { .left = 0 };
 	int rc = 0;
@@ -236,11 +237,11 @@ int cluster_pull(struct cluster *cl, int owner, uint64_t oid,
 			rc = -ENOMEM;
 			break;
 		}
-		*c = (struct piece_ctx){ &ps, pc[i].len * pc[i].count };
+		*c = (struct piece_ctx){ &ps, pc[i].len * pc[i].count, &pc[i] };
 		pthread_mutex_lock(&ps.lock);
 		ps.left++;
 		pthread_mutex_unlock(&ps.lock);
-		if ((rc = xport_pull(cl->x, owner, oid, pc[i].off, pc[i].len, pc[i].stride,
+		if ((rc = xport_pull(cl->x, pc[i].owner, pc[i].oid, pc[i].off, pc[i].len, pc[i].stride,
 				     pc[i].count, pc[i].dst, pc[i].ndst, piece_progress, c))) {
 			free(c);
 			pthread_mutex_lock(&ps.lock);

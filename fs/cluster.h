@@ -55,17 +55,20 @@ int cluster_ask(struct cluster *cl, const char *from, const char *to,
 /* Brings what the peers own under from/to ("" for all) into ns. */
 void cluster_refresh(struct cluster *cl, const char *from, const char *to);
 
-/* Brings pieces of oid from its owner, all pulls in flight at once:
+/* Brings pieces of objects from their owners, all pulls in flight at once
+ * (each piece's done, if set, is called as it ends, on a peer's thread):
  * count pieces of len bytes at off + k*stride, into dst back to back.
  * 0, or -EIO (owner lost, a chunk that fails its hash), -ENOENT (gone). */
 struct cluster_piece {
-	uint64_t off, len, stride;
+	int owner;
+	uint64_t oid, off, len, stride;
 	uint32_t count;
 	const struct iovec *dst;
 	int ndst;
+	void (*done)(void *arg, int err);       /* optional: this piece ended */
+	void *arg;
 };
-int cluster_pull(struct cluster *cl, int owner, uint64_t oid,
-		 const struct cluster_piece *p, size_t n);
+int cluster_pull(struct cluster *cl, const struct cluster_piece *p, size_t n);
 
 size_t cluster_npeers(const struct cluster *cl);
 void cluster_peer(struct cluster *cl, size_t i, struct xport_peer_info *out);

@@ -17,6 +17,9 @@
 
 #define VIEW_MAX_SHARDS 1024
 
+/* An open view.  Its open returns once it is planned; its bytes land
+ * while it is read (reads wait for their range), each (tensor, head)
+ * checked against the shards' sums before it counts as landed. */
 struct view {
 	struct view_env env;
 	uint8_t *buf;
@@ -24,8 +27,11 @@ struct view {
 	uint32_t nsrc;
 	struct ns_handle **src;
 	struct kv_cover *cover;
-	pthread_mutex_t lock;           /* seen */
-	struct rangeset seen;
+	struct kv_info kv;              /* its own header */
+	pthread_mutex_t lock;           /* all below */
+	pthread_cond_t cond;            /* more landed, or the filling ended */
+	struct rangeset seen, ready;
+	int err, filled, refs;
 };
 
 /* What a view's name asks for, and which shards make it. */
@@ -206,41 +212,6 @@ static int copy_local(struct ns *ns, struct ns_handle *h, const struct kv_seg *s
 	return 0;
 }
 
-/* Remote pieces of source k: every segment one strided pull, all at once. */
-static int pull_remote(const struct view_env *env, const struct ns_srcinfo *si, uint32_t k,
-		       const struct kv_plan *p, uint8_t *buf)
-{
-	struct cluster_piece *pc = calloc(p->nseg, sizeof(*pc));
-	struct iovec **iovs = calloc(p->nseg, sizeof(*iovs));
-	size_t n = 0;
-	int rc = pc && iovs ? 0 : -ENOMEM;
-
-	for (size_t i = 0; !rc && i < p->nseg; i++) {
-		const struct kv_seg *s = &p->seg[i];
-		if (s->src != k)
-			continue;
-		/* Pieces land back to back unless the view spaces them out. */
-		uint32_t nd = s->count > 1 && s->dstride != s->len ? s->count : 1;
-		if (!(iovs[n] = malloc(nd * sizeof(struct iovec)))) {
-			rc = -ENOMEM;
-			break;
-		}
-		for (uint32_t j = 0; j < nd; j++)
-			iovs[n][j] = (struct iovec){ buf + s->doff + j * s->dstride,
-						     nd > 1 ? s->len : s->len * s->count };
-		pc[n] = (struct cluster_piece){ s->soff, s->len, s->sstride, s->count, iovs[n],
-						(int)nd };
-		n++;
-	}
-	if (!rc && n)
-		rc = env->cl ? cluster_pull(env->cl, si->owner, si->oid, pc, n) : -EIO;
-	for (size_t i = 0; iovs && i < n; i++)
-		free(iovs[i]);
-	free(iovs);
-	free(pc);
-	return rc;
-}
-
 static const void *buf_at(void *arg, uint64_t off, uint64_t *len)
 {
 	struct view *v = arg;
@@ -251,34 +222,124 @@ static const void *buf_at(void *arg, uint64_t off, uint64_t *len)
 	return v->buf + off;
 }
 
-/* Brings the view's bytes in and checks them end to end. */
-static int assemble(struct view *v, const struct ns_srcinfo *si, const struct kv_plan *p)
+/* Segment s is in (err 0) or will never be: its heads are checked, then
+ * its bytes are readable. */
+static void land(struct view *v, const struct kv_seg *s, int err)
 {
-	struct kv_info kv;
-	char err[160];
-	int rc = 0;
+	uint64_t end = s->doff + (uint64_t)(s->count - 1) * s->dstride + s->len;
+	char msg[160];
 
-	if (!(v->buf = calloc(1, p->size ? p->size : 1)))
-		return -ENOMEM;
-	v->size = p->size;
-	memcpy(v->buf, p->hdr, p->hdr_len);
-	for (size_t i = 0; !rc && i < p->nseg; i++)
-		if (si[p->seg[i].src].owner < 0)
-			rc = copy_local(v->env.ns, v->src[p->seg[i].src], &p->seg[i], v->buf);
-	for (uint32_t k = 0; !rc && k < v->nsrc; k++)
-		if (si[k].owner >= 0)
-			rc = pull_remote(&v->env, &si[k], k, p, v->buf);
-	if (rc)
-		return rc == -ENOENT ? -ENOENT : -EIO;
-	rc = kv_parse(v->buf, p->hdr_len, v->size, &kv, err, sizeof(err));
-	if (!rc && (rc = kv_verify(&kv, buf_at, v, err, sizeof(err))))
+	if (!err && kv_verify_range(&v->kv, buf_at, v, s->doff, end, msg, sizeof(msg))) {
 		stat_add(v->env.st, ST_CHECKSUM_FAILED, 1);
-	kv_free(&kv);
-	if (rc) {
-		fprintf(stderr, "omnifs: view %s does not verify: %s\n", "of shards", err);
-		return -EIO;
+		fprintf(stderr, "omnifs: a view's bytes fail their shard's checksum: %s\n", msg);
+		err = -EIO;
 	}
+	pthread_mutex_lock(&v->lock);
+	if (err && !v->err)
+		v->err = err == -ENOENT ? -ENOENT : -EIO;
+	else if (!err && (s->count == 1 || s->dstride == s->len))
+		rangeset_add(&v->ready, s->doff, s->doff + (uint64_t)s->count * s->len);
+	else
+		for (uint32_t k = 0; !err && k < s->count; k++)
+			rangeset_add(&v->ready, s->doff + k * s->dstride, s->doff + k * s->dstride + s->len);
+	pthread_cond_broadcast(&v->cond);
+	pthread_mutex_unlock(&v->lock);
+}
+
+struct landing { struct view *v; const struct kv_seg *s; };
+static void landed(void *arg, int err)
+{
+	struct landing *l = arg;
+	land(l->v, l->s, err);
+}
+
+/* Remote segments: each one strided pull, all of them in flight at once. */
+static int pull_remote(struct view *v, const struct ns_srcinfo *si, const struct kv_plan *p)
+{
+	struct cluster_piece *pc = calloc(p->nseg, sizeof(*pc));
+	struct iovec **iovs = calloc(p->nseg, sizeof(*iovs));
+	struct landing *ls = calloc(p->nseg, sizeof(*ls));
+	size_t n = 0;
+	int rc = pc && iovs && ls ? 0 : -ENOMEM;
+
+	for (size_t i = 0; !rc && i < p->nseg; i++) {
+		const struct kv_seg *s = &p->seg[i];
+		if (si[s->src].owner < 0)
+			continue;
+		/* Pieces land back to back unless the view spaces them out. */
+		uint32_t nd = s->count > 1 && s->dstride != s->len ? s->count : 1;
+		if (!(iovs[n] = malloc(nd * sizeof(struct iovec)))) {
+			rc = -ENOMEM;
+			break;
+		}
+		for (uint32_t j = 0; j < nd; j++)
+			iovs[n][j] = (struct iovec){ v->buf + s->doff + j * s->dstride,
+						     nd > 1 ? s->len : s->len * s->count };
+		ls[n] = (struct landing){ v, s };
+		pc[n] = (struct cluster_piece){ si[s->src].owner, si[s->src].oid, s->soff, s->len,
+						s->sstride, s->count, iovs[n], (int)nd, landed, &ls[n] };
+		n++;
+	}
+	if (!rc && n)
+		rc = v->env.cl ? cluster_pull(v->env.cl, pc, n) : -EIO;
+	for (size_t i = 0; iovs && i < n; i++)
+		free(iovs[i]);
+	free(iovs);
+	free(ls);
+	free(pc);
+	return rc;
+}
+
+static int extent_cmp(const void *a, const void *b)
+{
+	const struct range *x = a, *y = b;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* What no segment fills (the header, alignment gaps) is readable at once. */
+static int mark_gaps(struct view *v, const struct kv_plan *p)
+{
+	struct range *e = malloc((p->nseg + 1) * sizeof(*e));
+	uint64_t at = 0;
+
+	if (!e)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->nseg; i++)
+		e[i] = (struct range){ p->seg[i].doff, p->seg[i].doff +
+			(uint64_t)(p->seg[i].count - 1) * p->seg[i].dstride + p->seg[i].len };
+	qsort(e, p->nseg, sizeof(*e), extent_cmp);
+	e[p->nseg] = (struct range){ v->size, v->size };
+	pthread_mutex_lock(&v->lock);
+	for (size_t i = 0; i <= p->nseg; i++) {
+		if (e[i].lo > at)
+			rangeset_add(&v->ready, at, e[i].lo);
+		if (e[i].hi > at)
+			at = e[i].hi;
+	}
+	pthread_mutex_unlock(&v->lock);
+	free(e);
 	return 0;
+}
+
+/* Brings the view's bytes in, on the open's thread after the open has
+ * been answered: local ranges copied from the pool, remote ones pulled. */
+static void fill(struct view *v, const struct ns_srcinfo *si, const struct kv_plan *p)
+{
+	int rc = mark_gaps(v, p);
+
+	for (size_t i = 0; !rc && i < p->nseg; i++)
+		if (si[p->seg[i].src].owner < 0) {
+			rc = copy_local(v->env.ns, v->src[p->seg[i].src], &p->seg[i], v->buf);
+			land(v, &p->seg[i], rc);
+		}
+	if (!rc)
+		rc = pull_remote(v, si, p);
+	pthread_mutex_lock(&v->lock);
+	if (!v->err && (rc || !rangeset_covers(&v->ready, 0, v->size)))
+		v->err = rc == -ENOENT ? -ENOENT : -EIO;
+	v->filled = 1;
+	pthread_cond_broadcast(&v->cond);
+	pthread_mutex_unlock(&v->lock);
 }
 
 /* ---------------------------------------------------------------- the open */
@@ -291,7 +352,10 @@ static void view_free(struct view *v)
 	free(v->src);
 	free(v->cover);
 	free(v->buf);
+	kv_free(&v->kv);
 	rangeset_fini(&v->seen);
+	rangeset_fini(&v->ready);
+	pthread_cond_destroy(&v->cond);
 	pthread_mutex_destroy(&v->lock);
 	free(v);
 }
@@ -316,20 +380,25 @@ static int plan(struct want *w, struct ns_srcinfo *si, struct kv_plan *p, char *
 	return rc;
 }
 
-/* Everything a view open does, on its own thread. */
-static int build(const struct view_env *env, uint64_t ino, struct view **out)
+/* A view up to its open: shards found (waiting for missing ones),
+ * planned, its buffer holding its header.  The plan and the shards' info
+ * stay with the caller for fill(). */
+static int prepare(const struct view_env *env, uint64_t ino, struct view **out,
+		   struct kv_plan *p, struct ns_srcinfo **sip, uint32_t *nsi)
 {
 	struct want *w = malloc(sizeof(*w));
 	struct view *v = calloc(1, sizeof(*v));
 	struct ns_srcinfo *si = NULL;
-	struct kv_plan p = { 0 };
 	char err[160] = "";
 	int rc = w && v ? 0 : -ENOMEM;
 
 	if (v) {
 		v->env = *env;
+		v->refs = 1;
 		pthread_mutex_init(&v->lock, NULL);
+		pthread_cond_init(&v->cond, NULL);
 		rangeset_init(&v->seen);
+		rangeset_init(&v->ready);
 	}
 	if (!rc)
 		rc = resolve(env->ns, ino, w);
@@ -337,27 +406,38 @@ static int build(const struct view_env *env, uint64_t ino, struct view **out)
 		    !(si = calloc(w->n, sizeof(*si)))))
 		rc = -ENOMEM;
 	if (!rc)
-		v->nsrc = w->n;
+		v->nsrc = *nsi = w->n;
 	for (uint32_t k = 0; !rc && k < w->n; k++)
 		rc = source_open(env->ns, w, k, &v->src[k]);
 	if (!rc)
 		rc = source_headers(env, w, v->src, si);
-	if (!rc && (rc = plan(w, si, &p, err, sizeof(err))) == -EINVAL)
+	if (!rc && (rc = plan(w, si, p, err, sizeof(err))) == -EINVAL)
 		fprintf(stderr, "omnifs: %s: not a view: %s\n", w->self, err);
-	if (!rc && !(rc = assemble(v, si, &p))) {
-		v->cover = p.cover;
-		p.cover = NULL;
+	if (!rc && !(v->buf = calloc(1, p->size ? p->size : 1)))
+		rc = -ENOMEM;
+	if (!rc) {
+		v->size = p->size;
+		memcpy(v->buf, p->hdr, p->hdr_len);
+		rc = kv_parse(v->buf, p->hdr_len, v->size, &v->kv, err, sizeof(err)) ? -EIO : 0;
+		v->cover = p->cover;
+		p->cover = NULL;
 	}
-	kv_plan_free(&p);
-	for (uint32_t k = 0; si && k < w->n; k++)
-		free(si[k].kvhdr);
-	free(si);
 	free(w);
+	*sip = si;
 	if (rc && v)
 		view_free(v);
 	else
 		*out = v;
 	return rc;
+}
+
+static void view_put(struct view *v)
+{
+	pthread_mutex_lock(&v->lock);
+	int last = !--v->refs;
+	pthread_mutex_unlock(&v->lock);
+	if (last)
+		view_free(v);
 }
 
 struct job { struct view_env env; uint64_t ino; view_done_fn done; void *arg; };
@@ -382,11 +462,24 @@ static void *job_thread(void *arg)
 	struct job *j = arg;
 	struct view_jobs *jobs = j->env.jobs;
 	struct view *v = NULL;
-	int rc = build(&j->env, j->ino, &v);
+	struct kv_plan p = { 0 };
+	struct ns_srcinfo *si = NULL;
+	uint32_t nsi = 0;
+	int rc = prepare(&j->env, j->ino, &v, &p, &si, &nsi);
 
-	if (!rc)
+	if (!rc) {
 		stat_add(j->env.st, ST_GETS, 1);
+		v->refs++;              /* fill's, while the opener has the other */
+	}
 	j->done(j->arg, rc, rc ? NULL : v);
+	if (!rc) {
+		fill(v, si, &p);
+		view_put(v);
+	}
+	kv_plan_free(&p);
+	for (uint32_t k = 0; si && k < nsi; k++)
+		free(si[k].kvhdr);
+	free(si);
 	free(j);
 	pthread_mutex_lock(&jobs->lock);
 	if (!--jobs->n)
@@ -428,8 +521,17 @@ ssize_t view_read(struct view *v, uint64_t off, size_t len, struct iovec *iov)
 	if (len > v->size - off)
 		len = v->size - off;
 	pthread_mutex_lock(&v->lock);
-	rangeset_add(&v->seen, off, off + len);
+	while (!v->err && !v->filled && !rangeset_covers(&v->ready, off, off + len))
+		pthread_cond_wait(&v->cond, &v->lock);  /* fill() always ends */
+	int ok = rangeset_covers(&v->ready, off, off + len);
+	if (ok)
+		rangeset_add(&v->seen, off, off + len);
+	int err = v->err;
 	pthread_mutex_unlock(&v->lock);
+	if (!ok) {
+		stat_add(v->env.st, ST_ERRORS, 1);
+		return err == -ENOENT ? -ENOENT : -EIO;
+	}
 	*iov = (struct iovec){ v->buf + off, len };
 	stat_add(v->env.st, ST_BYTES_READ, len);
 	return (ssize_t)len;
@@ -454,7 +556,7 @@ void view_flush(struct view *v)
 void view_close(struct view *v)
 {
 	view_flush(v);
-	view_free(v);
+	view_put(v);
 }
 
 int view_exists(const struct view_env *env, uint64_t ino)

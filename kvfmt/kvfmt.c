@@ -378,6 +378,30 @@ fail:
 	return 0;
 }
 
+int kv_verify_range(const struct kv_info *kv, kv_at_fn at, void *arg, uint64_t from,
+		    uint64_t to, char *err, size_t errlen)
+{
+	if (kv->format != KV_FMT_NATIVE)
+		return 0;
+	for (uint32_t i = 0; i < kv->ntensors; i++)
+		for (uint32_t hd = 0; kv->t[i].len && hd < kv->head_count; hd++) {
+			uint64_t off, len, stride, count, sum;
+			head_span(kv, i, hd, &off, &len, &stride, &count);
+			if (off < from || off + (count - 1) * stride + len > to)
+				continue;
+			if (hash_pieces(at, arg, off, len, stride, count, &sum))
+				return -EIO;
+			if (sum != kv->sums[(uint64_t)i * kv->head_count + hd]) {
+				kv_fail(err, errlen, "layer %u %s head %u fails its checksum",
+					kv->kind == KV_SPLIT ? i / 2 : i,
+					kv->kind == KV_LATENT ? "latent" : i % 2 ? "V" : "K",
+					kv->head_first + hd);
+				return -EBADMSG;
+			}
+		}
+	return 0;
+}
+
 /* ---------------------------------------------------------------- summary */
 
 int kv_summary(const struct kv_info *kv, char *buf, size_t size)

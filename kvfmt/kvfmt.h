@@ -71,6 +71,10 @@ int kv_read(kv_at_fn at, void *arg, uint64_t off, uint64_t len, void *dst);
  * -EBADMSG with the first bad chunk in err.  vllm payloads carry no
  * checksums: 0. */
 int kv_verify(const struct kv_info *kv, kv_at_fn at, void *arg, char *err, size_t errlen);
+/* The same for the (tensor, head) chunks that lie wholly in [from, to)
+ * (no header hash): a payload checked piece by piece as it arrives. */
+int kv_verify_range(const struct kv_info *kv, kv_at_fn at, void *arg, uint64_t from,
+		    uint64_t to, char *err, size_t errlen);
 /* The one-line JSON summary of user.omni.kv; its length, or -ERANGE. */
 int kv_summary(const struct kv_info *kv, char *buf, size_t size);
 
