@@ -163,17 +163,18 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		 * elsewhere is found when it publishes): no round trip. */
 		if (fs->cl && in != CALLER_OPEN_CREATE &&
 		    ask_peers(fs, parent, name, in == CALLER_OPEN_READ,
-			      in == CALLER_OPEN_READ || in == CALLER_OTHER))
+			      in == CALLER_OPEN_READ || in == CALLER_OTHER || in == CALLER_UNKNOWN))
 			rc = ns_lookup(fs->ns, parent, name, 0, &a);
-		if (rc == -ENOENT && in == CALLER_OPEN_READ)
-			rc = ns_lookup(fs->ns, parent, name, 1, &a);
-		else if (rc == -ENOENT && in == CALLER_OTHER)  /* stat, getfattr of a view */
-			rc = lookup_view(fs, parent, name, &a);
-		else if (in == CALLER_UNKNOWN && !fs->unknown_intent_logged) {
+		if (in == CALLER_UNKNOWN && !fs->unknown_intent_logged) {
 			fs->unknown_intent_logged = 1;
 			fprintf(stderr, "omnifs: cannot read a caller's syscall from "
 				"/proc; opens of missing keys will not wait\n");
 		}
+		if (rc == -ENOENT && in == CALLER_OPEN_READ)
+			rc = ns_lookup(fs->ns, parent, name, 1, &a);
+		else if (rc == -ENOENT && (in == CALLER_OTHER || in == CALLER_UNKNOWN))
+			/* stat, getfattr of a view; or an open we could not tell */
+			rc = lookup_view(fs, parent, name, &a);
 	}
 	if (rc)
 		fuse_reply_err(req, -rc);
