@@ -167,4 +167,17 @@ is "$(M=$T/b pyerr "open(M + '/0/1/bad', 'rb').read()")" EIO "a chunk that fails
 is "$(stat_of b checksum_failures)" 1 "... counted"
 ok "... and logged" grep -q "fails its checksum" "$T/b.log"
 
+# --- the reader's node killed mid-read consumes nothing ------------------------
+stop_node a
+OMNIFS_TEST_SERVE_DELAY_MS=50 node a
+ok "a restarted, slow, rejoins" wait_until 10 peers_up b 2
+head -c $((40 << 20)) /dev/urandom >"$T/a/0/1/rk"
+ok "b hears of it" wait_until 5 test -e "$T/b/0/1/rk"
+res=$(read_cut "$T/b/0/1/rk" kill -9 "${NODE_PID[b]}")
+diag "the reader on b, its daemon killed: $res"
+wait "${NODE_PID[b]}" 2>/dev/null; umount -l "$T/b" 2>/dev/null; unset "NODE_PID[b]"
+ok "a sees b down" wait_until 10 peers_up a 1
+ok "the object stays on its owner" test -e "$T/a/0/1/rk"
+is "$(xattr reads "$T/a/0/1/rk")" 0 "... with no read counted"
+
 done_testing
