@@ -406,9 +406,7 @@ static void list_one(void *arg, const struct ns_objinfo *o)
 
 	if (l->m.u.listing.n == PROTO_LIST_MAX)
 		list_flush(l, 1);
-	to_proto(o, &l->obj[l->m.u.listing.n]);
-	l->obj[l->m.u.listing.n].kvhdr = NULL;  /* listings stay small; views ask */
-	l->obj[l->m.u.listing.n++].kvhdrlen = 0;
+	to_proto(o, &l->obj[l->m.u.listing.n++]);      /* without KV headers: views ask */
 }
 
 static void serve_list(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
@@ -426,7 +424,7 @@ static void serve_list(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
 	l->m.type = PT_LISTING;
 	l->m.u.listing.objects = 1;
 	l->m.u.listing.obj = l->obj;
-	ns_foreach_own(cl->ns, m->u.list.from, m->u.list.to, list_one, l);
+	ns_foreach_own(cl->ns, m->u.list.from, m->u.list.to, 0, list_one, l);
 	list_flush(l, 0);
 	free(l);
 }
@@ -531,7 +529,7 @@ static void op_peer_up(void *ctx, int peer)
 	snprintf(forget.u.obj.to, sizeof(forget.u.obj.to), "-");
 	snprintf(forget.u.obj.key, sizeof(forget.u.obj.key), "-");
 	xport_send(cl->x, peer, &forget);
-	ns_foreach_own(cl->ns, "", "", resync_one, &r);
+	ns_foreach_own(cl->ns, "", "", 1, resync_one, &r);
 }
 
 static void op_peer_down(void *ctx, int peer)

@@ -2077,7 +2077,7 @@ int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
 	return rc;
 }
 
-void ns_foreach_own(struct ns *ns, const char *from, const char *to,
+void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
 		    void (*fn)(void *arg, const struct ns_objinfo *o), void *arg)
 {
 	struct own { struct ns_objinfo info; char names[3][256]; } *v = NULL;
@@ -2101,7 +2101,7 @@ void ns_foreach_own(struct ns *ns, const char *from, const char *to,
 					v = nv;
 				}
 				objinfo(o, &v[n].info, v[n].names);
-				if (o->kvhdr && (v[n].info.kvhdr = malloc(o->kvhdr_len)))
+				if (kvhdr && o->kvhdr && (v[n].info.kvhdr = malloc(o->kvhdr_len)))
 					memcpy((void *)v[n].info.kvhdr, o->kvhdr, o->kvhdr_len);
 				else
 					v[n].info.kvhdr_len = 0;

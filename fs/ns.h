@@ -222,8 +222,9 @@ int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *
 int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
 	    struct ns_objinfo *out, char names[3][256]);
 /* Calls fn for each published object this node owns in the scope (from
- * and to may be "" for all), unlocked, names copied. */
-void ns_foreach_own(struct ns *ns, const char *from, const char *to,
+ * and to may be "" for all), unlocked, names copied; KV headers too if
+ * kvhdr is set (announces carry them, listings don't). */
+void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
 		    void (*fn)(void *arg, const struct ns_objinfo *o), void *arg);
 /* Serving a pull: a handle that never counts as a read, the bytes and
  * the publish-time hash of chunk idx. */

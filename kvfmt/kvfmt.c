@@ -329,53 +329,20 @@ static uint64_t kv_header_hash(const uint8_t *hdr, uint64_t len)
 
 int kv_verify(const struct kv_info *kv, kv_at_fn at, void *arg, char *err, size_t errlen)
 {
+	uint8_t *hdr;
+	int rc;
+
 	if (kv->format != KV_FMT_NATIVE)
 		return 0;
-	uint8_t *hdr = malloc(kv->hdr_len);
-	uint64_t got = 0, h;
-	if (!hdr)
+	if (!(hdr = malloc(kv->hdr_len)))
 		return -ENOMEM;
-	while (got < kv->hdr_len) {
-		uint64_t have;
-		const void *b = at(arg, got, &have);
-		if (!b || !have) {
-			free(hdr);
-			return -EIO;
-		}
-		if (have > kv->hdr_len - got)
-			have = kv->hdr_len - got;
-		memcpy(hdr + got, b, have);
-		got += have;
-	}
-	h = kv_header_hash(hdr, kv->hdr_len);
-	int bad = h != le(hdr + 72, 8);
-	free(hdr);
-	if (bad) {
+	rc = kv_read(at, arg, 0, kv->hdr_len, hdr);
+	if (!rc && kv_header_hash(hdr, kv->hdr_len) != le(hdr + 72, 8)) {
 		kv_fail(err, errlen, "the header fails its checksum");
-		return -EBADMSG;
+		rc = -EBADMSG;
 	}
-	for (uint32_t i = 0; i < kv->ntensors; i++)
-		for (uint32_t hd = 0; hd < kv->head_count; hd++) {
-			uint64_t off, len, stride, count, sum;
-			uint64_t want = kv->sums[(uint64_t)i * kv->head_count + hd];
-			if (!kv->t[i].len) {
-				if (want)
-					goto fail;
-				continue;
-			}
-			head_span(kv, i, hd, &off, &len, &stride, &count);
-			if (hash_pieces(at, arg, off, len, stride, count, &sum))
-				return -EIO;
-			if (sum != want) {
-fail:
-				kv_fail(err, errlen, "layer %u %s head %u fails its checksum",
-					kv->kind == KV_SPLIT ? i / 2 : i,
-					kv->kind == KV_LATENT ? "latent" : i % 2 ? "V" : "K",
-					kv->head_first + hd);
-				return -EBADMSG;
-			}
-		}
-	return 0;
+	free(hdr);
+	return rc ? rc : kv_verify_range(kv, at, arg, 0, UINT64_MAX, err, errlen);
 }
 
 int kv_verify_range(const struct kv_info *kv, kv_at_fn at, void *arg, uint64_t from,
@@ -384,14 +351,17 @@ int kv_verify_range(const struct kv_info *kv, kv_at_fn at, void *arg, uint64_t f
 	if (kv->format != KV_FMT_NATIVE)
 		return 0;
 	for (uint32_t i = 0; i < kv->ntensors; i++)
-		for (uint32_t hd = 0; kv->t[i].len && hd < kv->head_count; hd++) {
-			uint64_t off, len, stride, count, sum;
-			head_span(kv, i, hd, &off, &len, &stride, &count);
-			if (off < from || off + (count - 1) * stride + len > to)
-				continue;
-			if (hash_pieces(at, arg, off, len, stride, count, &sum))
-				return -EIO;
-			if (sum != kv->sums[(uint64_t)i * kv->head_count + hd]) {
+		for (uint32_t hd = 0; hd < kv->head_count; hd++) {
+			uint64_t off, len, stride, count, sum = 0;
+			uint64_t want = kv->sums[(uint64_t)i * kv->head_count + hd];
+			if (kv->t[i].len) {     /* a missing tensor's sums must be 0 */
+				head_span(kv, i, hd, &off, &len, &stride, &count);
+				if (off < from || off + (count - 1) * stride + len > to)
+					continue;
+				if (hash_pieces(at, arg, off, len, stride, count, &sum))
+					return -EIO;
+			}
+			if (sum != want) {
 				kv_fail(err, errlen, "layer %u %s head %u fails its checksum",
 					kv->kind == KV_SPLIT ? i / 2 : i,
 					kv->kind == KV_LATENT ? "latent" : i % 2 ? "V" : "K",

@@ -80,6 +80,9 @@ stop_node() {
 	fi
 }
 
+# new_secret FILE: a fresh cluster secret, mode 600 as omnifs wants it.
+new_secret() { head -c 48 /dev/urandom | base64 >"$1" && chmod 600 "$1"; }
+
 # free_ports N: N loopback TCP ports nobody listens on now, on one line.
 free_ports() {
 	$PY -c '

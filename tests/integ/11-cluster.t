@@ -5,10 +5,8 @@
 . "$(dirname "$0")/../lib.sh"
 
 read -r PA PB PC < <(free_ports 3)
-head -c 48 /dev/urandom | base64 >"$T/secret"
-chmod 600 "$T/secret"
-head -c 48 /dev/urandom | base64 >"$T/wrong"
-chmod 600 "$T/wrong"
+new_secret "$T/secret"
+new_secret "$T/wrong"
 cat >"$T/omni.yaml" <<EOF
 secret_file: $T/secret
 pool: host:160MiB

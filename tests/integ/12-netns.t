@@ -34,8 +34,7 @@ netns_up || { skip "cannot create network namespaces and a bridge here"; done_te
 ok "three network namespaces on a bridge" true
 
 NET=10.78.$((S % 250))
-head -c 48 /dev/urandom | base64 >"$T/secret"
-chmod 600 "$T/secret"
+new_secret "$T/secret"
 cat >"$T/omni.yaml" <<YAML
 secret_file: $T/secret
 pool: host:128MiB

@@ -8,7 +8,7 @@
 KVPY="import sys; sys.path.insert(0, '$(cd "$(dirname "$0")/../py" && pwd)'); import kvpy"
 CASES=${KV_CASES:-200}
 
-start_node a "pool=host:256M,node=a"
+start_node a "pool=host:256M,node=a,wait_ms=4000"
 M=$T/a/p/q
 
 # --- payloads at publish ----------------------------------------------------
@@ -116,17 +116,18 @@ sleep_until_waiting() { [ "$(stat_of a waiters)" -ge 1 ]; }
 ok "the view's open waits" wait_until 5 sleep_until_waiting
 cp "$T/w.rank0of2" "$M/w.rank0of2"
 cp "$T/w.rank1of2" "$M/w.rank1of2"
-wait_until 10 all_gone $wpid
+wait_until 10 all_gone $wpid || kill $wpid 2>/dev/null
 wait $wpid
 ok "... and is answered once both shards are published" \
    sh -c "[ \$(wc -c <'$T/w.got') -gt 200 ] && head -c 8 '$T/w.got' | grep -q OMNIKV"
+cp "$T/w.rank0of2" "$M/u.rank0of2"
+is "$(M=$M pyerr "open(M + '/u')")" ENOENT "a view whose other shard never comes: ENOENT after wait_ms"
 
 stop_node a
 
 # --- three nodes ----------------------------------------------------------------
 read -r PA PB PC < <(free_ports 3)
-head -c 48 /dev/urandom | base64 >"$T/secret"
-chmod 600 "$T/secret"
+new_secret "$T/secret"
 cat >"$T/omni.yaml" <<EOF
 secret_file: $T/secret
 pool: host:256MiB
