@@ -5,7 +5,7 @@
  * at all; before a large read or write (a long copy) with more requests
  * waiting it hands leadership to a follower, so that other streams go on
  * meanwhile.  An idle leader polls the (non-blocking) device for spin_us,
- * then sleeps in epoll.
+ * yielding its core to any thread that can run, then sleeps in epoll.
  */
 #define _GNU_SOURCE
 #include "loop.h"
@@ -15,6 +15,7 @@
 #include <linux/fuse.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -61,7 +62,15 @@ static int lead_receive(struct loop *l, struct fuse_buf *buf, int spin)
 		int res = fuse_session_receive_buf(l->se, buf);
 		if (res > 0 || (res != -EAGAIN && res != -EINTR))
 			return res;
-		if (res == -EAGAIN && now_ns() >= end) {
+		if (res == -EAGAIN && now_ns() < end) {
+			/* Poll, but give the core to whoever can run: on
+			 * a small machine that is our caller, or a peer
+			 * daemon, and a spin that held the core would
+			 * stand between them and the next request. */
+			sched_yield();
+			continue;
+		}
+		if (res == -EAGAIN) {
 			struct epoll_event ev;
 			epoll_wait(l->ep, &ev, 1, -1);
 		}

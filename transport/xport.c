@@ -204,9 +204,10 @@ static int conn_send(struct xport_conn *c, uint64_t reqid, const struct proto_ms
 
 /* Reads exactly the bytes of iov.  A silence of dead_ms, between frames
  * or within one, is a dead peer.  tick() runs each time the receive
- * timeout passes, and may end the wait with an error. */
+ * timeout passes, and may end the wait with an error.  With st, the bytes
+ * are hashed as each read returns them, while they are still in cache. */
 static int conn_readv(struct xport_conn *c, struct iovec *iov, int n,
-		      int (*tick)(struct xport_conn *c))
+		      int (*tick)(struct xport_conn *c), XXH3_state_t *st)
 {
 	uint64_t dead = (uint64_t)c->x->c.dead_ms * 1000000u;
 
@@ -230,10 +231,14 @@ static int conn_readv(struct xport_conn *c, struct iovec *iov, int n,
 		}
 		c->last_rx = mono_ns();
 		while (n > 0 && (size_t)r >= iov->iov_len) {
+			if (st)
+				XXH3_64bits_update(st, iov->iov_base, iov->iov_len);
 			r -= (ssize_t)iov->iov_len;
 			iov++;
 			n--;
 		}
+		if (st && n > 0 && r)
+			XXH3_64bits_update(st, iov->iov_base, (size_t)r);
 		if (n > 0) {
 			iov->iov_base = (char *)iov->iov_base + r;
 			iov->iov_len -= (size_t)r;
@@ -246,7 +251,7 @@ static int conn_read(struct xport_conn *c, void *buf, size_t len,
 		     int (*tick)(struct xport_conn *c))
 {
 	struct iovec iov = { buf, len };
-	return len ? conn_readv(c, &iov, 1, tick) : 0;
+	return len ? conn_readv(c, &iov, 1, tick, NULL) : 0;
 }
 
 /* Reads and checks one frame; its body (if not DATA) lands in c->body and
@@ -428,15 +433,10 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 	uint64_t hv, took;
 	XXH3_64bits_reset(&st);
 	for (uint64_t pos = p->got, left = m->u.data.len; left; pos += took, left -= took) {
-		struct iovec chk[64];
 		if ((n = pull_slice(p, pos, left, iov, 64, &took)) < 0)
 			return -EPROTO;         /* the buffer is shorter than the pull */
-		if ((rc = conn_readv(c, iov, n, rx_tick)))
+		if ((rc = conn_readv(c, iov, n, rx_tick, &st)))
 			return rc;
-		/* readv moved iov along; take the slice again to hash it. */
-		pull_slice(p, pos, took, chk, 64, &took);
-		for (int i = 0; i < n; i++)
-			XXH3_64bits_update(&st, chk[i].iov_base, chk[i].iov_len);
 	}
 	hv = XXH3_64bits_digest(&st);
 	if (hv != m->u.data.xxh3) {
