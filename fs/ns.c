@@ -1396,6 +1396,8 @@ static int fetch_begin(struct ns *ns, struct object *o, struct fetch_start *fs)
 {
 	int rc = obj_reserve(ns, o, o->size);
 
+	if (!rc)
+		obj_trim(ns, o);        /* a writer's first reserve is larger */
 	if (!rc && !(fs->iov = malloc(o->next * sizeof(*fs->iov))))
 		rc = -ENOMEM;
 	if (rc) {
@@ -1894,6 +1896,7 @@ static struct object *remote_new(struct ns *ns, struct node *k, int owner,
 	if (ri->data && !obj_reserve(ns, o, ri->size)) {
 		struct iovec iov[4];
 		int n;
+		obj_trim(ns, o);        /* a replica holds its size, not 64 KiB */
 		obj_iov(ns, o, 0, ri->size, iov, &n, 4);
 		if (n == 1 && XXH3_64bits(ri->data, ri->size) == ri->xxh3) {
 			memcpy(iov[0].iov_base, ri->data, ri->size);

@@ -48,6 +48,14 @@ ok "b lists a small object announced to it" wait_until 5 test -e "$T/b/0/1/s1"
 pulled=$(stat_of b bytes_pulled)
 is "$(cat "$T/b/0/1/s1")" small "and reads it"
 is "$(stat_of a bytes_served)" $(( (3 << 20 | 12345) * 2 )) "without a pull (served only the big one twice)"
+used_b() { health b "d['pool']['used']"; }
+listed_b() { [ "$(ls "$T/b/0/1" | grep -c '^p')" = 8 ]; }
+before=$(used_b)
+for i in 1 2 3 4 5 6 7 8; do echo "p$i" >"$T/a/0/1/p$i"; done
+wait_until 5 listed_b
+is "$(( $(used_b) - before ))" $((8 * 4096)) "8 small replicas on b take one page each of its pool (not a writer's reserve)"
+rm -f "$T"/b/0/1/p?
+ok "... and rm on b removes them everywhere" wait_until 5 gone_on a 0/1/p8
 
 # --- waiting opens answered by a remote publish ----------------------------
 $PY -c "import sys; sys.stdout.write(open('$T/b/0/1/w1').read())" >"$T/w1.b" 2>&1 &
@@ -80,11 +88,12 @@ is "$(xattr owner "$T/c/0/9/fromA")" a "user.omni.owner on c names the owner"
 is "$(xattr size "$T/c/0/9/fromB")" 555 "user.omni.size on c"
 is "$(ls "$T/c")" "0" "readdir of the root on c lists a remote stage"
 is "$(M=$T/c pyerr "open(M + '/0/9/fromA', 'xb')")" EEXIST "O_EXCL on c for a key of a: EEXIST"
+removed=$(stat_of a removed)
 ok "rm on c of a's object" rm "$T/c/0/9/fromA"
 ok "... removes it on a" wait_until 5 gone_on a 0/9/fromA
 ok "... and on b" wait_until 5 gone_on b 0/9/fromA
 is "$(M=$T/c pyerr "os.unlink(M + '/0/9/fromA')")" ENOENT "rm again: ENOENT"
-is "$(stat_of a removed)" 1 "the owner counted the removal"
+is "$(stat_of a removed)" $((removed + 1)) "the owner counted the removal"
 
 # --- the handshake and hostile bytes on the peer port -----------------------
 rogue() {  # rogue MODE: talks to a's peer port; prints what came back
