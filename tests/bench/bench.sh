@@ -87,6 +87,7 @@ printf '\ngoals: %s MiB at >= 90%% of the FUSE ceiling each way: write %s, read 
 # --- the cluster: two daemons on loopback ports, a owns, b reads ------------
 fusermount3 -u "$T/omni" 2>/dev/null
 TCP=$(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" "$BIG_MIB"; done | best)
+RTT=$("$B/bench/tcpceil" rtt 2000)
 read -r PA PB < <(python3 -c '
 import socket
 ss = [socket.socket() for _ in range(2)]
@@ -119,6 +120,7 @@ remote_read() {
 }
 printf '\ncluster over loopback TCP (GiB/s, and as %% of the TCP ceiling):\n'
 printf '  %-34s %7.2f\n' "TCP ceiling, one stream, $BIG_MIB MiB" "$TCP"
+printf '  %-34s %7.1f us (median)\n' "TCP round trip, 32 B, 2 processes" "$RTT"
 for mib in 64 "$BIG_MIB"; do
 	r=$(remote_read "$mib")
 	printf '  %-34s %7.2f %s\n' "remote read, $mib MiB, open..close" "$r" "$(ratio "$r" "$TCP")"
@@ -126,7 +128,8 @@ for mib in 64 "$BIG_MIB"; do
 done
 read -r XMED XP90 XP99 < <("$B/tools/handoff" "$T/a/0/1" 1000 "$T/b/.omni/stats" "$T/b/0/1")
 printf '\n4 KiB hand-off, writer on a, reader waiting in open on b (1000 runs):\n'
-printf '  median %.1f us   p90 %.1f us   p99 %.1f us\n' "$XMED" "$XP90" "$XP99"
+printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median = %.1f TCP round trips)\n' \
+	"$XMED" "$XP90" "$XP99" "$(awk -v a="$XMED" -v b="$RTT" 'BEGIN { print (b > 0 ? a / b : 0) }')"
 printf '\ngoals: remote read of %s MiB >= 70%% of the TCP ceiling: %s; cross-node hand-off median <= 250 us: %s\n' \
 	"$BIG_MIB" "$(ratio "$REMOTE" "$TCP")" "$XMED us"
 
