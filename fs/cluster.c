@@ -18,6 +18,7 @@
 #include "ns.h"
 #include "stats.h"
 #include "../kvfmt/kvfmt.h"
+#include "../transport/clock.h"
 
 _Static_assert(NS_CHUNK == PROTO_CHUNK, "chunk hashes are per DATA frame");
 _Static_assert(NS_INLINE_MAX == PROTO_INLINE_MAX, "inline objects fit an announce");
@@ -47,13 +48,6 @@ struct cluster {
 	int corrupt;
 	unsigned delay_ms;
 };
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int stage_in(const char (*stages)[NAME_STAGE_MAX + 1], size_t n, const char *to)
 {
@@ -113,7 +107,7 @@ static void announce_to(struct cluster *cl, int peer, const struct ns_objinfo *o
 static void hook_published(void *ctx, const struct ns_objinfo *o)
 {
 	struct cluster *cl = ctx;
-	uint64_t now = mono_ns();
+	uint64_t now = clock_mono_ns();
 	char *tell = calloc(cl->npeers + 1, 1);
 
 	if (!tell)
@@ -448,7 +442,7 @@ static void serve_lookup(struct cluster *cl, struct xport_conn *c, int peer,
 		struct sub *s = calloc(1, sizeof(*s));
 		if (s) {
 			s->peer = peer;
-			s->until_ns = mono_ns() + q->size * 1000000u;
+			s->until_ns = clock_mono_ns() + q->size * 1000000u;
 			snprintf(s->from, sizeof(s->from), "%s", q->from);
 			snprintf(s->to, sizeof(s->to), "%s", q->to);
 			snprintf(s->key, sizeof(s->key), "%s", q->key);

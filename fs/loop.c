@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../transport/clock.h"
+
 #define BIG_REQUEST (64u << 10)
 
 struct loop {
@@ -34,13 +36,6 @@ struct loop {
 	pthread_cond_t follow;
 	int leader;                     /* 1 while some thread leads */
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void loop_stop(struct loop *l)
 {
@@ -56,13 +51,13 @@ static void loop_stop(struct loop *l)
  * Returns >0 with a request in buf, or <=0 when the session ends. */
 static int lead_receive(struct loop *l, struct fuse_buf *buf, int spin)
 {
-	uint64_t end = spin ? now_ns() + l->spin_ns : 0;
+	uint64_t end = spin ? clock_mono_ns() + l->spin_ns : 0;
 
 	while (!fuse_session_exited(l->se)) {
 		int res = fuse_session_receive_buf(l->se, buf);
 		if (res > 0 || (res != -EAGAIN && res != -EINTR))
 			return res;
-		if (res == -EAGAIN && now_ns() < end) {
+		if (res == -EAGAIN && clock_mono_ns() < end) {
 			/* Poll, but give the core to whoever can run: on
 			 * a small machine that is our caller, or a peer
 			 * daemon, and a spin that held the core would

@@ -27,6 +27,7 @@
 
 #include "rangeset.h"
 #include "../kvfmt/kvfmt.h"
+#include "../transport/clock.h"
 
 enum { T_WAITER = 1, T_OBJECT = 2 };
 enum obj_state { OS_WRITING, OS_PUBLISHING, OS_PUBLISHED, OS_DEAD };
@@ -148,20 +149,6 @@ static const char *const vfile_names[] = { "health", "stats", "metrics", "transf
 /* Woken waiters are answered after the lock is dropped; they chain through
  * their own links, so waking never allocates. */
 struct wakelist { struct ns_waiter *head; };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t wall_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* ------------------------------------------------------------------ nodes */
 
@@ -341,7 +328,7 @@ static struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uin
 	o->state = OS_WRITING;
 	o->readers = -1;
 	o->ttl_s = -1;
-	o->created_ns = now_ns();
+	o->created_ns = clock_mono_ns();
 	o->uid = uid;
 	o->gid = gid;
 	o->refs = 1;            /* the key's link */
@@ -842,7 +829,7 @@ static struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
 	h->obj = o;
 	h->write = write;
 	h->gen = o->fetch_gen;          /* a remote object's readers belong to this fetch */
-	h->opened_ns = now_ns();
+	h->opened_ns = clock_mono_ns();
 	rangeset_init(&h->seen);
 	o->refs++;
 	if (write)
@@ -1014,18 +1001,18 @@ static void obj_publish(struct ns *ns, struct object *o, struct wakelist *wl)
 		struct ns_policy p = policy_of(ns, o->node->parent);
 		o->xxh3 = h;
 		o->state = OS_PUBLISHED;
-		o->published_ns = wall_ns();
+		o->published_ns = clock_wall_ns();
 		if (o->readers < 0)
 			o->readers = p.readers;
 		o->ttl_s = p.ttl_s;
 		if (p.ttl_s > 0 && !timerq_add(&ns->tq, &o->ttl,
-					       now_ns() + (uint64_t)p.ttl_s * 1000000000u) &&
+					       clock_mono_ns() + (uint64_t)p.ttl_s * 1000000000u) &&
 		    timerq_peek(&ns->tq) == &o->ttl)
 			pthread_cond_signal(&ns->cond);
 		npub_add(o->node, 1);
 		htab_add(&ns->byoid, &o->byoid, o->oid);
 		stat_add(ns->st, ST_PUBLISHED, 1);
-		stats_observe(ns->st, H_PUBLISH, now_ns() - o->created_ns);
+		stats_observe(ns->st, H_PUBLISH, clock_mono_ns() - o->created_ns);
 		ev_queue(ns, EV_PUBLISHED, o);
 		wake_readers(ns, o->node, wl);
 		wake_views(ns, o->node, wl);
@@ -1043,7 +1030,7 @@ static void count_read(struct ns *ns, struct ns_handle *h)
 		return;
 	h->counted = 1;
 	o->reads++;
-	stats_observe(ns->st, H_READ, now_ns() - h->opened_ns);
+	stats_observe(ns->st, H_READ, clock_mono_ns() - h->opened_ns);
 	if (o->owner >= 0)              /* the owner counts for the cluster */
 		ev_queue(ns, EV_CONSUMED, o);
 	if (o->node && o->readers > 0 && o->reads >= (uint64_t)o->readers)
@@ -1079,7 +1066,7 @@ static void *deadline_thread(void *arg)
 	while (!ns->stopping) {
 		struct wakelist wl = { 0 };
 		struct timer *t = timerq_peek(&ns->tq);
-		uint64_t now = now_ns();
+		uint64_t now = clock_mono_ns();
 		if (!t) {
 			pthread_cond_wait(&ns->cond, &ns->lock);
 			continue;
@@ -1115,7 +1102,7 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	ns->set = *set;
 	ns->uid = getuid();
 	ns->gid = getgid();
-	ns->start_ns = wall_ns();
+	ns->start_ns = clock_wall_ns();
 	ns->handles.next = ns->handles.prev = &ns->handles;
 	ns->next_ino = NS_ROOT_INO;     /* the root takes 1; the rest count on */
 	timerq_init(&ns->tq);
@@ -1539,7 +1526,7 @@ static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int 
 	n->waiters = w;
 	htab_add(&ns->waiters, &w->byid, w->id);
 	w->timer.idx = TIMER_IDLE;
-	if (timerq_add(&ns->tq, &w->timer, now_ns() + (uint64_t)p.wait_ms * 1000000u)) {
+	if (timerq_add(&ns->tq, &w->timer, clock_mono_ns() + (uint64_t)p.wait_ms * 1000000u)) {
 		n->waiters = w->next;
 		if (w->next)
 			w->next->prev = NULL;
@@ -2346,7 +2333,7 @@ void ns_counts(struct ns *ns, uint64_t *objects, uint64_t *inflight)
 
 int ns_transfers(struct ns *ns, struct ns_xfer **out, size_t *count)
 {
-	uint64_t objs, n, now = now_ns();
+	uint64_t objs, n, now = clock_mono_ns();
 	size_t i = 0;
 
 	ns_counts(ns, &objs, &n);

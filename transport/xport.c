@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "xport.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -90,20 +91,6 @@ struct xport {
 	struct pending *pending;
 	struct xport_conn *servers;
 };
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t wall_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void count(struct xport *x, enum xport_count what, uint64_t n)
 {
@@ -222,14 +209,14 @@ static int conn_readv(struct xport_conn *c, struct iovec *iov, int n,
 				return -errno;
 			if (c->x->stopping)
 				return -ESHUTDOWN;
-			if (mono_ns() - c->last_rx > dead)
+			if (clock_mono_ns() - c->last_rx > dead)
 				return -ETIMEDOUT;
 			int rc = tick ? tick(c) : 0;
 			if (rc)
 				return rc;
 			continue;
 		}
-		c->last_rx = mono_ns();
+		c->last_rx = clock_mono_ns();
 		while (n > 0 && (size_t)r >= iov->iov_len) {
 			if (st)
 				XXH3_64bits_update(st, iov->iov_base, iov->iov_len);
@@ -285,7 +272,7 @@ static struct xport_conn *conn_new(struct xport *x, int fd, int peer, int outgoi
 	c->peer = peer;
 	c->outgoing = outgoing;
 	c->refs = 1;
-	c->last_rx = mono_ns();
+	c->last_rx = clock_mono_ns();
 	pthread_mutex_init(&c->send_lock, NULL);
 	sock_setup(fd, x->c.dead_ms);
 	return c;
@@ -365,7 +352,7 @@ static void pending_fail(struct xport *x, int peer)
 static int rx_tick(struct xport_conn *c)
 {
 	struct xport *x = c->x;
-	uint64_t now = mono_ns(), dead = (uint64_t)x->c.dead_ms * 1000000u;
+	uint64_t now = clock_mono_ns(), dead = (uint64_t)x->c.dead_ms * 1000000u;
 	struct pending *stalled = NULL;
 
 	pthread_mutex_lock(&x->lock);
@@ -447,7 +434,7 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 		return 0;
 	}
 	p->got += m->u.data.len;
-	p->last_ns = mono_ns();
+	p->last_ns = clock_mono_ns();
 	count(x, XC_PULLED, m->u.data.len);
 	if (p->got == p->len)
 		pull_end(x, p, 0);
@@ -495,7 +482,7 @@ static void peer_down(struct xport *x, int i, const char *why)
 	pthread_mutex_lock(&x->lock);
 	struct xport_conn *c = p->out;
 	p->out = NULL;
-	p->since_ns = wall_ns();
+	p->since_ns = clock_wall_ns();
 	pthread_mutex_unlock(&x->lock);
 	if (!c)
 		return;
@@ -641,7 +628,7 @@ static int peer_connect(struct xport *x, int i)
 	pthread_mutex_lock(&x->lock);
 	p->out = c;
 	p->caps = caps;
-	p->since_ns = wall_ns();
+	p->since_ns = clock_wall_ns();
 	if (pthread_create(&p->rx, NULL, rx_thread, c)) {
 		p->out = NULL;
 		conn_put(c);
@@ -775,7 +762,7 @@ int xport_pull(struct xport *x, int peer, uint64_t oid, uint64_t off, uint64_t l
 		goto fail;
 	memcpy(p->dst, dst, (size_t)ndst * sizeof(*dst));
 	*p = (struct pending){ .peer = peer, .pull = 1, .arg = arg, .off = off, .len = len,
-			       .last_ns = mono_ns(), .dst = p->dst, .ndst = ndst,
+			       .last_ns = clock_mono_ns(), .dst = p->dst, .ndst = ndst,
 			       .progress = progress };
 	pthread_mutex_lock(&x->lock);
 	p->reqid = ++x->next_reqid;
@@ -883,7 +870,7 @@ static void *server_thread(void *arg)
 	struct proto_msg m;
 	int rc;
 
-	c->last_rx = mono_ns();
+	c->last_rx = clock_mono_ns();
 	if ((rc = handshake_server(x, c))) {
 		if (rc == -EACCES || rc == -EPROTO || rc == -EMSGSIZE) {
 			count(x, rc == -EACCES ? XC_AUTH_FAILED : XC_BAD_FRAMES, 1);
@@ -1025,7 +1012,7 @@ int xport_create(struct xport **out, const struct xport_conf *c,
 		struct peer *p = &x->peers[i];
 		snprintf(p->name, sizeof(p->name), "%s", c->peers[i].name);
 		snprintf(p->addr, sizeof(p->addr), "%s", c->peers[i].addr);
-		p->since_ns = wall_ns();
+		p->since_ns = clock_wall_ns();
 		if (resolve_addr(p->addr, &p->sa, &p->salen)) {
 			snprintf(err, errlen, "node %s: addr %s: not an address:port", p->name, p->addr);
 			rc = -EINVAL;
