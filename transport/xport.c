@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "xport.h"
 #include "clock.h"
+#include "copy.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +40,7 @@
 #define HANDSHAKE_MS 2000
 #define CONNECT_MS 1000
 #define SOCKBUF (4 << 20)
+#define RX_BOUNCE (256u << 10)     /* DATA bytes received at a time (copy.h) */
 
 struct xport_conn {
 	struct xport *x;
@@ -415,15 +417,23 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 		}
 		return 0;
 	}
-	/* The frame lands in as many pieces of the buffer as it spans. */
+	/* The frame comes in through c->body, a piece at a time, is hashed
+	 * there while in cache, and goes on into as many pieces of the
+	 * buffer as it spans (copy.h says why). */
 	XXH3_state_t st;
 	uint64_t hv, took;
 	XXH3_64bits_reset(&st);
-	for (uint64_t pos = p->got, left = m->u.data.len; left; pos += took, left -= took) {
-		if ((n = pull_slice(p, pos, left, iov, 64, &took)) < 0)
-			return -EPROTO;         /* the buffer is shorter than the pull */
-		if ((rc = conn_readv(c, iov, n, rx_tick, &st)))
+	for (uint64_t pos = p->got, left = m->u.data.len, k; left; left -= k) {
+		k = left < RX_BOUNCE ? left : RX_BOUNCE;
+		struct iovec b = { c->body, k };
+		if ((rc = conn_readv(c, &b, 1, rx_tick, &st)))
 			return rc;
+		for (uint64_t in = 0; in < k; in += took, pos += took) {
+			if ((n = pull_slice(p, pos, k - in, iov, 64, &took)) < 0)
+				return -EPROTO; /* the buffer is shorter than the pull */
+			for (size_t i = 0, at = 0; i < (size_t)n; at += iov[i].iov_len, i++)
+				copy_nocache(iov[i].iov_base, c->body + in + at, iov[i].iov_len);
+		}
 	}
 	hv = XXH3_64bits_digest(&st);
 	if (hv != m->u.data.xxh3) {

@@ -3,8 +3,10 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include "../tap.h"
 #include "../../transport/pool.h"
+#include "../../transport/copy.h"
 
 static void test_sizes(void)
 {
@@ -74,11 +76,38 @@ static void test_alloc(void)
 	pool_destroy(p);
 }
 
+/* Every length and alignment the streaming loop, its head and its tail
+ * can meet, and not a byte written outside the target. */
+static void test_copy_nocache(void)
+{
+	enum { N = 4096 };
+	uint8_t *src = malloc(N), *dst = malloc(N + 64), *want = malloc(N + 64);
+	size_t lens[] = { 0, 1, 15, 255, 256, 257, 319, 1000, 4000 };
+	int bad = 0, cases = 0;
+
+	for (size_t i = 0; i < N; i++)
+		src[i] = (uint8_t)(i * 131 + 7);
+	for (size_t l = 0; l < sizeof(lens) / sizeof(*lens); l++)
+		for (size_t da = 0; da < 17; da++)
+			for (size_t sa = 0; sa < 3; sa++, cases++) {
+				memset(dst, 0xee, N + 64);
+				memset(want, 0xee, N + 64);
+				memcpy(want + da, src + sa, lens[l]);
+				copy_nocache(dst + da, src + sa, lens[l]);
+				bad += memcmp(dst, want, N + 64) != 0;
+			}
+	is(bad, 0, "copy_nocache: %d lengths and alignments copy exactly", cases);
+	free(src);
+	free(dst);
+	free(want);
+}
+
 int main(void)
 {
 	test_sizes();
 	test_specs();
 	test_alloc();
+	test_copy_nocache();
 	struct pool *p;
 	struct pool_spec cs = { POOL_CUDA, 0, 1 << 20 };
 	char err[128];

@@ -1,0 +1,56 @@
+/* copy.h - a copy whose stores go around the cache.
+ *
+ * Bytes pulled from a peer are received into a small buffer that stays in
+ * the core's cache, hashed there, and only then stored into the pool.
+ * Storing them with ordinary instructions would first read every target
+ * line of the (cold, gigabyte-sized) pool into the cache, only to evict
+ * it again: on the VM this was measured on, receiving straight into a
+ * cold 1 GiB buffer moved 1.9-2.2 GiB/s, receiving into 256 KiB and
+ * copying on with streaming stores 3.3-3.7 GiB/s.  The reader's read
+ * fetches the bytes from memory either way. */
+#ifndef OMNI_COPY_H
+#define OMNI_COPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+static inline void copy_nocache(void *dst, const void *src, size_t n)
+{
+#ifdef __SSE2__
+	uint8_t *d = dst;
+	const uint8_t *s = src;
+	size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+
+	if (n < 256) {
+		memcpy(d, s, n);
+		return;
+	}
+	memcpy(d, s, head);             /* streaming stores want 16-byte alignment */
+	d += head;
+	s += head;
+	n -= head;
+	for (; n >= 64; d += 64, s += 64, n -= 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)s);
+		__m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+		__m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+		__m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+		_mm_stream_si128((__m128i *)d, a);
+		_mm_stream_si128((__m128i *)(d + 16), b);
+		_mm_stream_si128((__m128i *)(d + 32), c);
+		_mm_stream_si128((__m128i *)(d + 48), e);
+	}
+	memcpy(d, s, n);
+	/* Streaming stores are weakly ordered: make them visible before the
+	 * caller tells another thread the bytes are there. */
+	_mm_sfence();
+#else
+	memcpy(dst, src, n);
+#endif
+}
+
+#endif
