@@ -466,6 +466,7 @@ static void *job_thread(void *arg)
 	struct ns_srcinfo *si = NULL;
 	uint32_t nsi = 0;
 	int rc = prepare(&j->env, j->ino, &v, &p, &si, &nsi);
+	pthread_setname_np(pthread_self(), "omni-view");
 
 	if (!rc) {
 		stat_add(j->env.st, ST_GETS, 1);

@@ -515,6 +515,7 @@ static void *rx_thread(void *arg)
 	struct proto_hdr h;
 	struct proto_msg m;
 	int rc;
+	pthread_setname_np(pthread_self(), "omni-rx");
 
 	for (;;) {
 		if ((rc = conn_recv(c, &h, &m, rx_tick)))
@@ -879,6 +880,7 @@ static void *server_thread(void *arg)
 	struct proto_hdr h;
 	struct proto_msg m;
 	int rc;
+	pthread_setname_np(pthread_self(), "omni-serve");
 
 	c->last_rx = clock_mono_ns();
 	if ((rc = handshake_server(x, c))) {
@@ -917,6 +919,7 @@ out:
 static void *acceptor_thread(void *arg)
 {
 	struct xport *x = arg;
+	pthread_setname_np(pthread_self(), "omni-accept");
 
 	while (!x->stopping) {
 		int fd = accept4(x->lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -955,6 +958,7 @@ static void *keeper_thread(void *arg)
 {
 	struct xport *x = arg;
 	struct proto_msg ping = { .type = PT_PING };
+	pthread_setname_np(pthread_self(), "omni-keeper");
 
 	pthread_mutex_lock(&x->lock);
 	while (!x->stopping) {
