@@ -61,6 +61,7 @@ struct pending {
 	uint64_t off, len, got, last_ns;
 	struct iovec *dst;
 	int ndst;
+	unsigned flags;
 	xport_progress_fn progress;
 	struct pending *next;
 };
@@ -393,22 +394,65 @@ static int pull_slice(const struct pending *p, uint64_t from, uint64_t len,
 	return n ? n : -EINVAL;
 }
 
+/* A frame's bytes, read straight into the pull's buffer (in as many
+ * pieces as it spans) and hashed as each read lands them. */
+static int land_direct(struct xport_conn *c, const struct pending *p, uint64_t len,
+		       XXH3_state_t *st)
+{
+	struct iovec iov[64];
+	uint64_t took;
+	int n, rc;
+
+	for (uint64_t pos = p->got; len; pos += took, len -= took) {
+		if ((n = pull_slice(p, pos, len, iov, 64, &took)) < 0)
+			return -EPROTO;         /* the buffer is shorter than the pull */
+		if ((rc = conn_readv(c, iov, n, rx_tick, st)))
+			return rc;
+	}
+	return 0;
+}
+
+/* A frame's bytes, read RX_BOUNCE at a time into c->body, hashed there
+ * while in cache, and stored on around the cache (copy.h says why). */
+static int land_bounced(struct xport_conn *c, const struct pending *p, uint64_t len,
+			XXH3_state_t *st)
+{
+	struct iovec iov[64];
+	uint64_t took;
+	int n, rc;
+
+	for (uint64_t pos = p->got, k; len; len -= k) {
+		k = len < RX_BOUNCE ? len : RX_BOUNCE;
+		struct iovec b = { c->body, k };
+		if ((rc = conn_readv(c, &b, 1, rx_tick, st)))
+			return rc;
+		for (uint64_t in = 0; in < k; pos += took) {
+			if ((n = pull_slice(p, pos, k - in, iov, 64, &took)) < 0)
+				return -EPROTO;
+			for (int i = 0; i < n; i++) {
+				copy_nocache(iov[i].iov_base, c->body + in, iov[i].iov_len);
+				in += iov[i].iov_len;
+			}
+		}
+	}
+	return 0;
+}
+
 /* A DATA frame: its bytes go straight into the pull's buffer, are hashed
  * and only then reported. */
 static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct proto_msg *m)
 {
 	struct xport *x = c->x;
-	struct iovec iov[64];
-	int n = -EINVAL, rc;
+	int rc;
 
 	pthread_mutex_lock(&x->lock);
 	struct pending *p = pending_find(x, h->reqid);
 	if (p && (!p->pull || p->peer != c->peer))
 		p = NULL;
 	pthread_mutex_unlock(&x->lock);
-	if (p && m->u.data.off == p->off + p->got && m->u.data.len <= p->len - p->got)
-		n = 0;
-	if (n < 0) {            /* not ours (a pull that ended): drop the bytes */
+	if (p && (m->u.data.off != p->off + p->got || m->u.data.len > p->len - p->got))
+		p = NULL;
+	if (!p) {               /* not ours (a pull that ended): drop the bytes */
 		for (uint32_t left = m->u.data.len; left;) {
 			uint32_t k = left < PROTO_MAX_BODY ? left : PROTO_MAX_BODY;
 			if ((rc = conn_read(c, c->body, k, rx_tick)))
@@ -417,24 +461,13 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 		}
 		return 0;
 	}
-	/* The frame comes in through c->body, a piece at a time, is hashed
-	 * there while in cache, and goes on into as many pieces of the
-	 * buffer as it spans (copy.h says why). */
 	XXH3_state_t st;
-	uint64_t hv, took;
+	uint64_t hv;
 	XXH3_64bits_reset(&st);
-	for (uint64_t pos = p->got, left = m->u.data.len, k; left; left -= k) {
-		k = left < RX_BOUNCE ? left : RX_BOUNCE;
-		struct iovec b = { c->body, k };
-		if ((rc = conn_readv(c, &b, 1, rx_tick, &st)))
-			return rc;
-		for (uint64_t in = 0; in < k; in += took, pos += took) {
-			if ((n = pull_slice(p, pos, k - in, iov, 64, &took)) < 0)
-				return -EPROTO; /* the buffer is shorter than the pull */
-			for (size_t i = 0, at = 0; i < (size_t)n; at += iov[i].iov_len, i++)
-				copy_nocache(iov[i].iov_base, c->body + in + at, iov[i].iov_len);
-		}
-	}
+	rc = p->flags & XPORT_CACHED ? land_direct(c, p, m->u.data.len, &st)
+				     : land_bounced(c, p, m->u.data.len, &st);
+	if (rc)
+		return rc;
 	hv = XXH3_64bits_digest(&st);
 	if (hv != m->u.data.xxh3) {
 		count(x, XC_BAD_CHUNKS, 1);
@@ -750,7 +783,7 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 
 int xport_pull(struct xport *x, int peer, uint64_t oid, uint64_t off, uint64_t len,
 	       uint64_t stride, uint32_t count, const struct iovec *dst, int ndst,
-	       xport_progress_fn progress, void *arg)
+	       unsigned flags, xport_progress_fn progress, void *arg)
 {
 	struct proto_msg m = { .type = PT_PULL, .u.pull = { oid, off, len, stride, count } };
 	struct xport_conn *c;
@@ -774,7 +807,7 @@ int xport_pull(struct xport *x, int peer, uint64_t oid, uint64_t off, uint64_t l
 	memcpy(p->dst, dst, (size_t)ndst * sizeof(*dst));
 	*p = (struct pending){ .peer = peer, .pull = 1, .arg = arg, .off = off, .len = len,
 			       .last_ns = clock_mono_ns(), .dst = p->dst, .ndst = ndst,
-			       .progress = progress };
+			       .flags = flags, .progress = progress };
 	pthread_mutex_lock(&x->lock);
 	p->reqid = ++x->next_reqid;
 	p->next = x->pending;

@@ -91,9 +91,13 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
  * hash), or the owner's errno (ENOENT: gone).  Returns 0 or -EHOSTDOWN
  * (then progress is never called). */
 typedef void (*xport_progress_fn)(void *arg, uint64_t upto, int err);
+/* flags: by default the bytes are stored around the cache (copy.h), for
+ * a fetch that someone reads later.  XPORT_CACHED: the caller reads them
+ * as soon as they land (a view checks them), so they stay in cache. */
+#define XPORT_CACHED 1u
 int xport_pull(struct xport *x, int peer, uint64_t oid, uint64_t off, uint64_t len,
 	       uint64_t stride, uint32_t count, const struct iovec *dst, int ndst,
-	       xport_progress_fn progress, void *arg);
+	       unsigned flags, xport_progress_fn progress, void *arg);
 
 /* Replies, from ops->handle. */
 int xport_reply(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m);
