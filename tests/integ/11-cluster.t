@@ -56,6 +56,14 @@ wait_until 5 listed_b
 is "$(( $(used_b) - before ))" $((8 * 4096)) "8 small replicas on b take one page each of its pool (not a writer's reserve)"
 rm -f "$T"/b/0/1/p?
 ok "... and rm on b removes them everywhere" wait_until 5 gone_on a 0/1/p8
+used_c() { health c "d['pool']['used']"; }
+for i in 1 2 3 4 5 6 7 8; do echo "q$i" >"$T/a/0/9/q$i"; done
+before=$(used_c)
+for i in 1 2 3 4 5 6 7 8; do cat "$T/c/0/9/q$i"; done >"$T/q.c"
+is "$(tr -d '\n' <"$T/q.c")" q1q2q3q4q5q6q7q8 "c (hosts no 9) asks for and reads 8 small objects"
+is "$(( $(used_c) - before ))" $((8 * 4096)) "... and their replicas take one page each of its pool"
+rm -f "$T"/a/0/9/q?
+ok "... rm on the owner removes them from c's listing too" wait_until 5 gone_on c 0/9/q8
 
 # --- waiting opens answered by a remote publish ----------------------------
 $PY -c "import sys; sys.stdout.write(open('$T/b/0/1/w1').read())" >"$T/w1.b" 2>&1 &
