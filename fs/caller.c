@@ -11,9 +11,13 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "../transport/clock.h"
+
 #define PF_EXITING 0x00000004   /* include/linux/sched.h */
+#define SETTLE_NS (20u * 1000 * 1000) /* see caller_syscall() */
 
 static ssize_t read_proc(pid_t tid, const char *what, char *buf, size_t len)
 {
@@ -37,13 +41,32 @@ static int openat2_flags(pid_t tid, unsigned long how, unsigned long long *flags
 	return process_vm_readv(tid, &local, 1, &remote, 1, 0) == sizeof(*flags) ? 0 : -1;
 }
 
+/* The caller's /proc/<tid>/syscall.  A request can reach us before its
+ * caller has gone to sleep waiting for the answer (a polling leader picks
+ * requests up within microseconds, and the wake-up may even preempt the
+ * caller), and until it sleeps the kernel says "running" instead of the
+ * syscall.  We give it up to SETTLE_NS to get there, sleeping so that it
+ * can run.  (Without this a waiting open failed at once with ENOENT now
+ * and then: 0-14 of 300 opens here.) */
+static ssize_t caller_syscall(pid_t tid, char *buf, size_t len)
+{
+	const struct timespec nap = { 0, 20 * 1000 };
+	uint64_t end = clock_mono_ns() + SETTLE_NS;
+	ssize_t n;
+
+	while ((n = read_proc(tid, "syscall", buf, len)) > 0 &&
+	       !strncmp(buf, "running", 7) && clock_mono_ns() < end)
+		nanosleep(&nap, NULL);
+	return n;
+}
+
 enum caller_intent caller_intent(pid_t tid)
 {
 	char buf[256];
 	unsigned long a[7];
 	long nr;
 
-	if (tid <= 0 || read_proc(tid, "syscall", buf, sizeof(buf)) <= 0)
+	if (tid <= 0 || caller_syscall(tid, buf, sizeof(buf)) <= 0)
 		return CALLER_UNKNOWN;
 	if (sscanf(buf, "%ld %lx %lx %lx %lx %lx %lx", &nr, &a[0], &a[1], &a[2],
 		   &a[3], &a[4], &a[5]) != 7)

@@ -3,7 +3,7 @@
 # wait_ms, per edge; a waiter can be interrupted or killed at any time.
 . "$(dirname "$0")/../lib.sh"
 
-printf 'wait_ms: 20000\nedges:\n  "fast->x": { wait_ms: 300 }\n' >"$T/c.yaml"
+printf 'wait_ms: 20000\nedges:\n  "fast->x": { wait_ms: 300 }\n  "quick->x": { wait_ms: 30 }\n' >"$T/c.yaml"
 start_node a "pool=host:32M,config=$T/c.yaml"
 export M=$T/a
 waiters() { stat_of a waiters; }
@@ -69,4 +69,21 @@ is "$(cat "$T/sig.out")" "after-signal" "and is answered by the publish"
 
 is "$(pyerr "os.open(M + '/p/q/rw', os.O_RDWR)")" "ENOENT" "O_RDWR of a missing key does not wait"
 is "$(pyerr "os.open(M + '/p/q/dir', os.O_RDONLY | os.O_DIRECTORY)")" "ENOENT" "O_DIRECTORY of a missing key does not wait"
+
+# The daemon can pick a lookup up before its caller sleeps in it, when
+# /proc shows no syscall yet: every plain open must still wait.
+early=$($PY - "$M/quick/x" <<'PYEOF'
+import sys, time
+early = 0
+for i in range(200):
+    t = time.monotonic()
+    try:
+        open(f"{sys.argv[1]}/never{i}", "rb")
+    except FileNotFoundError:
+        pass
+    early += time.monotonic() - t < 0.02
+print(early)
+PYEOF
+)
+is "$early" 0 "200 opens of missing keys each waited the edge's 30 ms"
 done_testing
