@@ -100,8 +100,8 @@ static void *worker(void *arg)
 {
 	struct loop *l = arg;
 	struct fuse_buf buf = { 0 };
-	pthread_setname_np(pthread_self(), "omni-fuse");
 
+	pthread_setname_np(pthread_self(), "omni-fuse");
 	for (;;) {
 		pthread_mutex_lock(&l->mu);
 		while (l->leader && !fuse_session_exited(l->se))

@@ -667,8 +667,8 @@ static void hasher_step(struct ns *ns, struct object *o)
 static void *hasher_thread(void *arg)
 {
 	struct ns *ns = arg;
-	pthread_setname_np(pthread_self(), "omni-hash");
 
+	pthread_setname_np(pthread_self(), "omni-hash");
 	pthread_mutex_lock(&ns->lock);
 	while (!ns->stopping) {
 		struct object *o = ns->hq_head;
@@ -1062,8 +1062,8 @@ static void expire_due(struct ns *ns, uint64_t now, struct wakelist *wl)
 static void *deadline_thread(void *arg)
 {
 	struct ns *ns = arg;
-	pthread_setname_np(pthread_self(), "omni-deadline");
 
+	pthread_setname_np(pthread_self(), "omni-deadline");
 	pthread_mutex_lock(&ns->lock);
 	while (!ns->stopping) {
 		struct wakelist wl = { 0 };

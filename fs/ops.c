@@ -135,8 +135,6 @@ static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int wil
 
 /* A name that is a view of published shards resolves (stat, getfattr)
  * though no object has it. */
-/* A name that is a view of published shards resolves (stat, getfattr)
- * though no object has it. */
 static int lookup_view(struct fs *fs, fuse_ino_t parent, const char *name, struct ns_attr *a)
 {
 	int rc = ns_lookup(fs->ns, parent, name, 1, a);

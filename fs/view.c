@@ -466,8 +466,8 @@ static void *job_thread(void *arg)
 	struct ns_srcinfo *si = NULL;
 	uint32_t nsi = 0;
 	int rc = prepare(&j->env, j->ino, &v, &p, &si, &nsi);
-	pthread_setname_np(pthread_self(), "omni-view");
 
+	pthread_setname_np(pthread_self(), "omni-view");
 	if (!rc) {
 		stat_add(j->env.st, ST_GETS, 1);
 		v->refs++;              /* fill's, while the opener has the other */

@@ -1,7 +1,8 @@
 /* copy.h - a copy whose stores go around the cache.
  *
- * Bytes pulled from a peer are received into a small buffer that stays in
- * the core's cache, hashed there, and only then stored into the pool.
+ * A fetch's bytes (a whole object pulled from a peer) are received into a
+ * small buffer that stays in the core's cache, hashed there, and only
+ * then stored into the pool.
  * Storing them with ordinary instructions would first read every target
  * line of the (cold, gigabyte-sized) pool into the cache, only to evict
  * it again: on the VM this was measured on, receiving straight into a

@@ -41,6 +41,7 @@
 #define CONNECT_MS 1000
 #define SOCKBUF (4 << 20)
 #define RX_BOUNCE (256u << 10)     /* DATA bytes received at a time (copy.h) */
+_Static_assert(RX_BOUNCE <= PROTO_MAX_BODY, "the bounce buffer is a connection's body");
 
 struct xport_conn {
 	struct xport *x;
@@ -371,7 +372,6 @@ static int rx_tick(struct xport_conn *c)
 	return 0;
 }
 
-/* The iov of dst for [from, from+len) of the pull. */
 /* Up to max pieces of the pull's buffer from stream offset from, on for
  * at most len bytes; *took says how many they hold. */
 static int pull_slice(const struct pending *p, uint64_t from, uint64_t len,
@@ -438,8 +438,8 @@ static int land_bounced(struct xport_conn *c, const struct pending *p, uint64_t 
 	return 0;
 }
 
-/* A DATA frame: its bytes go straight into the pull's buffer, are hashed
- * and only then reported. */
+/* A DATA frame: its bytes land in the pull's buffer, are hashed on the
+ * way, and are reported only once the frame's hash matches. */
 static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct proto_msg *m)
 {
 	struct xport *x = c->x;
@@ -548,8 +548,8 @@ static void *rx_thread(void *arg)
 	struct proto_hdr h;
 	struct proto_msg m;
 	int rc;
-	pthread_setname_np(pthread_self(), "omni-rx");
 
+	pthread_setname_np(pthread_self(), "omni-rx");
 	for (;;) {
 		if ((rc = conn_recv(c, &h, &m, rx_tick)))
 			break;
@@ -913,8 +913,8 @@ static void *server_thread(void *arg)
 	struct proto_hdr h;
 	struct proto_msg m;
 	int rc;
-	pthread_setname_np(pthread_self(), "omni-serve");
 
+	pthread_setname_np(pthread_self(), "omni-serve");
 	c->last_rx = clock_mono_ns();
 	if ((rc = handshake_server(x, c))) {
 		if (rc == -EACCES || rc == -EPROTO || rc == -EMSGSIZE) {
@@ -952,8 +952,8 @@ out:
 static void *acceptor_thread(void *arg)
 {
 	struct xport *x = arg;
-	pthread_setname_np(pthread_self(), "omni-accept");
 
+	pthread_setname_np(pthread_self(), "omni-accept");
 	while (!x->stopping) {
 		int fd = accept4(x->lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0) {
@@ -991,8 +991,8 @@ static void *keeper_thread(void *arg)
 {
 	struct xport *x = arg;
 	struct proto_msg ping = { .type = PT_PING };
-	pthread_setname_np(pthread_self(), "omni-keeper");
 
+	pthread_setname_np(pthread_self(), "omni-keeper");
 	pthread_mutex_lock(&x->lock);
 	while (!x->stopping) {
 		pthread_mutex_unlock(&x->lock);
