@@ -182,4 +182,17 @@ is "$(( $(stat_of c bytes_pulled) - before ))" "$data" "a slice of vllm-omni sha
 before=$(stat_of a bytes_pulled)
 cat "$T/a/p/q/x.rank0of8" >/dev/null
 is "$(( $(stat_of a bytes_pulled) - before ))" 0 "a view of a's own shard pulls nothing"
+
+# A view's pulls land in their own buffer, not through the fetch's path:
+# a chunk that fails its hash must fail the view's read there too.
+stop_node a
+ok "c drops a's shards" wait_until 10 sh -c "! test -e '$T/c/p/q/x.rank0of4'"
+OMNIFS_TEST_CORRUPT=1 start_node a "config=$T/omni.yaml,node=a"
+ok "a restarted rejoins" wait_until 10 all_up
+for i in 0 1; do cp "$T/x.rank${i}of4" "$T/a/p/q/x.rank${i}of4"; done
+ok "c hears of them again" wait_until 5 test -e "$T/c/p/q/x.rank1of4"
+bad=$(stat_of c checksum_failures)
+is "$(M=$T/c pyerr "open(M + '/p/q/x.rank0of2', 'rb').read()")" EIO \
+	"a view whose pulled chunk fails its hash: EIO on c"
+ok "... counted" test "$(stat_of c checksum_failures)" -gt "$bad"
 done_testing
