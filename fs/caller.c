@@ -127,12 +127,12 @@ int caller_holds_fd(pid_t tid, const char *suffix)
 	DIR *d = tid > 0 ? opendir(path) : NULL;
 	if (!d)
 		return 0;
+	/* readlinkat from the open directory: a full path would walk
+	 * /proc/<pid> again for every descriptor, on every writer's close. */
 	while (!found && (de = readdir(d))) {
-		char fdpath[sizeof(path) + sizeof(de->d_name) + 1];
 		if (de->d_name[0] == '.')
 			continue;
-		snprintf(fdpath, sizeof(fdpath), "%s/%s", path, de->d_name);
-		ssize_t n = readlink(fdpath, link, sizeof(link) - 1);
+		ssize_t n = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
 		found = n >= (ssize_t)slen && !memcmp(link + n - slen, suffix, slen);
 	}
 	closedir(d);
