@@ -1,4 +1,6 @@
-/* ns.c - the namespace, objects, waiting opens and deadlines.
+/* ns.c - the namespace, objects, waiting opens and deadlines.  The hashing
+ * of objects, other nodes' objects and the xattrs are beside it, in
+ * ns_hash.c, ns_remote.c and ns_xattr.c; ns_internal.h is what they share.
  *
  * One mutex guards the tree, the objects' metadata and the deadline heap.
  * It is never held while bytes move: writes reserve their extents under it
@@ -6,7 +8,7 @@
  * only the extent pointers, and publish hashes with the lock dropped.
  */
 #define _GNU_SOURCE
-#include "ns.h"
+#include "ns_internal.h"
 #include "../transport/pool.h"
 
 #include <errno.h>
@@ -19,136 +21,14 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#define XXH_STATIC_LINKING_ONLY         /* XXH3_state_t on the stack */
-#include <xxhash.h>
-#if defined(__x86_64__)
-#include <xxh_x86dispatch.h>      /* libxxhash's AVX2/AVX-512 paths, chosen at run time */
-#endif
 
-#include "rangeset.h"
 #include "../kvfmt/kvfmt.h"
 #include "../transport/clock.h"
-
-enum { T_WAITER = 1, T_OBJECT = 2 };
-enum obj_state { OS_WRITING, OS_PUBLISHING, OS_PUBLISHED, OS_DEAD };
-static const char *const state_name[] = { "writing", "publishing", "published", "dead" };
 
 #define GROW_MIN (64u << 10)            /* first reservation of a writer */
 #define GROW_MAX (256ull << 20)         /* largest single reservation step */
 
-struct ext { uint64_t off, len, lstart; };
-
-struct object {
-	struct timer ttl;               /* these two first: see struct timed */
-	int type;
-	struct node *node;              /* NULL once unlinked */
-	enum obj_state state;
-	uint64_t size, cap;
-	struct ext *ext;
-	unsigned next, extcap;
-	uint64_t xxh3;
-	int64_t readers, ttl_s;
-	uint64_t reads, created_ns, published_ns;
-	unsigned refs, writers, writers_flushed;
-	int error;
-	uint32_t uid, gid;
-	/* The hash follows a sequential writer (see "hashing" below):
-	 * [0, front) is written, [0, hashed) hashed into hs, and the hasher
-	 * may be working on [hashed, hash_to). */
-	XXH3_state_t *hs;
-	uint64_t front, hashed, hash_to;
-	int hash_dirty, hashing, queued;
-	struct object *hq_next;
-	XXH3_state_t *cs;               /* the hasher's current chunk */
-	uint64_t *chunks;               /* XXH3 of each NS_CHUNK, kept at publish */
-	uint64_t nchunks;
-	/* The cluster: oid names the object to peers (ours: in byoid while
-	 * published); a remote one's bytes arrive by a fetch, [0, have)
-	 * verified so far.  fetch_gen tells handles of a failed fetch. */
-	uint64_t oid;
-	int owner;                      /* -1: ours */
-	struct hlink byoid;
-	int fetch;
-	uint64_t have;
-	unsigned fetch_gen;
-	/* A KV payload's header (SPEC §6), kept for views and user.omni.kv;
-	 * cov counts deliveries of each of cov_of head units by views, of
-	 * which every unit has had cov_min (already counted in reads). */
-	uint8_t *kvhdr;
-	uint32_t kvhdr_len, cov_of, cov_min;
-	uint32_t *cov;
-};
-
-enum { F_NONE, F_RUNNING, F_DONE, F_FAILED };
-
-struct timed { struct timer t; int type; };
-
-struct node {
-	struct hlink byino, byname, bybase;     /* bybase: keys, by view base */
-	uint64_t ino, nlookup, npub;
-	enum ns_kind kind;
-	struct node *parent, *child, *next, *prev;
-	unsigned nchild;
-	struct object *obj;
-	struct ns_waiter *waiters;
-	char *name;
-};
-
-struct ns_handle {
-	struct object *obj;
-	int write, flushed, counted, killed, served, source;
-	unsigned gen;
-	struct rangeset seen;
-	uint64_t opened_ns, done;
-	struct ns_handle *next, *prev;
-};
-
-struct ns {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	pthread_t thread;
-	int running, stopping;
-	struct pool *pool;
-	uint8_t *base;
-	struct stats *st;
-	struct ns_settings set;
-	struct ns_rule *rules;
-	struct htab byino, byname, waiters, bybase;
-	uint64_t next_ino, next_wid, nobjects;
-	struct timerq tq;
-	struct node *root;
-	struct ns_handle handles;       /* list head */
-	uint32_t uid, gid;
-	uint64_t start_ns;
-	pthread_t hasher;
-	int hasher_running;
-	pthread_cond_t hcond, hdone;    /* work queued; a hash step finished */
-	struct object *hq_head, *hq_tail;
-	/* The cluster's side. */
-	struct htab byoid;
-	uint64_t next_oid;
-	pthread_cond_t fcond;           /* a fetch moved on */
-	pthread_mutex_t ev_lock;        /* one thread delivers events at a time */
-	struct ns_event *ev_head, *ev_tail;
-};
-
-/* Something the cluster must hear, queued under the lock and delivered
- * after it is dropped, in order. */
-enum { EV_PUBLISHED, EV_GONE, EV_CONSUMED };
-struct ns_event {
-	struct ns_event *next;
-	int type;
-	struct object *o;               /* EV_PUBLISHED: a reference for data */
-	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
-	struct ns_objinfo info;
-	struct ns_cover cover;          /* EV_CONSUMED */
-};
-
 static const char *const vfile_names[] = { "health", "stats", "metrics", "transfers", "config" };
-
-/* Woken waiters are answered after the lock is dropped; they chain through
- * their own links, so waking never allocates. */
-struct wakelist { struct ns_waiter *head; };
 
 /* ------------------------------------------------------------------ nodes */
 
@@ -178,13 +58,13 @@ static int same_base(const char *a, const char *b)
 	return la == lb && !memcmp(a, b, la);
 }
 
-static struct node *node_by_ino(struct ns *ns, uint64_t ino)
+struct node *node_by_ino(struct ns *ns, uint64_t ino)
 {
 	struct hlink *l = htab_find(&ns->byino, ino);
 	return l ? (struct node *)((char *)l - offsetof(struct node, byino)) : NULL;
 }
 
-static struct node *node_child(struct ns *ns, struct node *p, const char *name)
+struct node *node_child(struct ns *ns, struct node *p, const char *name)
 {
 	struct hlink *l = htab_find(&ns->byname, name_hash(p->ino, name));
 
@@ -223,7 +103,7 @@ static struct node *node_new(struct ns *ns, struct node *p, const char *name,
 }
 
 /* Frees implicit nodes nobody needs any more, walking up the tree. */
-static void node_maybe_free(struct ns *ns, struct node *n)
+void node_maybe_free(struct ns *ns, struct node *n)
 {
 	while (n && (n->kind == NK_KEY || n->kind == NK_EDGE || n->kind == NK_STAGE) &&
 	       !n->nlookup && !n->nchild && !n->obj && !n->waiters) {
@@ -245,14 +125,14 @@ static void node_maybe_free(struct ns *ns, struct node *n)
 	}
 }
 
-static void npub_add(struct node *n, int64_t d)
+void npub_add(struct node *n, int64_t d)
 {
 	for (; n; n = n->parent)
 		n->npub += (uint64_t)d;
 }
 
 /* The edge policy for a key node: rule fields override the defaults. */
-static struct ns_policy policy_of(struct ns *ns, const struct node *edge)
+struct ns_policy policy_of(struct ns *ns, const struct node *edge)
 {
 	struct ns_policy p = ns->set.dflt;
 
@@ -300,7 +180,7 @@ static void node_attr(struct ns *ns, const struct node *n, struct ns_attr *a)
 
 /* ---------------------------------------------------------------- objects */
 
-static void obj_put(struct ns *ns, struct object *o)
+void obj_put(struct ns *ns, struct object *o)
 {
 	if (--o->refs)
 		return;
@@ -317,7 +197,7 @@ static void obj_put(struct ns *ns, struct object *o)
 	free(o);
 }
 
-static struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uint32_t gid)
+struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uint32_t gid)
 {
 	struct object *o = calloc(1, sizeof(*o));
 
@@ -340,12 +220,11 @@ static struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uin
 	return o;
 }
 
-static void hasher_dequeue(struct ns *ns, struct object *o);
 static struct ns_event *ev_queue(struct ns *ns, int type, struct object *o);
 
 /* Takes the object off its key: consumed, removed, expired or aborted.
  * Handles that have it open keep its bytes until they close. */
-static void obj_unlink(struct ns *ns, struct object *o, enum stat_id why)
+void obj_unlink(struct ns *ns, struct object *o, enum stat_id why)
 {
 	struct node *key = o->node;
 
@@ -388,7 +267,7 @@ static int ext_push(struct object *o, uint64_t off, uint64_t len)
 /* Makes the object's extents cover [0, end).  Each step asks for about as
  * much again as the object holds (up to GROW_MAX), first by growing the last
  * extent in place, so a sequential writer ends with one or a few extents. */
-static int obj_reserve(struct ns *ns, struct object *o, uint64_t end)
+int obj_reserve(struct ns *ns, struct object *o, uint64_t end)
 {
 	while (o->cap < end) {
 		uint64_t need = end - o->cap, got, off;
@@ -416,7 +295,7 @@ static int obj_reserve(struct ns *ns, struct object *o, uint64_t end)
 }
 
 /* Gives back the reserve beyond the object's size: it is immutable now. */
-static void obj_trim(struct ns *ns, struct object *o)
+void obj_trim(struct ns *ns, struct object *o)
 {
 	uint64_t keep = (o->size + POOL_GRAIN - 1) / POOL_GRAIN * POOL_GRAIN;
 
@@ -453,8 +332,8 @@ static unsigned ext_find(const struct object *o, uint64_t off)
 
 /* Points iov at [off, off+len) of the object, at most maxiov pieces.
  * Returns the bytes covered. */
-static size_t obj_iov(struct ns *ns, const struct object *o, uint64_t off,
-		      size_t len, struct iovec *iov, int *niov, int maxiov)
+size_t obj_iov(struct ns *ns, const struct object *o, uint64_t off,
+	       size_t len, struct iovec *iov, int *niov, int maxiov)
 {
 	size_t done = 0;
 	int n = 0;
@@ -485,218 +364,6 @@ static void obj_zero(struct ns *ns, const struct object *o, uint64_t off, uint64
 		off += got;
 		len -= got;
 	}
-}
-
-/* Chunk idx's hash, growing the table as the hasher goes. */
-static int chunk_store(struct object *o, uint64_t idx, uint64_t h)
-{
-	if (idx >= o->nchunks) {
-		uint64_t n = idx + 1 > o->nchunks * 2 ? idx + 1 : o->nchunks * 2;
-		uint64_t *c = realloc(o->chunks, n * sizeof(*c));
-		if (!c)
-			return -ENOMEM;
-		o->chunks = c;
-		o->nchunks = n;
-	}
-	o->chunks[idx] = h;
-	return 0;
-}
-
-/* Feeds bytes at object offset pos into the whole-object state st and the
- * chunk state cs, closing a chunk at each NS_CHUNK boundary.  Pieces of
- * 64 KiB keep the second pass in cache. */
-static int hash_feed(struct object *o, XXH3_state_t *st, XXH3_state_t *cs,
-		     uint64_t pos, const uint8_t *p, size_t len)
-{
-	if (!cs) {              /* a single node never serves chunks */
-		XXH3_64bits_update(st, p, len);
-		return 0;
-	}
-	while (len) {
-		size_t take = NS_CHUNK - pos % NS_CHUNK;
-		if (take > len)
-			take = len;
-		if (take > (64u << 10))
-			take = 64u << 10;
-		XXH3_64bits_update(st, p, take);
-		XXH3_64bits_update(cs, p, take);
-		pos += take;
-		p += take;
-		len -= take;
-		if (pos % NS_CHUNK == 0) {
-			if (chunk_store(o, pos / NS_CHUNK - 1, XXH3_64bits_digest(cs)))
-				return -ENOMEM;
-			XXH3_64bits_reset(cs);
-		}
-	}
-	return 0;
-}
-
-/* Feeds [from, to) of the object into st and cs.  Called unlocked.  Until
- * every writer is done (final is 0) the extent array may grow under a
- * writer, so pieces of it are taken under the lock; the bytes stay put. */
-static int hash_range(struct ns *ns, struct object *o, XXH3_state_t *st,
-		      XXH3_state_t *cs, uint64_t from, uint64_t to, int final)
-{
-	int rc = 0;
-
-	while (from < to && !rc) {
-		struct iovec iov[16];
-		int n;
-		uint64_t at = from;
-		if (!final)
-			pthread_mutex_lock(&ns->lock);
-		from += obj_iov(ns, o, from, to - from, iov, &n, 16);
-		if (!final)
-			pthread_mutex_unlock(&ns->lock);
-		for (int i = 0; i < n && !rc; i++) {
-			rc = hash_feed(o, st, cs, at, iov[i].iov_base, iov[i].iov_len);
-			at += iov[i].iov_len;
-		}
-	}
-	return rc;
-}
-
-/* The object's XXH3-64 at publish: the hasher's prefix (if still valid)
- * plus the rest.  Called unlocked; every writer has closed. */
-static int obj_hash(struct ns *ns, struct object *o, uint64_t *h)
-{
-	XXH3_state_t local, clocal, *st = &local, *cs = ns->set.hooks ? &clocal : NULL;
-	uint64_t from = 0;
-	int rc;
-
-	if (o->hs && (o->cs || !cs) && !o->hash_dirty) { /* a truncation below it made it dirty */
-		st = o->hs;
-		cs = o->cs;
-		from = o->hashed;
-	} else {
-		XXH3_64bits_reset(&local);
-		XXH3_64bits_reset(&clocal);
-	}
-	rc = hash_range(ns, o, st, cs, from, o->size, 1);
-	if (!rc && cs && o->size % NS_CHUNK)
-		rc = chunk_store(o, o->size / NS_CHUNK, XXH3_64bits_digest(cs));
-	*h = XXH3_64bits_digest(st);
-	if (o->hs)
-		XXH3_freeState(o->hs);
-	if (o->cs)
-		XXH3_freeState(o->cs);
-	o->hs = o->cs = NULL;
-	return rc;
-}
-
-/* ---------------------------------------------------------------- hashing */
-
-/* A truncation: bytes the hash may cover can change. */
-static void obj_set_size(struct object *o, uint64_t size)
-{
-	if (size < (o->hashing ? o->hash_to : o->hashed))
-		o->hash_dirty = 1;
-	if (o->front > size)
-		o->front = size;
-	o->size = size;
-}
-
-/* Hashing a large object at publish would cost a pass over its bytes after
- * the last write.  A sequential writer's completed prefix is hashed instead
- * by this thread while the writer goes on; the FUSE thread copying the
- * bytes in keeps its core busy, this one uses another. */
-#define HASH_STEP (4u << 20)
-
-static void hasher_queue(struct ns *ns, struct object *o)
-{
-	if (o->queued || o->hashing || o->hash_dirty || o->front - o->hashed < HASH_STEP)
-		return;
-	o->queued = 1;
-	o->refs++;
-	o->hq_next = NULL;
-	if (ns->hq_tail)
-		ns->hq_tail->hq_next = o;
-	else
-		ns->hq_head = o;
-	ns->hq_tail = o;
-	pthread_cond_signal(&ns->hcond);
-}
-
-/* An object that leaves its key gives up its place in the queue, so that
- * its space comes back as soon as its handles close. */
-static void hasher_dequeue(struct ns *ns, struct object *o)
-{
-	struct object **pp = &ns->hq_head, *prev = NULL;
-
-	if (!o->queued)
-		return;
-	for (; *pp && *pp != o; pp = &(*pp)->hq_next)
-		prev = *pp;
-	if (!*pp)
-		return;
-	*pp = o->hq_next;
-	if (ns->hq_tail == o)
-		ns->hq_tail = prev;
-	o->queued = 0;
-	o->refs--;              /* the queue's; the key's link still holds it */
-}
-
-/* One step: hash [hashed, front) of o with the lock dropped. */
-static void hasher_step(struct ns *ns, struct object *o)
-{
-	if (o->state != OS_WRITING || o->hash_dirty || o->front <= o->hashed)
-		return;
-	if (!o->hs) {
-		if (!(o->hs = XXH3_createState()) ||
-		    (ns->set.hooks && !(o->cs = XXH3_createState())))
-			return;
-		XXH3_64bits_reset(o->hs);
-		if (o->cs)
-			XXH3_64bits_reset(o->cs);
-	}
-	o->hashing = 1;
-	o->hash_to = o->front;
-	uint64_t from = o->hashed, to = o->hash_to;
-	pthread_mutex_unlock(&ns->lock);
-	int rc = hash_range(ns, o, o->hs, o->cs, from, to, 0);
-	pthread_mutex_lock(&ns->lock);
-	o->hashing = 0;
-	o->hashed = to;
-	if (rc)
-		o->hash_dirty = 1;      /* out of memory: publish hashes it all */
-	pthread_cond_broadcast(&ns->hdone);
-	hasher_queue(ns, o);
-}
-
-static void *hasher_thread(void *arg)
-{
-	struct ns *ns = arg;
-
-	pthread_setname_np(pthread_self(), "omni-hash");
-	pthread_mutex_lock(&ns->lock);
-	while (!ns->stopping) {
-		struct object *o = ns->hq_head;
-		if (!o) {
-			pthread_cond_wait(&ns->hcond, &ns->lock);
-			continue;
-		}
-		ns->hq_head = o->hq_next;
-		if (!ns->hq_head)
-			ns->hq_tail = NULL;
-		o->queued = 0;
-		hasher_step(ns, o);
-		obj_put(ns, o);
-	}
-	pthread_mutex_unlock(&ns->lock);
-	return NULL;
-}
-
-/* A write of [off, end) finished copying: extend the written prefix, or
- * note that bytes the hash already covers have changed. */
-static void hash_note_write(struct ns *ns, struct object *o, uint64_t off, uint64_t end)
-{
-	if (off < (o->hashing ? o->hash_to : o->hashed))
-		o->hash_dirty = 1;
-	else if (off <= o->front && end > o->front)
-		o->front = end;
-	if (ns->hasher_running)
-		hasher_queue(ns, o);
 }
 
 /* ---------------------------------------------------------------- events */
@@ -769,7 +436,7 @@ static void ev_drain(struct ns *ns)
 }
 
 /* Drops the lock and tells the cluster what happened under it. */
-static void ns_unlock(struct ns *ns)
+void ns_unlock(struct ns *ns)
 {
 	int pending = ns->ev_head != NULL;
 
@@ -789,7 +456,7 @@ static void wake_push(struct wakelist *wl, struct ns_waiter *w, int err,
 	wl->head = w;
 }
 
-static void wake_all(struct ns *ns, struct wakelist *wl)
+void wake_all(struct ns *ns, struct wakelist *wl)
 {
 	while (wl->head) {
 		struct ns_waiter *w = wl->head;
@@ -821,7 +488,7 @@ static void waiter_dequeue(struct ns *ns, struct ns_waiter *w)
 		node_maybe_free(ns, key);
 }
 
-static struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
+struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
 {
 	struct ns_handle *h = calloc(1, sizeof(*h));
 
@@ -844,7 +511,7 @@ static struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
 
 /* Answers the opens waiting on a key: with a handle on its object, or
  * with err. */
-static void wake_key(struct ns *ns, struct node *key, int err, struct wakelist *wl)
+void wake_key(struct ns *ns, struct node *key, int err, struct wakelist *wl)
 {
 	while (key->waiters) {
 		struct ns_waiter *w = key->waiters;
@@ -863,14 +530,14 @@ static void wake_key(struct ns *ns, struct node *key, int err, struct wakelist *
 	}
 }
 
-static void wake_readers(struct ns *ns, struct node *key, struct wakelist *wl)
+void wake_readers(struct ns *ns, struct node *key, struct wakelist *wl)
 {
 	wake_key(ns, key, 0, wl);
 }
 
 /* Answers the opens on key that only want it published (a view's
  * sources): a remote object need not be fetched for them. */
-static void wake_sources(struct ns *ns, struct node *key, struct wakelist *wl)
+void wake_sources(struct ns *ns, struct node *key, struct wakelist *wl)
 {
 	for (struct ns_waiter *w = key->waiters, *next; w; w = next) {
 		next = w->next;
@@ -886,7 +553,7 @@ static void wake_sources(struct ns *ns, struct node *key, struct wakelist *wl)
 
 /* k was published here or heard of: opens waiting on other names of its
  * base may now be views of it; they are told to look again (-EAGAIN). */
-static void wake_views(struct ns *ns, struct node *k, struct wakelist *wl)
+void wake_views(struct ns *ns, struct node *k, struct wakelist *wl)
 {
 	for (struct hlink *l = htab_find(&ns->bybase, base_hash(k->parent->ino, k->name)), *ln;
 	     l; l = ln) {
@@ -1245,8 +912,8 @@ void ns_destroy(struct ns *ns)
 /* ---------------------------------------------------------------- names */
 
 /* The child of parent that name resolves to, created if implicit. */
-static int resolve(struct ns *ns, struct node *p, const char *name,
-		   int placeholder, struct node **out)
+int node_resolve(struct ns *ns, struct node *p, const char *name,
+		 int placeholder, struct node **out)
 {
 	struct node *n;
 	int rc;
@@ -1295,7 +962,7 @@ int ns_lookup(struct ns *ns, uint64_t parent, const char *name,
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&ns->lock);
-	if ((p = node_by_ino(ns, parent)) && !(rc = resolve(ns, p, name, placeholder, &n))) {
+	if ((p = node_by_ino(ns, parent)) && !(rc = node_resolve(ns, p, name, placeholder, &n))) {
 		n->nlookup++;
 		node_attr(ns, n, out);
 	}
@@ -1362,109 +1029,40 @@ unlock:
 	return rc;
 }
 
-/* ---------------------------------------------------------------- fetch */
-
-/* Another node's object comes into this node's pool by a fetch, started
- * by the first open that needs it (or by an announce that finds readers
- * waiting).  Opens are answered at the first verified bytes; reads wait
- * for the range they ask, so a reader of a large object starts long before
- * the last byte is in.  A fetch that fails fails its readers with EIO; the
- * next open starts another (fetch_gen tells the two apart). */
-#define FETCH_WAIT_MS 10000
-
-struct fetch_start {
-	struct object *o;
-	int owner, n;
-	uint64_t oid, size;
-	struct iovec *iov;
-};
-
-/* Under the lock: reserves the bytes and takes the fetch's reference.
- * 1 if fetch_go() must follow, 0 if it failed (waiters answered). */
-static int fetch_begin(struct ns *ns, struct object *o, struct fetch_start *fs)
+int ns_dir_names(struct ns *ns, uint64_t ino, char from[NAME_STAGE_MAX + 1],
+		 char to[NAME_STAGE_MAX + 1])
 {
-	int rc = obj_reserve(ns, o, o->size);
+	int kind = -ENOENT;
 
-	if (!rc)
-		obj_trim(ns, o);        /* a writer's first reserve is larger */
-	if (!rc && !(fs->iov = malloc(o->next * sizeof(*fs->iov))))
-		rc = -ENOMEM;
-	if (rc) {
-		struct wakelist wl = { 0 };
-		wake_key(ns, o->node, rc, &wl);
-		stat_add(ns->st, ST_ERRORS, 1);
-		pthread_mutex_unlock(&ns->lock);
-		wake_all(ns, &wl);      /* answered with the lock dropped */
-		pthread_mutex_lock(&ns->lock);
-		return 0;
+	from[0] = to[0] = 0;
+	pthread_mutex_lock(&ns->lock);
+	struct node *n = node_by_ino(ns, ino);
+	if (n) {
+		kind = (int)n->kind;
+		struct node *e = n->kind == NK_KEY ? n->parent : n;
+		if (e->kind == NK_EDGE) {
+			snprintf(from, NAME_STAGE_MAX + 1, "%s", e->parent->name);
+			snprintf(to, NAME_STAGE_MAX + 1, "%s", e->name);
+		} else if (e->kind == NK_STAGE) {
+			snprintf(from, NAME_STAGE_MAX + 1, "%s", e->name);
+		}
 	}
-	fs->n = 0;
-	for (unsigned i = 0; i < o->next && o->ext[i].lstart < o->size; i++) {
-		uint64_t len = o->ext[i].len;
-		if (len > o->size - o->ext[i].lstart)
-			len = o->size - o->ext[i].lstart;
-		fs->iov[fs->n++] = (struct iovec){ ns->base + o->ext[i].off, len };
-	}
-	fs->o = o;
-	fs->owner = o->owner;
-	fs->oid = o->oid;
-	fs->size = o->size;
-	o->fetch = F_RUNNING;
-	o->have = 0;
-	o->fetch_gen++;
-	o->refs++;              /* the fetch's, until its end is reported */
-	return 1;
+	pthread_mutex_unlock(&ns->lock);
+	return kind;
 }
 
-static void fetch_go(struct ns *ns, struct fetch_start *fs)
+int64_t ns_wait_ms(struct ns *ns, uint64_t ino)
 {
-	const struct ns_hooks *hk = ns->set.hooks;
-	int rc = hk && hk->fetch ? hk->fetch(ns->set.hctx, fs->owner, fs->oid, fs->size,
-					     fs->iov, fs->n, fs->o) : -ENOTCONN;
-
-	free(fs->iov);
-	if (rc)
-		ns_fetch_progress(ns, fs->o, 0, -EIO);
-}
-
-/* Under the lock: waits until [off, off+len) of a remote object is here.
- * 0, or 1 if it never will be (the fetch failed). */
-static int fetch_wait(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len)
-{
-	struct object *o = h->obj;
-	uint64_t end = off < o->size ? (len > o->size - off ? o->size : off + len) : o->size;
-
-	if (h->write)
-		return 0;
-	while (o->fetch == F_RUNNING && h->gen == o->fetch_gen && o->have < end)
-		pthread_cond_wait(&ns->fcond, &ns->lock);
-	return h->gen != o->fetch_gen || o->have < end;
-}
-
-void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
-{
-	struct object *o = token;
-	struct wakelist wl = { 0 };
-	int final = err || upto >= o->size;
+	int64_t ms = ns->set.dflt.wait_ms;
 
 	pthread_mutex_lock(&ns->lock);
-	if (!err && upto > o->have) {
-		o->have = upto;
-	}
-	if (final)
-		o->fetch = err ? F_FAILED : F_DONE;
-	if (o->node && o->node->waiters && (err || o->have))
-		wake_key(ns, o->node, err == -ENOENT ? -ENOENT : err ? -EIO : 0, &wl);
-	if (err) {
-		stat_add(ns->st, ST_ERRORS, 1);
-		if (err == -ENOENT)             /* the owner no longer has it */
-			obj_unlink(ns, o, ST_NONE);
-	}
-	pthread_cond_broadcast(&ns->fcond);
-	if (final)
-		obj_put(ns, o);
+	struct node *n = node_by_ino(ns, ino);
+	if (n && n->kind == NK_KEY)
+		n = n->parent;
+	if (n && n->kind == NK_EDGE)
+		ms = policy_of(ns, n).wait_ms;
 	pthread_mutex_unlock(&ns->lock);
-	wake_all(ns, &wl);
+	return ms;
 }
 
 /* ---------------------------------------------------------------- open */
@@ -1482,7 +1080,7 @@ int ns_create_key(struct ns *ns, uint64_t parent, const char *name, int excl,
 		rc = !p ? -ENOENT : p->kind == NK_CTL ? -EACCES : -EPERM;
 		goto unlock;
 	}
-	if ((rc = resolve(ns, p, name, 1, &n)))
+	if ((rc = node_resolve(ns, p, name, 1, &n)))
 		goto unlock;
 	if (n->obj && excl) {
 		rc = -EEXIST;
@@ -1796,29 +1394,6 @@ int ns_truncate(struct ns *ns, uint64_t ino, uint64_t size)
 	return rc;
 }
 
-/* rm of another node's object: its owner removes it, and says so to all. */
-static int unlink_remote(struct ns *ns, struct object *o)
-{
-	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
-	struct node *k = o->node;
-	struct ns_objinfo info = { .from = from, .to = to, .key = key, .oid = o->oid,
-				   .owner = o->owner };
-	int rc = -EIO;
-
-	snprintf(from, sizeof(from), "%s", k->parent->parent->name);
-	snprintf(to, sizeof(to), "%s", k->parent->name);
-	snprintf(key, sizeof(key), "%s", k->name);
-	o->refs++;
-	pthread_mutex_unlock(&ns->lock);
-	if (ns->set.hooks && ns->set.hooks->remove)
-		rc = ns->set.hooks->remove(ns->set.hctx, &info);
-	pthread_mutex_lock(&ns->lock);
-	if (!rc || rc == -ENOENT)       /* gone there: gone here */
-		obj_unlink(ns, o, rc ? ST_NONE : ST_REMOVED);
-	obj_put(ns, o);
-	return rc;
-}
-
 int ns_unlink(struct ns *ns, uint64_t parent, const char *name)
 {
 	int rc = -ENOENT;
@@ -1836,487 +1411,6 @@ int ns_unlink(struct ns *ns, uint64_t parent, const char *name)
 	}
 	ns_unlock(ns);
 	return rc;
-}
-
-/* ---------------------------------------------------------------- cluster */
-
-/* The key node of from/to/key, if there is one. */
-static struct node *key_node(struct ns *ns, const char *from, const char *to, const char *key)
-{
-	struct node *n = node_child(ns, ns->root, from);
-
-	if (n && n->kind == NK_STAGE)
-		n = node_child(ns, n, to);
-	if (n && n->kind == NK_EDGE)
-		n = node_child(ns, n, key);
-	return n && n->kind == NK_KEY ? n : NULL;
-}
-
-/* The KV header an owner sent with its object, if we have none yet. */
-static void kvhdr_keep(struct object *o, const struct ns_objinfo *ri)
-{
-	if (!o->kvhdr && ri->kvhdr_len && ri->kvhdr_len <= KV_HDR_MAX &&
-	    (o->kvhdr = malloc(ri->kvhdr_len))) {
-		memcpy(o->kvhdr, ri->kvhdr, ri->kvhdr_len);
-		o->kvhdr_len = ri->kvhdr_len;
-	}
-}
-
-/* A remote object's local record, under key k. */
-static struct object *remote_new(struct ns *ns, struct node *k, int owner,
-				 const struct ns_objinfo *ri)
-{
-	struct object *o = obj_new(ns, k, ri->uid, ri->gid);
-
-	if (!o)
-		return NULL;
-	o->owner = owner;
-	o->oid = ri->oid;
-	o->state = OS_PUBLISHED;
-	o->size = o->front = ri->size;
-	o->xxh3 = ri->xxh3;
-	o->readers = ri->readers;
-	o->reads = ri->reads;
-	o->published_ns = ri->published_ns;
-	o->fetch = ri->size ? F_NONE : F_DONE;
-	npub_add(k, 1);
-	kvhdr_keep(o, ri);
-	/* Bytes that came with the announce are checked like pulled ones. */
-	if (ri->data && !obj_reserve(ns, o, ri->size)) {
-		struct iovec iov[4];
-		int n;
-		obj_trim(ns, o);        /* a replica holds its size, not 64 KiB */
-		obj_iov(ns, o, 0, ri->size, iov, &n, 4);
-		if (n == 1 && XXH3_64bits(ri->data, ri->size) == ri->xxh3) {
-			memcpy(iov[0].iov_base, ri->data, ri->size);
-			o->fetch = F_DONE;
-			o->have = ri->size;
-			stat_add(ns->st, ST_BYTES_PULLED, ri->size);
-		} else if (n == 1) {
-			stat_add(ns->st, ST_CHECKSUM_FAILED, 1);
-		}
-	}
-	return o;
-}
-
-int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
-{
-	struct node *st, *ed, *k;
-	struct wakelist wl = { 0 };
-	struct fetch_start fs;
-	int rc, start = 0;
-
-	if (name_check_stage(ri->from) || name_check_stage(ri->to) || name_check_key(ri->key))
-		return -EINVAL;
-	pthread_mutex_lock(&ns->lock);
-	if ((rc = resolve(ns, ns->root, ri->from, 0, &st)) ||
-	    (rc = resolve(ns, st, ri->to, 0, &ed)) || (rc = resolve(ns, ed, ri->key, 1, &k)))
-		goto unlock;
-	struct object *o = k->obj;
-	if (o && o->owner < 0) {
-		rc = -EEXIST;           /* ours wins; the writer who lost finds out */
-	} else if (o && o->owner == owner && o->oid == ri->oid) {
-		if (ri->reads > o->reads)
-			o->reads = ri->reads;
-		kvhdr_keep(o, ri);      /* it may have come by a listing, without */
-	} else {
-		if (o)
-			obj_unlink(ns, o, ST_NONE);
-		if (!(o = remote_new(ns, k, owner, ri))) {
-			rc = -ENOMEM;
-			goto drop;
-		}
-		wake_sources(ns, k, &wl);
-		wake_views(ns, k, &wl);
-		if (k->waiters && o->fetch == F_DONE)
-			wake_readers(ns, k, &wl);
-		else if (k->waiters)    /* readers are waiting: bring it now */
-			start = fetch_begin(ns, o, &fs);
-	}
-drop:
-	node_maybe_free(ns, k);
-unlock:
-	pthread_mutex_unlock(&ns->lock);
-	wake_all(ns, &wl);
-	if (start)
-		fetch_go(ns, &fs);
-	return rc;
-}
-
-void ns_remote_gone(struct ns *ns, int owner, uint64_t oid)
-{
-	pthread_mutex_lock(&ns->lock);
-	for (struct node *s = ns->root->child; s; s = s->next)
-		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL; e; e = e->next)
-			for (struct node *k = e->child; k; k = k->next)
-				if (k->obj && k->obj->owner == owner && k->obj->oid == oid) {
-					obj_unlink(ns, k->obj, ST_NONE);
-					goto unlock;
-				}
-unlock:
-	pthread_mutex_unlock(&ns->lock);
-}
-
-void ns_drop_owner(struct ns *ns, int owner, int lost)
-{
-	pthread_mutex_lock(&ns->lock);
-	for (struct node *s = ns->root->child, *sn; s; s = sn) {
-		sn = s->next;           /* unlinking may free nodes up the tree */
-		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL, *en; e; e = en) {
-			en = e->next;
-			for (struct node *k = e->child, *kn; k; k = kn) {
-				kn = k->next;
-				if (k->obj && k->obj->owner == owner)
-					obj_unlink(ns, k->obj, lost ? ST_LOST : ST_NONE);
-			}
-		}
-	}
-	pthread_mutex_unlock(&ns->lock);
-}
-
-/* Our object o was delivered: whole (c NULL or all its units), or units
- * [first, first+n) of `of` by a view.  It counts one read once every unit
- * has been delivered once more; under the lock. */
-static int cover_add(struct ns *ns, struct object *o, const struct ns_cover *c)
-{
-	if (c && c->of && (c->first || c->n != c->of)) {
-		if (c->first >= c->of || c->n > c->of - c->first)
-			return -EINVAL;
-		if (!o->cov_of) {
-			if (!(o->cov = calloc(c->of, sizeof(*o->cov))))
-				return -ENOMEM;
-			o->cov_of = c->of;
-		}
-		if (c->of != o->cov_of)
-			return -EINVAL; /* views of another split: not comparable */
-		uint32_t min = UINT32_MAX;
-		for (uint32_t u = 0; u < o->cov_of; u++) {
-			if (u >= c->first && u < c->first + c->n)
-				o->cov[u]++;
-			if (o->cov[u] < min)
-				min = o->cov[u];
-		}
-		if (min <= o->cov_min)
-			return 0;
-		o->reads += min - o->cov_min;
-		o->cov_min = min;
-	} else {
-		o->reads++;
-	}
-	if (o->node && o->readers > 0 && o->reads >= (uint64_t)o->readers)
-		obj_unlink(ns, o, ST_CONSUMED);
-	return 0;
-}
-
-int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c)
-{
-	struct hlink *l;
-	int rc = -ENOENT;
-
-	pthread_mutex_lock(&ns->lock);
-	if ((l = htab_find(&ns->byoid, oid)))
-		rc = cover_add(ns, (struct object *)((char *)l - offsetof(struct object, byoid)), c);
-	ns_unlock(ns);
-	return rc;
-}
-
-int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key)
-{
-	int rc = -ENOENT;
-
-	pthread_mutex_lock(&ns->lock);
-	struct node *k = key_node(ns, from, to, key);
-	if (k && k->obj && k->obj->owner < 0) {
-		obj_unlink(ns, k->obj, ST_REMOVED);
-		rc = 0;
-	}
-	ns_unlock(ns);
-	return rc;
-}
-
-static void objinfo(const struct object *o, struct ns_objinfo *out, char names[3][256])
-{
-	struct node *k = o->node;
-
-	snprintf(names[0], 256, "%s", k->parent->parent->name);
-	snprintf(names[1], 256, "%s", k->parent->name);
-	snprintf(names[2], 256, "%s", k->name);
-	*out = (struct ns_objinfo){
-		.from = names[0], .to = names[1], .key = names[2], .oid = o->oid,
-		.size = o->size, .xxh3 = o->xxh3, .reads = o->reads,
-		.published_ns = o->published_ns, .readers = o->readers, .uid = o->uid,
-		.gid = o->gid, .owner = o->owner, .kvhdr_len = o->kvhdr_len,
-	};
-}
-
-int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
-	    struct ns_objinfo *out, char names[3][256])
-{
-	int rc = -ENOENT;
-
-	pthread_mutex_lock(&ns->lock);
-	struct node *k = key_node(ns, from, to, key);
-	if (k && k->obj && k->obj->owner < 0 && k->obj->state == OS_PUBLISHED) {
-		objinfo(k->obj, out, names);
-		out->kvhdr = NULL;
-		if (out->kvhdr_len && (out->kvhdr = malloc(out->kvhdr_len)))
-			memcpy((void *)out->kvhdr, k->obj->kvhdr, out->kvhdr_len);
-		else
-			out->kvhdr_len = 0;
-		rc = 0;
-	}
-	pthread_mutex_unlock(&ns->lock);
-	return rc;
-}
-
-void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
-		    void (*fn)(void *arg, const struct ns_objinfo *o), void *arg)
-{
-	struct own { struct ns_objinfo info; char names[3][256]; } *v = NULL;
-	size_t n = 0, cap = 0;
-
-	pthread_mutex_lock(&ns->lock);
-	for (struct node *s = ns->root->child; s; s = s->next) {
-		if (s->kind != NK_STAGE || (*from && strcmp(from, s->name)))
-			continue;
-		for (struct node *e = s->child; e; e = e->next) {
-			if (*to && strcmp(to, e->name))
-				continue;
-			for (struct node *k = e->child; k; k = k->next) {
-				struct object *o = k->obj;
-				if (!o || o->owner >= 0 || o->state != OS_PUBLISHED)
-					continue;
-				if (n == cap) {
-					struct own *nv = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof(*v));
-					if (!nv)
-						goto unlock;
-					v = nv;
-				}
-				objinfo(o, &v[n].info, v[n].names);
-				if (kvhdr && o->kvhdr && (v[n].info.kvhdr = malloc(o->kvhdr_len)))
-					memcpy((void *)v[n].info.kvhdr, o->kvhdr, o->kvhdr_len);
-				else
-					v[n].info.kvhdr_len = 0;
-				n++;
-			}
-		}
-	}
-unlock:
-	pthread_mutex_unlock(&ns->lock);
-	for (size_t i = 0; i < n; i++) {
-		v[i].info.from = v[i].names[0];  /* the array moved while growing */
-		v[i].info.to = v[i].names[1];
-		v[i].info.key = v[i].names[2];
-		fn(arg, &v[i].info);
-		free((void *)v[i].info.kvhdr);
-	}
-	free(v);
-}
-
-int ns_serve_open(struct ns *ns, uint64_t oid, struct ns_handle **h, uint64_t *size)
-{
-	struct hlink *l;
-	int rc = -ENOENT;
-
-	pthread_mutex_lock(&ns->lock);
-	if ((l = htab_find(&ns->byoid, oid))) {
-		struct object *o = (struct object *)((char *)l - offsetof(struct object, byoid));
-		if (!(*h = handle_new(ns, o, 0))) {
-			rc = -ENOMEM;
-		} else {
-			(*h)->served = 1;
-			*size = o->size;
-			rc = 0;
-		}
-	}
-	pthread_mutex_unlock(&ns->lock);
-	return rc;
-}
-
-int ns_serve_chunk(struct ns *ns, struct ns_handle *h, uint64_t idx,
-		   struct iovec *iov, int *n, int max, uint64_t *xxh3)
-{
-	struct object *o = h->obj;
-	uint64_t off = idx * NS_CHUNK;
-	int rc = 0;
-
-	pthread_mutex_lock(&ns->lock);
-	if (!h->served || off >= o->size || idx >= o->nchunks) {
-		rc = -EINVAL;
-	} else {
-		size_t len = o->size - off < NS_CHUNK ? o->size - off : NS_CHUNK;
-		if (obj_iov(ns, o, off, len, iov, n, max) != len)
-			rc = -E2BIG;
-		*xxh3 = o->chunks[idx];
-		h->done += len;
-	}
-	pthread_mutex_unlock(&ns->lock);
-	return rc;
-}
-
-int ns_dir_names(struct ns *ns, uint64_t ino, char from[NAME_STAGE_MAX + 1],
-		 char to[NAME_STAGE_MAX + 1])
-{
-	int kind = -ENOENT;
-
-	from[0] = to[0] = 0;
-	pthread_mutex_lock(&ns->lock);
-	struct node *n = node_by_ino(ns, ino);
-	if (n) {
-		kind = (int)n->kind;
-		struct node *e = n->kind == NK_KEY ? n->parent : n;
-		if (e->kind == NK_EDGE) {
-			snprintf(from, NAME_STAGE_MAX + 1, "%s", e->parent->name);
-			snprintf(to, NAME_STAGE_MAX + 1, "%s", e->name);
-		} else if (e->kind == NK_STAGE) {
-			snprintf(from, NAME_STAGE_MAX + 1, "%s", e->name);
-		}
-	}
-	pthread_mutex_unlock(&ns->lock);
-	return kind;
-}
-
-int64_t ns_wait_ms(struct ns *ns, uint64_t ino)
-{
-	int64_t ms = ns->set.dflt.wait_ms;
-
-	pthread_mutex_lock(&ns->lock);
-	struct node *n = node_by_ino(ns, ino);
-	if (n && n->kind == NK_KEY)
-		n = n->parent;
-	if (n && n->kind == NK_EDGE)
-		ms = policy_of(ns, n).wait_ms;
-	pthread_mutex_unlock(&ns->lock);
-	return ms;
-}
-
-/* ---------------------------------------------------------------- xattrs */
-
-#define XA "user.omni."
-static const char *const xattr_names[] = {
-	XA "owner", XA "state", XA "size", XA "xxh3", XA "readers", XA "reads",
-	XA "published_ns", XA "kv",
-};
-
-/* The value of one of xattr_names for o, or -ENODATA. */
-static int xattr_value(struct ns *ns, const struct object *o, const char *name,
-		       char *v, size_t vlen)
-{
-	int pub = o->state == OS_PUBLISHED;
-
-	if (!strcmp(name, XA "owner"))
-		return snprintf(v, vlen, "%s", o->owner < 0 ? ns->set.node_name :
-				ns->set.hooks->peer_name(ns->set.hctx, o->owner));
-	if (!strcmp(name, XA "state"))
-		return snprintf(v, vlen, "%s", state_name[o->state]);
-	if (!strcmp(name, XA "size"))
-		return snprintf(v, vlen, "%" PRIu64, pub ? o->size : 0);
-	if (!strcmp(name, XA "readers"))
-		return snprintf(v, vlen, "%" PRId64,
-				o->readers >= 0 ? o->readers :
-				policy_of(ns, o->node->parent).readers);
-	if (!strcmp(name, XA "reads"))
-		return snprintf(v, vlen, "%" PRIu64, o->reads);
-	if (pub && !strcmp(name, XA "xxh3"))
-		return snprintf(v, vlen, "%016" PRIx64, o->xxh3);
-	if (pub && !strcmp(name, XA "published_ns"))
-		return snprintf(v, vlen, "%" PRIu64, o->published_ns);
-	if (pub && o->kvhdr && !strcmp(name, XA "kv")) {
-		struct kv_info kv;
-		int rc = kv_parse(o->kvhdr, o->kvhdr_len, o->size, &kv, NULL, 0);
-		if (!rc)
-			rc = kv_summary(&kv, v, vlen);
-		kv_free(&kv);
-		return rc < 0 ? -ENODATA : rc;
-	}
-	return -ENODATA;
-}
-
-static struct object *xattr_obj(struct ns *ns, uint64_t ino, int *rc)
-{
-	struct node *n = node_by_ino(ns, ino);
-
-	*rc = !n ? -ENOENT : -ENODATA;
-	return n && n->kind == NK_KEY && n->obj ? n->obj : NULL;
-}
-
-int ns_getxattr(struct ns *ns, uint64_t ino, const char *name, char *buf, size_t size)
-{
-	char v[1024];           /* user.omni.kv is the longest */
-	int rc;
-
-	pthread_mutex_lock(&ns->lock);
-	struct object *o = xattr_obj(ns, ino, &rc);
-	if (o && (rc = xattr_value(ns, o, name, v, sizeof(v))) >= 0) {
-		if (size && (size_t)rc > size)
-			rc = -ERANGE;
-		else if (size)
-			memcpy(buf, v, (size_t)rc);
-	}
-	pthread_mutex_unlock(&ns->lock);
-	return rc;
-}
-
-int ns_listxattr(struct ns *ns, uint64_t ino, char *buf, size_t size)
-{
-	char v[1024];           /* user.omni.kv is the longest */
-	size_t len = 0;
-	int rc;
-
-	pthread_mutex_lock(&ns->lock);
-	struct object *o = xattr_obj(ns, ino, &rc);
-	for (size_t i = 0; o && i < sizeof(xattr_names) / sizeof(*xattr_names); i++) {
-		size_t n = strlen(xattr_names[i]) + 1;
-		if (xattr_value(ns, o, xattr_names[i], v, sizeof(v)) < 0)
-			continue;
-		if (size && len + n <= size)
-			memcpy(buf + len, xattr_names[i], n);
-		len += n;
-	}
-	pthread_mutex_unlock(&ns->lock);
-	if (!o)
-		return rc == -ENODATA ? 0 : rc;
-	return size && len > size ? -ERANGE : (int)len;
-}
-
-/* Only user.omni.readers is settable, and only before publish. */
-int ns_setxattr(struct ns *ns, uint64_t ino, const char *name,
-		const char *val, size_t len)
-{
-	char num[16];
-	char *end;
-	int rc;
-
-	if (strncmp(name, XA, sizeof(XA) - 1))
-		return -ENOTSUP;
-	if (strcmp(name, XA "readers"))
-		return -EACCES;
-	if (len == 0 || len >= sizeof(num))
-		return -EINVAL;
-	memcpy(num, val, len);
-	num[len] = 0;
-	if (num[0] < '0' || num[0] > '9')
-		return -EINVAL;
-	long v = strtol(num, &end, 10);
-	if (*end || v > INT32_MAX)
-		return -EINVAL;
-	pthread_mutex_lock(&ns->lock);
-	struct object *o = xattr_obj(ns, ino, &rc);
-	if (o && o->state != OS_WRITING)
-		rc = -EACCES;
-	else if (o) {
-		o->readers = v;
-		rc = 0;
-	} else if (rc == -ENODATA)
-		rc = -ENOENT;
-	pthread_mutex_unlock(&ns->lock);
-	return rc;
-}
-
-int ns_removexattr(struct ns *ns, uint64_t ino, const char *name)
-{
-	(void)ns; (void)ino;
-	return strncmp(name, XA, sizeof(XA) - 1) ? -ENOTSUP : -EACCES;
 }
 
 /* ---------------------------------------------------------------- .omni */

@@ -1,0 +1,221 @@
+/* ns_hash.c - an object's XXH3-64 and its chunk sums, computed while the
+ * writer is still writing (a hasher thread follows a sequential writer)
+ * so that publish has little left to do.
+ */
+#define _GNU_SOURCE
+#include "ns_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+/* Chunk idx's hash, growing the table as the hasher goes. */
+static int chunk_store(struct object *o, uint64_t idx, uint64_t h)
+{
+	if (idx >= o->nchunks) {
+		uint64_t n = idx + 1 > o->nchunks * 2 ? idx + 1 : o->nchunks * 2;
+		uint64_t *c = realloc(o->chunks, n * sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		o->chunks = c;
+		o->nchunks = n;
+	}
+	o->chunks[idx] = h;
+	return 0;
+}
+
+/* Feeds bytes at object offset pos into the whole-object state st and the
+ * chunk state cs, closing a chunk at each NS_CHUNK boundary.  Pieces of
+ * 64 KiB keep the second pass in cache. */
+static int hash_feed(struct object *o, XXH3_state_t *st, XXH3_state_t *cs,
+		     uint64_t pos, const uint8_t *p, size_t len)
+{
+	if (!cs) {              /* a single node never serves chunks */
+		XXH3_64bits_update(st, p, len);
+		return 0;
+	}
+	while (len) {
+		size_t take = NS_CHUNK - pos % NS_CHUNK;
+		if (take > len)
+			take = len;
+		if (take > (64u << 10))
+			take = 64u << 10;
+		XXH3_64bits_update(st, p, take);
+		XXH3_64bits_update(cs, p, take);
+		pos += take;
+		p += take;
+		len -= take;
+		if (pos % NS_CHUNK == 0) {
+			if (chunk_store(o, pos / NS_CHUNK - 1, XXH3_64bits_digest(cs)))
+				return -ENOMEM;
+			XXH3_64bits_reset(cs);
+		}
+	}
+	return 0;
+}
+
+/* Feeds [from, to) of the object into st and cs.  Called unlocked.  Until
+ * every writer is done (final is 0) the extent array may grow under a
+ * writer, so pieces of it are taken under the lock; the bytes stay put. */
+static int hash_range(struct ns *ns, struct object *o, XXH3_state_t *st,
+		      XXH3_state_t *cs, uint64_t from, uint64_t to, int final)
+{
+	int rc = 0;
+
+	while (from < to && !rc) {
+		struct iovec iov[16];
+		int n;
+		uint64_t at = from;
+		if (!final)
+			pthread_mutex_lock(&ns->lock);
+		from += obj_iov(ns, o, from, to - from, iov, &n, 16);
+		if (!final)
+			pthread_mutex_unlock(&ns->lock);
+		for (int i = 0; i < n && !rc; i++) {
+			rc = hash_feed(o, st, cs, at, iov[i].iov_base, iov[i].iov_len);
+			at += iov[i].iov_len;
+		}
+	}
+	return rc;
+}
+
+/* The object's XXH3-64 at publish: the hasher's prefix (if still valid)
+ * plus the rest.  Called unlocked; every writer has closed. */
+int obj_hash(struct ns *ns, struct object *o, uint64_t *h)
+{
+	XXH3_state_t local, clocal, *st = &local, *cs = ns->set.hooks ? &clocal : NULL;
+	uint64_t from = 0;
+	int rc;
+
+	if (o->hs && (o->cs || !cs) && !o->hash_dirty) { /* a truncation below it made it dirty */
+		st = o->hs;
+		cs = o->cs;
+		from = o->hashed;
+	} else {
+		XXH3_64bits_reset(&local);
+		XXH3_64bits_reset(&clocal);
+	}
+	rc = hash_range(ns, o, st, cs, from, o->size, 1);
+	if (!rc && cs && o->size % NS_CHUNK)
+		rc = chunk_store(o, o->size / NS_CHUNK, XXH3_64bits_digest(cs));
+	*h = XXH3_64bits_digest(st);
+	if (o->hs)
+		XXH3_freeState(o->hs);
+	if (o->cs)
+		XXH3_freeState(o->cs);
+	o->hs = o->cs = NULL;
+	return rc;
+}
+
+/* ---------------------------------------------------------------- hasher */
+
+/* A truncation: bytes the hash may cover can change. */
+void obj_set_size(struct object *o, uint64_t size)
+{
+	if (size < (o->hashing ? o->hash_to : o->hashed))
+		o->hash_dirty = 1;
+	if (o->front > size)
+		o->front = size;
+	o->size = size;
+}
+
+/* Hashing a large object at publish would cost a pass over its bytes after
+ * the last write.  A sequential writer's completed prefix is hashed instead
+ * by this thread while the writer goes on; the FUSE thread copying the
+ * bytes in keeps its core busy, this one uses another. */
+#define HASH_STEP (4u << 20)
+
+static void hasher_queue(struct ns *ns, struct object *o)
+{
+	if (o->queued || o->hashing || o->hash_dirty || o->front - o->hashed < HASH_STEP)
+		return;
+	o->queued = 1;
+	o->refs++;
+	o->hq_next = NULL;
+	if (ns->hq_tail)
+		ns->hq_tail->hq_next = o;
+	else
+		ns->hq_head = o;
+	ns->hq_tail = o;
+	pthread_cond_signal(&ns->hcond);
+}
+
+/* An object that leaves its key gives up its place in the queue, so that
+ * its space comes back as soon as its handles close. */
+void hasher_dequeue(struct ns *ns, struct object *o)
+{
+	struct object **pp = &ns->hq_head, *prev = NULL;
+
+	if (!o->queued)
+		return;
+	for (; *pp && *pp != o; pp = &(*pp)->hq_next)
+		prev = *pp;
+	if (!*pp)
+		return;
+	*pp = o->hq_next;
+	if (ns->hq_tail == o)
+		ns->hq_tail = prev;
+	o->queued = 0;
+	o->refs--;              /* the queue's; the key's link still holds it */
+}
+
+/* One step: hash [hashed, front) of o with the lock dropped. */
+static void hasher_step(struct ns *ns, struct object *o)
+{
+	if (o->state != OS_WRITING || o->hash_dirty || o->front <= o->hashed)
+		return;
+	if (!o->hs) {
+		if (!(o->hs = XXH3_createState()) ||
+		    (ns->set.hooks && !(o->cs = XXH3_createState())))
+			return;
+		XXH3_64bits_reset(o->hs);
+		if (o->cs)
+			XXH3_64bits_reset(o->cs);
+	}
+	o->hashing = 1;
+	o->hash_to = o->front;
+	uint64_t from = o->hashed, to = o->hash_to;
+	pthread_mutex_unlock(&ns->lock);
+	int rc = hash_range(ns, o, o->hs, o->cs, from, to, 0);
+	pthread_mutex_lock(&ns->lock);
+	o->hashing = 0;
+	o->hashed = to;
+	if (rc)
+		o->hash_dirty = 1;      /* out of memory: publish hashes it all */
+	pthread_cond_broadcast(&ns->hdone);
+	hasher_queue(ns, o);
+}
+
+void *hasher_thread(void *arg)
+{
+	struct ns *ns = arg;
+
+	pthread_setname_np(pthread_self(), "omni-hash");
+	pthread_mutex_lock(&ns->lock);
+	while (!ns->stopping) {
+		struct object *o = ns->hq_head;
+		if (!o) {
+			pthread_cond_wait(&ns->hcond, &ns->lock);
+			continue;
+		}
+		ns->hq_head = o->hq_next;
+		if (!ns->hq_head)
+			ns->hq_tail = NULL;
+		o->queued = 0;
+		hasher_step(ns, o);
+		obj_put(ns, o);
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return NULL;
+}
+
+/* A write of [off, end) finished copying: extend the written prefix, or
+ * note that bytes the hash already covers have changed. */
+void hash_note_write(struct ns *ns, struct object *o, uint64_t off, uint64_t end)
+{
+	if (off < (o->hashing ? o->hash_to : o->hashed))
+		o->hash_dirty = 1;
+	else if (off <= o->front && end > o->front)
+		o->front = end;
+	if (ns->hasher_running)
+		hasher_queue(ns, o);
+}

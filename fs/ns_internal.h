@@ -1,0 +1,195 @@
+/* ns_internal.h - what the parts of the namespace share: its structs and
+ * the helpers each part offers the others.  Only fs/ns*.c include it; the
+ * rest of omnifs sees ns.h.
+ *
+ * Locking is ns.c's (see there): unless a prototype's comment says
+ * otherwise, a helper is called with ns->lock held.
+ */
+#ifndef OMNIFS_NS_INTERNAL_H
+#define OMNIFS_NS_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#define XXH_STATIC_LINKING_ONLY         /* XXH3_state_t in struct object */
+#include <xxhash.h>
+#if defined(__x86_64__)
+#include <xxh_x86dispatch.h>      /* libxxhash's AVX2/AVX-512 paths, chosen at run time */
+#endif
+
+#include "ns.h"
+#include "rangeset.h"
+
+enum { T_WAITER = 1, T_OBJECT = 2 };
+enum obj_state { OS_WRITING, OS_PUBLISHING, OS_PUBLISHED, OS_DEAD };
+
+struct ext { uint64_t off, len, lstart; };
+
+struct object {
+	struct timer ttl;               /* these two first: see struct timed */
+	int type;
+	struct node *node;              /* NULL once unlinked */
+	enum obj_state state;
+	uint64_t size, cap;
+	struct ext *ext;
+	unsigned next, extcap;
+	uint64_t xxh3;
+	int64_t readers, ttl_s;
+	uint64_t reads, created_ns, published_ns;
+	unsigned refs, writers, writers_flushed;
+	int error;
+	uint32_t uid, gid;
+	/* The hash follows a sequential writer (see "hashing" below):
+	 * [0, front) is written, [0, hashed) hashed into hs, and the hasher
+	 * may be working on [hashed, hash_to). */
+	XXH3_state_t *hs;
+	uint64_t front, hashed, hash_to;
+	int hash_dirty, hashing, queued;
+	struct object *hq_next;
+	XXH3_state_t *cs;               /* the hasher's current chunk */
+	uint64_t *chunks;               /* XXH3 of each NS_CHUNK, kept at publish */
+	uint64_t nchunks;
+	/* The cluster: oid names the object to peers (ours: in byoid while
+	 * published); a remote one's bytes arrive by a fetch, [0, have)
+	 * verified so far.  fetch_gen tells handles of a failed fetch. */
+	uint64_t oid;
+	int owner;                      /* -1: ours */
+	struct hlink byoid;
+	int fetch;
+	uint64_t have;
+	unsigned fetch_gen;
+	/* A KV payload's header (SPEC §6), kept for views and user.omni.kv;
+	 * cov counts deliveries of each of cov_of head units by views, of
+	 * which every unit has had cov_min (already counted in reads). */
+	uint8_t *kvhdr;
+	uint32_t kvhdr_len, cov_of, cov_min;
+	uint32_t *cov;
+};
+
+enum { F_NONE, F_RUNNING, F_DONE, F_FAILED };
+
+struct timed { struct timer t; int type; };
+
+struct node {
+	struct hlink byino, byname, bybase;     /* bybase: keys, by view base */
+	uint64_t ino, nlookup, npub;
+	enum ns_kind kind;
+	struct node *parent, *child, *next, *prev;
+	unsigned nchild;
+	struct object *obj;
+	struct ns_waiter *waiters;
+	char *name;
+};
+
+struct ns_handle {
+	struct object *obj;
+	int write, flushed, counted, killed, served, source;
+	unsigned gen;
+	struct rangeset seen;
+	uint64_t opened_ns, done;
+	struct ns_handle *next, *prev;
+};
+
+struct ns {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_t thread;
+	int running, stopping;
+	struct pool *pool;
+	uint8_t *base;
+	struct stats *st;
+	struct ns_settings set;
+	struct ns_rule *rules;
+	struct htab byino, byname, waiters, bybase;
+	uint64_t next_ino, next_wid, nobjects;
+	struct timerq tq;
+	struct node *root;
+	struct ns_handle handles;       /* list head */
+	uint32_t uid, gid;
+	uint64_t start_ns;
+	pthread_t hasher;
+	int hasher_running;
+	pthread_cond_t hcond, hdone;    /* work queued; a hash step finished */
+	struct object *hq_head, *hq_tail;
+	/* The cluster's side. */
+	struct htab byoid;
+	uint64_t next_oid;
+	pthread_cond_t fcond;           /* a fetch moved on */
+	pthread_mutex_t ev_lock;        /* one thread delivers events at a time */
+	struct ns_event *ev_head, *ev_tail;
+};
+
+/* Something the cluster must hear, queued under the lock and delivered
+ * after it is dropped, in order. */
+enum { EV_PUBLISHED, EV_GONE, EV_CONSUMED };
+struct ns_event {
+	struct ns_event *next;
+	int type;
+	struct object *o;               /* EV_PUBLISHED: a reference for data */
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
+	struct ns_objinfo info;
+	struct ns_cover cover;          /* EV_CONSUMED */
+};
+
+/* Woken waiters are answered after the lock is dropped; they chain through
+ * their own links, so waking never allocates. */
+struct wakelist { struct ns_waiter *head; };
+
+/* ---------------------------------------------------------------- ns.c */
+
+/* The tree. */
+struct node *node_by_ino(struct ns *ns, uint64_t ino);
+struct node *node_child(struct ns *ns, struct node *p, const char *name);
+int node_resolve(struct ns *ns, struct node *p, const char *name,
+		 int placeholder, struct node **out);
+void node_maybe_free(struct ns *ns, struct node *n);
+void npub_add(struct node *n, int64_t d);
+struct ns_policy policy_of(struct ns *ns, const struct node *edge);
+
+/* Objects and their extents in the pool. */
+struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uint32_t gid);
+void obj_put(struct ns *ns, struct object *o);
+void obj_unlink(struct ns *ns, struct object *o, enum stat_id why);
+int obj_reserve(struct ns *ns, struct object *o, uint64_t end);
+void obj_trim(struct ns *ns, struct object *o);
+size_t obj_iov(struct ns *ns, const struct object *o, uint64_t off,
+	       size_t len, struct iovec *iov, int *niov, int maxiov);
+struct ns_handle *handle_new(struct ns *ns, struct object *o, int write);
+
+/* Waking waiters: queued under the lock, answered by wake_all() after it
+ * is dropped.  ns_unlock() drops it and delivers queued events. */
+void wake_key(struct ns *ns, struct node *key, int err, struct wakelist *wl);
+void wake_readers(struct ns *ns, struct node *key, struct wakelist *wl);
+void wake_sources(struct ns *ns, struct node *key, struct wakelist *wl);
+void wake_views(struct ns *ns, struct node *k, struct wakelist *wl);
+void wake_all(struct ns *ns, struct wakelist *wl);
+void ns_unlock(struct ns *ns);
+
+/* ----------------------------------------------------------- ns_hash.c */
+
+void obj_set_size(struct object *o, uint64_t size);
+void hash_note_write(struct ns *ns, struct object *o, uint64_t off, uint64_t end);
+void hasher_dequeue(struct ns *ns, struct object *o);
+void *hasher_thread(void *arg);
+int obj_hash(struct ns *ns, struct object *o, uint64_t *h);     /* unlocked */
+
+/* --------------------------------------------------------- ns_remote.c */
+
+/* How long an open of a known remote object waits for its fetch on an
+ * edge whose opens do not wait (wait_ms 0). */
+#define FETCH_WAIT_MS 10000
+
+struct fetch_start {
+	struct object *o;
+	int owner, n;
+	uint64_t oid, size;
+	struct iovec *iov;
+};
+
+int fetch_begin(struct ns *ns, struct object *o, struct fetch_start *fs);
+void fetch_go(struct ns *ns, struct fetch_start *fs);          /* unlocked */
+int fetch_wait(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len);
+int unlink_remote(struct ns *ns, struct object *o);
+int cover_add(struct ns *ns, struct object *o, const struct ns_cover *c);
+
+#endif

@@ -1,0 +1,449 @@
+/* ns_remote.c - other nodes' objects in this namespace: their records
+ * (from announces and listings), the fetch that brings their bytes, and the
+ * cluster's questions about ours (find, list, serve, consumed, removed).
+ */
+#define _GNU_SOURCE
+#include "ns_internal.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kvfmt/kvfmt.h"
+
+/* ---------------------------------------------------------------- fetch */
+
+/* Another node's object comes into this node's pool by a fetch, started
+ * by the first open that needs it (or by an announce that finds readers
+ * waiting).  Opens are answered at the first verified bytes; reads wait
+ * for the range they ask, so a reader of a large object starts long before
+ * the last byte is in.  A fetch that fails fails its readers with EIO; the
+ * next open starts another (fetch_gen tells the two apart). */
+/* Under the lock: reserves the bytes and takes the fetch's reference.
+ * 1 if fetch_go() must follow, 0 if it failed (waiters answered). */
+int fetch_begin(struct ns *ns, struct object *o, struct fetch_start *fs)
+{
+	int rc = obj_reserve(ns, o, o->size);
+
+	if (!rc)
+		obj_trim(ns, o);        /* a writer's first reserve is larger */
+	if (!rc && !(fs->iov = malloc(o->next * sizeof(*fs->iov))))
+		rc = -ENOMEM;
+	if (rc) {
+		struct wakelist wl = { 0 };
+		wake_key(ns, o->node, rc, &wl);
+		stat_add(ns->st, ST_ERRORS, 1);
+		pthread_mutex_unlock(&ns->lock);
+		wake_all(ns, &wl);      /* answered with the lock dropped */
+		pthread_mutex_lock(&ns->lock);
+		return 0;
+	}
+	fs->n = 0;
+	for (unsigned i = 0; i < o->next && o->ext[i].lstart < o->size; i++) {
+		uint64_t len = o->ext[i].len;
+		if (len > o->size - o->ext[i].lstart)
+			len = o->size - o->ext[i].lstart;
+		fs->iov[fs->n++] = (struct iovec){ ns->base + o->ext[i].off, len };
+	}
+	fs->o = o;
+	fs->owner = o->owner;
+	fs->oid = o->oid;
+	fs->size = o->size;
+	o->fetch = F_RUNNING;
+	o->have = 0;
+	o->fetch_gen++;
+	o->refs++;              /* the fetch's, until its end is reported */
+	return 1;
+}
+
+void fetch_go(struct ns *ns, struct fetch_start *fs)
+{
+	const struct ns_hooks *hk = ns->set.hooks;
+	int rc = hk && hk->fetch ? hk->fetch(ns->set.hctx, fs->owner, fs->oid, fs->size,
+					     fs->iov, fs->n, fs->o) : -ENOTCONN;
+
+	free(fs->iov);
+	if (rc)
+		ns_fetch_progress(ns, fs->o, 0, -EIO);
+}
+
+/* Under the lock: waits until [off, off+len) of a remote object is here.
+ * 0, or 1 if it never will be (the fetch failed). */
+int fetch_wait(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len)
+{
+	struct object *o = h->obj;
+	uint64_t end = off < o->size ? (len > o->size - off ? o->size : off + len) : o->size;
+
+	if (h->write)
+		return 0;
+	while (o->fetch == F_RUNNING && h->gen == o->fetch_gen && o->have < end)
+		pthread_cond_wait(&ns->fcond, &ns->lock);
+	return h->gen != o->fetch_gen || o->have < end;
+}
+
+void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
+{
+	struct object *o = token;
+	struct wakelist wl = { 0 };
+	int final = err || upto >= o->size;
+
+	pthread_mutex_lock(&ns->lock);
+	if (!err && upto > o->have) {
+		o->have = upto;
+	}
+	if (final)
+		o->fetch = err ? F_FAILED : F_DONE;
+	if (o->node && o->node->waiters && (err || o->have))
+		wake_key(ns, o->node, err == -ENOENT ? -ENOENT : err ? -EIO : 0, &wl);
+	if (err) {
+		stat_add(ns->st, ST_ERRORS, 1);
+		if (err == -ENOENT)             /* the owner no longer has it */
+			obj_unlink(ns, o, ST_NONE);
+	}
+	pthread_cond_broadcast(&ns->fcond);
+	if (final)
+		obj_put(ns, o);
+	pthread_mutex_unlock(&ns->lock);
+	wake_all(ns, &wl);
+}
+
+/* ---------------------------------------------------------------- cluster */
+
+/* rm of another node's object: its owner removes it, and says so to all. */
+int unlink_remote(struct ns *ns, struct object *o)
+{
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
+	struct node *k = o->node;
+	struct ns_objinfo info = { .from = from, .to = to, .key = key, .oid = o->oid,
+				   .owner = o->owner };
+	int rc = -EIO;
+
+	snprintf(from, sizeof(from), "%s", k->parent->parent->name);
+	snprintf(to, sizeof(to), "%s", k->parent->name);
+	snprintf(key, sizeof(key), "%s", k->name);
+	o->refs++;
+	pthread_mutex_unlock(&ns->lock);
+	if (ns->set.hooks && ns->set.hooks->remove)
+		rc = ns->set.hooks->remove(ns->set.hctx, &info);
+	pthread_mutex_lock(&ns->lock);
+	if (!rc || rc == -ENOENT)       /* gone there: gone here */
+		obj_unlink(ns, o, rc ? ST_NONE : ST_REMOVED);
+	obj_put(ns, o);
+	return rc;
+}
+
+/* The key node of from/to/key, if there is one. */
+static struct node *key_node(struct ns *ns, const char *from, const char *to, const char *key)
+{
+	struct node *n = node_child(ns, ns->root, from);
+
+	if (n && n->kind == NK_STAGE)
+		n = node_child(ns, n, to);
+	if (n && n->kind == NK_EDGE)
+		n = node_child(ns, n, key);
+	return n && n->kind == NK_KEY ? n : NULL;
+}
+
+/* The KV header an owner sent with its object, if we have none yet. */
+static void kvhdr_keep(struct object *o, const struct ns_objinfo *ri)
+{
+	if (!o->kvhdr && ri->kvhdr_len && ri->kvhdr_len <= KV_HDR_MAX &&
+	    (o->kvhdr = malloc(ri->kvhdr_len))) {
+		memcpy(o->kvhdr, ri->kvhdr, ri->kvhdr_len);
+		o->kvhdr_len = ri->kvhdr_len;
+	}
+}
+
+/* A remote object's local record, under key k. */
+static struct object *remote_new(struct ns *ns, struct node *k, int owner,
+				 const struct ns_objinfo *ri)
+{
+	struct object *o = obj_new(ns, k, ri->uid, ri->gid);
+
+	if (!o)
+		return NULL;
+	o->owner = owner;
+	o->oid = ri->oid;
+	o->state = OS_PUBLISHED;
+	o->size = o->front = ri->size;
+	o->xxh3 = ri->xxh3;
+	o->readers = ri->readers;
+	o->reads = ri->reads;
+	o->published_ns = ri->published_ns;
+	o->fetch = ri->size ? F_NONE : F_DONE;
+	npub_add(k, 1);
+	kvhdr_keep(o, ri);
+	/* Bytes that came with the announce are checked like pulled ones. */
+	if (ri->data && !obj_reserve(ns, o, ri->size)) {
+		struct iovec iov[4];
+		int n;
+		obj_trim(ns, o);        /* a replica holds its size, not 64 KiB */
+		obj_iov(ns, o, 0, ri->size, iov, &n, 4);
+		if (n == 1 && XXH3_64bits(ri->data, ri->size) == ri->xxh3) {
+			memcpy(iov[0].iov_base, ri->data, ri->size);
+			o->fetch = F_DONE;
+			o->have = ri->size;
+			stat_add(ns->st, ST_BYTES_PULLED, ri->size);
+		} else if (n == 1) {
+			stat_add(ns->st, ST_CHECKSUM_FAILED, 1);
+		}
+	}
+	return o;
+}
+
+int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
+{
+	struct node *st, *ed, *k;
+	struct wakelist wl = { 0 };
+	struct fetch_start fs;
+	int rc, start = 0;
+
+	if (name_check_stage(ri->from) || name_check_stage(ri->to) || name_check_key(ri->key))
+		return -EINVAL;
+	pthread_mutex_lock(&ns->lock);
+	if ((rc = node_resolve(ns, ns->root, ri->from, 0, &st)) ||
+	    (rc = node_resolve(ns, st, ri->to, 0, &ed)) || (rc = node_resolve(ns, ed, ri->key, 1, &k)))
+		goto unlock;
+	struct object *o = k->obj;
+	if (o && o->owner < 0) {
+		rc = -EEXIST;           /* ours wins; the writer who lost finds out */
+	} else if (o && o->owner == owner && o->oid == ri->oid) {
+		if (ri->reads > o->reads)
+			o->reads = ri->reads;
+		kvhdr_keep(o, ri);      /* it may have come by a listing, without */
+	} else {
+		if (o)
+			obj_unlink(ns, o, ST_NONE);
+		if (!(o = remote_new(ns, k, owner, ri))) {
+			rc = -ENOMEM;
+			goto drop;
+		}
+		wake_sources(ns, k, &wl);
+		wake_views(ns, k, &wl);
+		if (k->waiters && o->fetch == F_DONE)
+			wake_readers(ns, k, &wl);
+		else if (k->waiters)    /* readers are waiting: bring it now */
+			start = fetch_begin(ns, o, &fs);
+	}
+drop:
+	node_maybe_free(ns, k);
+unlock:
+	pthread_mutex_unlock(&ns->lock);
+	wake_all(ns, &wl);
+	if (start)
+		fetch_go(ns, &fs);
+	return rc;
+}
+
+void ns_remote_gone(struct ns *ns, int owner, uint64_t oid)
+{
+	pthread_mutex_lock(&ns->lock);
+	for (struct node *s = ns->root->child; s; s = s->next)
+		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL; e; e = e->next)
+			for (struct node *k = e->child; k; k = k->next)
+				if (k->obj && k->obj->owner == owner && k->obj->oid == oid) {
+					obj_unlink(ns, k->obj, ST_NONE);
+					goto unlock;
+				}
+unlock:
+	pthread_mutex_unlock(&ns->lock);
+}
+
+void ns_drop_owner(struct ns *ns, int owner, int lost)
+{
+	pthread_mutex_lock(&ns->lock);
+	for (struct node *s = ns->root->child, *sn; s; s = sn) {
+		sn = s->next;           /* unlinking may free nodes up the tree */
+		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL, *en; e; e = en) {
+			en = e->next;
+			for (struct node *k = e->child, *kn; k; k = kn) {
+				kn = k->next;
+				if (k->obj && k->obj->owner == owner)
+					obj_unlink(ns, k->obj, lost ? ST_LOST : ST_NONE);
+			}
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+}
+
+/* Our object o was delivered: whole (c NULL or all its units), or units
+ * [first, first+n) of `of` by a view.  It counts one read once every unit
+ * has been delivered once more; under the lock. */
+int cover_add(struct ns *ns, struct object *o, const struct ns_cover *c)
+{
+	if (c && c->of && (c->first || c->n != c->of)) {
+		if (c->first >= c->of || c->n > c->of - c->first)
+			return -EINVAL;
+		if (!o->cov_of) {
+			if (!(o->cov = calloc(c->of, sizeof(*o->cov))))
+				return -ENOMEM;
+			o->cov_of = c->of;
+		}
+		if (c->of != o->cov_of)
+			return -EINVAL; /* views of another split: not comparable */
+		uint32_t min = UINT32_MAX;
+		for (uint32_t u = 0; u < o->cov_of; u++) {
+			if (u >= c->first && u < c->first + c->n)
+				o->cov[u]++;
+			if (o->cov[u] < min)
+				min = o->cov[u];
+		}
+		if (min <= o->cov_min)
+			return 0;
+		o->reads += min - o->cov_min;
+		o->cov_min = min;
+	} else {
+		o->reads++;
+	}
+	if (o->node && o->readers > 0 && o->reads >= (uint64_t)o->readers)
+		obj_unlink(ns, o, ST_CONSUMED);
+	return 0;
+}
+
+int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c)
+{
+	struct hlink *l;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->lock);
+	if ((l = htab_find(&ns->byoid, oid)))
+		rc = cover_add(ns, (struct object *)((char *)l - offsetof(struct object, byoid)), c);
+	ns_unlock(ns);
+	return rc;
+}
+
+int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->lock);
+	struct node *k = key_node(ns, from, to, key);
+	if (k && k->obj && k->obj->owner < 0) {
+		obj_unlink(ns, k->obj, ST_REMOVED);
+		rc = 0;
+	}
+	ns_unlock(ns);
+	return rc;
+}
+
+static void objinfo(const struct object *o, struct ns_objinfo *out, char names[3][256])
+{
+	struct node *k = o->node;
+
+	snprintf(names[0], 256, "%s", k->parent->parent->name);
+	snprintf(names[1], 256, "%s", k->parent->name);
+	snprintf(names[2], 256, "%s", k->name);
+	*out = (struct ns_objinfo){
+		.from = names[0], .to = names[1], .key = names[2], .oid = o->oid,
+		.size = o->size, .xxh3 = o->xxh3, .reads = o->reads,
+		.published_ns = o->published_ns, .readers = o->readers, .uid = o->uid,
+		.gid = o->gid, .owner = o->owner, .kvhdr_len = o->kvhdr_len,
+	};
+}
+
+int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
+	    struct ns_objinfo *out, char names[3][256])
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->lock);
+	struct node *k = key_node(ns, from, to, key);
+	if (k && k->obj && k->obj->owner < 0 && k->obj->state == OS_PUBLISHED) {
+		objinfo(k->obj, out, names);
+		out->kvhdr = NULL;
+		if (out->kvhdr_len && (out->kvhdr = malloc(out->kvhdr_len)))
+			memcpy((void *)out->kvhdr, k->obj->kvhdr, out->kvhdr_len);
+		else
+			out->kvhdr_len = 0;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
+		    void (*fn)(void *arg, const struct ns_objinfo *o), void *arg)
+{
+	struct own { struct ns_objinfo info; char names[3][256]; } *v = NULL;
+	size_t n = 0, cap = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	for (struct node *s = ns->root->child; s; s = s->next) {
+		if (s->kind != NK_STAGE || (*from && strcmp(from, s->name)))
+			continue;
+		for (struct node *e = s->child; e; e = e->next) {
+			if (*to && strcmp(to, e->name))
+				continue;
+			for (struct node *k = e->child; k; k = k->next) {
+				struct object *o = k->obj;
+				if (!o || o->owner >= 0 || o->state != OS_PUBLISHED)
+					continue;
+				if (n == cap) {
+					struct own *nv = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof(*v));
+					if (!nv)
+						goto unlock;
+					v = nv;
+				}
+				objinfo(o, &v[n].info, v[n].names);
+				if (kvhdr && o->kvhdr && (v[n].info.kvhdr = malloc(o->kvhdr_len)))
+					memcpy((void *)v[n].info.kvhdr, o->kvhdr, o->kvhdr_len);
+				else
+					v[n].info.kvhdr_len = 0;
+				n++;
+			}
+		}
+	}
+unlock:
+	pthread_mutex_unlock(&ns->lock);
+	for (size_t i = 0; i < n; i++) {
+		v[i].info.from = v[i].names[0];  /* the array moved while growing */
+		v[i].info.to = v[i].names[1];
+		v[i].info.key = v[i].names[2];
+		fn(arg, &v[i].info);
+		free((void *)v[i].info.kvhdr);
+	}
+	free(v);
+}
+
+int ns_serve_open(struct ns *ns, uint64_t oid, struct ns_handle **h, uint64_t *size)
+{
+	struct hlink *l;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->lock);
+	if ((l = htab_find(&ns->byoid, oid))) {
+		struct object *o = (struct object *)((char *)l - offsetof(struct object, byoid));
+		if (!(*h = handle_new(ns, o, 0))) {
+			rc = -ENOMEM;
+		} else {
+			(*h)->served = 1;
+			*size = o->size;
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_serve_chunk(struct ns *ns, struct ns_handle *h, uint64_t idx,
+		   struct iovec *iov, int *n, int max, uint64_t *xxh3)
+{
+	struct object *o = h->obj;
+	uint64_t off = idx * NS_CHUNK;
+	int rc = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	if (!h->served || off >= o->size || idx >= o->nchunks) {
+		rc = -EINVAL;
+	} else {
+		size_t len = o->size - off < NS_CHUNK ? o->size - off : NS_CHUNK;
+		if (obj_iov(ns, o, off, len, iov, n, max) != len)
+			rc = -E2BIG;
+		*xxh3 = o->chunks[idx];
+		h->done += len;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}

@@ -1,0 +1,140 @@
+/* ns_xattr.c - the user.omni.* attributes of an object (SPEC §4). */
+#define _GNU_SOURCE
+#include "ns_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kvfmt/kvfmt.h"
+
+static const char *const state_name[] = { "writing", "publishing", "published", "dead" };
+
+#define XA "user.omni."
+static const char *const xattr_names[] = {
+	XA "owner", XA "state", XA "size", XA "xxh3", XA "readers", XA "reads",
+	XA "published_ns", XA "kv",
+};
+
+/* The value of one of xattr_names for o, or -ENODATA. */
+static int xattr_value(struct ns *ns, const struct object *o, const char *name,
+		       char *v, size_t vlen)
+{
+	int pub = o->state == OS_PUBLISHED;
+
+	if (!strcmp(name, XA "owner"))
+		return snprintf(v, vlen, "%s", o->owner < 0 ? ns->set.node_name :
+				ns->set.hooks->peer_name(ns->set.hctx, o->owner));
+	if (!strcmp(name, XA "state"))
+		return snprintf(v, vlen, "%s", state_name[o->state]);
+	if (!strcmp(name, XA "size"))
+		return snprintf(v, vlen, "%" PRIu64, pub ? o->size : 0);
+	if (!strcmp(name, XA "readers"))
+		return snprintf(v, vlen, "%" PRId64,
+				o->readers >= 0 ? o->readers :
+				policy_of(ns, o->node->parent).readers);
+	if (!strcmp(name, XA "reads"))
+		return snprintf(v, vlen, "%" PRIu64, o->reads);
+	if (pub && !strcmp(name, XA "xxh3"))
+		return snprintf(v, vlen, "%016" PRIx64, o->xxh3);
+	if (pub && !strcmp(name, XA "published_ns"))
+		return snprintf(v, vlen, "%" PRIu64, o->published_ns);
+	if (pub && o->kvhdr && !strcmp(name, XA "kv")) {
+		struct kv_info kv;
+		int rc = kv_parse(o->kvhdr, o->kvhdr_len, o->size, &kv, NULL, 0);
+		if (!rc)
+			rc = kv_summary(&kv, v, vlen);
+		kv_free(&kv);
+		return rc < 0 ? -ENODATA : rc;
+	}
+	return -ENODATA;
+}
+
+static struct object *xattr_obj(struct ns *ns, uint64_t ino, int *rc)
+{
+	struct node *n = node_by_ino(ns, ino);
+
+	*rc = !n ? -ENOENT : -ENODATA;
+	return n && n->kind == NK_KEY && n->obj ? n->obj : NULL;
+}
+
+int ns_getxattr(struct ns *ns, uint64_t ino, const char *name, char *buf, size_t size)
+{
+	char v[1024];           /* user.omni.kv is the longest */
+	int rc;
+
+	pthread_mutex_lock(&ns->lock);
+	struct object *o = xattr_obj(ns, ino, &rc);
+	if (o && (rc = xattr_value(ns, o, name, v, sizeof(v))) >= 0) {
+		if (size && (size_t)rc > size)
+			rc = -ERANGE;
+		else if (size)
+			memcpy(buf, v, (size_t)rc);
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_listxattr(struct ns *ns, uint64_t ino, char *buf, size_t size)
+{
+	char v[1024];           /* user.omni.kv is the longest */
+	size_t len = 0;
+	int rc;
+
+	pthread_mutex_lock(&ns->lock);
+	struct object *o = xattr_obj(ns, ino, &rc);
+	for (size_t i = 0; o && i < sizeof(xattr_names) / sizeof(*xattr_names); i++) {
+		size_t n = strlen(xattr_names[i]) + 1;
+		if (xattr_value(ns, o, xattr_names[i], v, sizeof(v)) < 0)
+			continue;
+		if (size && len + n <= size)
+			memcpy(buf + len, xattr_names[i], n);
+		len += n;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	if (!o)
+		return rc == -ENODATA ? 0 : rc;
+	return size && len > size ? -ERANGE : (int)len;
+}
+
+/* Only user.omni.readers is settable, and only before publish. */
+int ns_setxattr(struct ns *ns, uint64_t ino, const char *name,
+		const char *val, size_t len)
+{
+	char num[16];
+	char *end;
+	int rc;
+
+	if (strncmp(name, XA, sizeof(XA) - 1))
+		return -ENOTSUP;
+	if (strcmp(name, XA "readers"))
+		return -EACCES;
+	if (len == 0 || len >= sizeof(num))
+		return -EINVAL;
+	memcpy(num, val, len);
+	num[len] = 0;
+	if (num[0] < '0' || num[0] > '9')
+		return -EINVAL;
+	long v = strtol(num, &end, 10);
+	if (*end || v > INT32_MAX)
+		return -EINVAL;
+	pthread_mutex_lock(&ns->lock);
+	struct object *o = xattr_obj(ns, ino, &rc);
+	if (o && o->state != OS_WRITING)
+		rc = -EACCES;
+	else if (o) {
+		o->readers = v;
+		rc = 0;
+	} else if (rc == -ENODATA)
+		rc = -ENOENT;
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_removexattr(struct ns *ns, uint64_t ino, const char *name)
+{
+	(void)ns; (void)ino;
+	return strncmp(name, XA, sizeof(XA) - 1) ? -ENOTSUP : -EACCES;
+}
