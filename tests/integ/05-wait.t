@@ -47,6 +47,7 @@ ok "SIGINT ends a waiting reader promptly" wait_until 3 all_gone $r
 ok "and its wait is withdrawn" wait_until 3 waiting 0
 $PY -c "open('$M/p/q/kill', 'rb')" 2>/dev/null &
 r=$!
+disown "$r"     # no "Killed" from bash
 wait_until 5 waiting 1
 kill -KILL "$r"
 ok "SIGKILL ends a waiting reader promptly" wait_until 3 all_gone $r

@@ -167,11 +167,12 @@ stop_node a
 OMNIFS_TEST_SERVE_DELAY_MS=50 node a
 wait_until 10 peers_up b 2
 head -c $((40 << 20)) /dev/urandom >"$T/a/0/1/slow"
+disown "${NODE_PID[a]}"    # killed below: no "Killed" from bash
 res=$(read_cut "$T/b/0/1/slow" kill -9 "${NODE_PID[a]}")
 is "$res" "Input/output error 1" "a reader on b whose owner is killed mid-read gets EIO within 10 s"
 empty() { [ -z "$(ls "$T/$1")" ]; }
 ok "a's objects leave b's listing" wait_until 10 empty b/0/1
-wait "${NODE_PID[a]}" 2>/dev/null; umount -l "$T/a" 2>/dev/null; unset "NODE_PID[a]"
+wait_until 10 all_gone "${NODE_PID[a]}"; umount -l "$T/a" 2>/dev/null; unset "NODE_PID[a]"
 ok "b counted the objects it lost with a" test "$(stat_of b lost)" -ge 1
 
 # --- a corrupted chunk is never returned --------------------------------------
@@ -188,9 +189,10 @@ OMNIFS_TEST_SERVE_DELAY_MS=50 node a
 ok "a restarted, slow, rejoins" wait_until 10 peers_up b 2
 head -c $((40 << 20)) /dev/urandom >"$T/a/0/1/rk"
 ok "b hears of it" wait_until 5 test -e "$T/b/0/1/rk"
+disown "${NODE_PID[b]}"    # killed below: no "Killed" from bash
 res=$(read_cut "$T/b/0/1/rk" kill -9 "${NODE_PID[b]}")
 diag "the reader on b, its daemon killed: $res"
-wait "${NODE_PID[b]}" 2>/dev/null; umount -l "$T/b" 2>/dev/null; unset "NODE_PID[b]"
+wait_until 10 all_gone "${NODE_PID[b]}"; umount -l "$T/b" 2>/dev/null; unset "NODE_PID[b]"
 ok "a sees b down" wait_until 10 peers_up a 1
 ok "the object stays on its owner" test -e "$T/a/0/1/rk"
 is "$(xattr reads "$T/a/0/1/rk")" 0 "... with no read counted"
