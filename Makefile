@@ -34,7 +34,8 @@ LIB_SRCS := $(KV_SRCS) transport/pool.c transport/rdma_probe.c transport/proto.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT     := $(patsubst tests/unit/%.c,$(BUILD)/t/%.t,$(wildcard tests/unit/*.c))
 TOOLS    := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
-BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/memcpy $(BUILD)/bench/tcpceil
+BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/memcpy $(BUILD)/bench/tcpceil \
+            $(BUILD)/bench/wake
 INTEG    := $(sort $(wildcard tests/integ/*.t))
 
 .PHONY: all deps run check test bench fuzz install uninstall clean
@@ -123,6 +124,10 @@ $(BUILD)/bench/tcpceil: $(BUILD)/obj/tests/bench/tcpceil.o
 $(BUILD)/bench/memcpy: $(BUILD)/obj/tests/bench/memcpy.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@
+
+$(BUILD)/bench/wake: $(BUILD)/obj/tests/bench/wake.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -lpthread -o $@
 
 # Targets that install packages first build in a new make: the flags from
 # pkg-config are read when a Makefile is parsed, before deps has run.
