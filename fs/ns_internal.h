@@ -162,7 +162,7 @@ void wake_key(struct ns *ns, struct node *key, int err, struct wakelist *wl);
 void wake_readers(struct ns *ns, struct node *key, struct wakelist *wl);
 void wake_sources(struct ns *ns, struct node *key, struct wakelist *wl);
 void wake_views(struct ns *ns, struct node *k, struct wakelist *wl);
-void wake_all(struct ns *ns, struct wakelist *wl);
+void wake_all(struct ns *ns, struct wakelist *wl);            /* unlocked */
 void ns_unlock(struct ns *ns);
 
 /* ----------------------------------------------------------- ns_hash.c */
@@ -170,7 +170,7 @@ void ns_unlock(struct ns *ns);
 void obj_set_size(struct object *o, uint64_t size);
 void hash_note_write(struct ns *ns, struct object *o, uint64_t off, uint64_t end);
 void hasher_dequeue(struct ns *ns, struct object *o);
-void *hasher_thread(void *arg);
+void *hasher_thread(void *arg);         /* the thread; takes the lock itself */
 int obj_hash(struct ns *ns, struct object *o, uint64_t *h);     /* unlocked */
 
 /* --------------------------------------------------------- ns_remote.c */
