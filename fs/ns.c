@@ -223,8 +223,19 @@ struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uint32_t g
 static struct ns_event *ev_queue(struct ns *ns, int type, struct object *o);
 
 /* Takes the object off its key: consumed, removed, expired or aborted.
- * Handles that have it open keep its bytes until they close. */
+ * Handles that have it open keep its bytes until they close.  The key's
+ * node is freed too if nothing else holds it. */
 void obj_unlink(struct ns *ns, struct object *o, enum stat_id why)
+{
+	struct node *key = o->node;
+
+	obj_detach(ns, o, why);
+	node_maybe_free(ns, key);
+}
+
+/* obj_unlink, but the key's node stays for the caller: to put another
+ * object on it, or to free it with node_maybe_free(). */
+void obj_detach(struct ns *ns, struct object *o, enum stat_id why)
 {
 	struct node *key = o->node;
 
@@ -245,7 +256,6 @@ void obj_unlink(struct ns *ns, struct object *o, enum stat_id why)
 	ns->nobjects--;
 	if (why != ST_NONE)
 		stat_add(ns->st, why, 1);
-	node_maybe_free(ns, key);
 	obj_put(ns, o);
 }
 

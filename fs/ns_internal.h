@@ -150,6 +150,7 @@ struct ns_policy policy_of(struct ns *ns, const struct node *edge);
 struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uint32_t gid);
 void obj_put(struct ns *ns, struct object *o);
 void obj_unlink(struct ns *ns, struct object *o, enum stat_id why);
+void obj_detach(struct ns *ns, struct object *o, enum stat_id why);  /* keeps o's key node */
 int obj_reserve(struct ns *ns, struct object *o, uint64_t end);
 void obj_trim(struct ns *ns, struct object *o);
 size_t obj_iov(struct ns *ns, const struct object *o, uint64_t off,

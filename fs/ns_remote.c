@@ -214,8 +214,8 @@ int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
 			o->reads = ri->reads;
 		kvhdr_keep(o, ri);      /* it may have come by a listing, without */
 	} else {
-		if (o)
-			obj_unlink(ns, o, ST_NONE);
+		if (o)          /* replaced: k must outlive it (drop: frees it) */
+			obj_detach(ns, o, ST_NONE);
 		if (!(o = remote_new(ns, k, owner, ri))) {
 			rc = -ENOMEM;
 			goto drop;

@@ -65,6 +65,17 @@ is "$(( $(used_c) - before ))" $((8 * 4096)) "... and their replicas take one pa
 rm -f "$T"/a/0/9/q?
 ok "... rm on the owner removes them from c's listing too" wait_until 5 gone_on c 0/9/q8
 
+# --- one key published on two nodes: the later announce replaces the
+# earlier on a third (which must not look the key up in between: then
+# nothing but the first record holds the key's node) ----------------------
+echo fromA >"$T/a/0/1/dup"
+echo fromC >"$T/c/0/1/dup"
+wait_until 5 test -e "$T/b/0/1/dup"
+ok "b, told of one key by a and by c, lives on" kill -0 "${NODE_PID[b]}"
+ok "... and serves one of them whole" grep -qx "from[AC]" "$T/b/0/1/dup"
+rm -f "$T/a/0/1/dup" "$T/c/0/1/dup"
+ok "... and the key leaves b with both" wait_until 5 gone_on b 0/1/dup
+
 # --- waiting opens answered by a remote publish ----------------------------
 $PY -c "import sys; sys.stdout.write(open('$T/b/0/1/w1').read())" >"$T/w1.b" 2>&1 &
 wb=$!
