@@ -26,7 +26,10 @@ _Static_assert(KV_HDR_MAX == PROTO_KVHDR_MAX, "KV headers fit an announce");
 _Static_assert(NAME_STAGE_MAX == PROTO_NAME_MAX && NAME_KEY_MAX == PROTO_KEY_MAX,
 	       "names travel whole");
 
-/* A peer that asked for a missing key: it hears of the publish too. */
+/* A peer that asked for a missing key: it hears of the publish too.  One
+ * per peer and name, at most SUBS_MAX in all: what a peer asks for cannot
+ * grow this node's memory without bound. */
+#define SUBS_MAX 65536
 struct sub {
 	struct sub *next;
 	int peer;
@@ -38,8 +41,9 @@ struct cluster {
 	struct xport *x;
 	struct ns *ns;
 	struct stats *st;
-	pthread_mutex_t lock;           /* subs */
+	pthread_mutex_t lock;           /* subs, nsubs */
 	struct sub *subs;
+	size_t nsubs;
 	size_t npeers;
 	/* Stages hosted, per peer index, and by this node. */
 	struct { const char (*stages)[NAME_STAGE_MAX + 1]; size_t n; } *hosts, self;
@@ -104,6 +108,56 @@ static void announce_to(struct cluster *cl, int peer, const struct ns_objinfo *o
 	xport_send(cl->x, peer, &m);    /* a peer that is down hears at rejoin */
 }
 
+/* Under cl->lock. */
+static void sub_free(struct cluster *cl, struct sub *s)
+{
+	cl->nsubs--;
+	stat_sub(cl->st, ST_PEER_WAITS, 1);
+	free(s);
+}
+
+static int sub_is(const struct sub *s, int peer, const struct proto_obj *q)
+{
+	return s->peer == peer && !strcmp(s->from, q->from) && !strcmp(s->to, q->to) &&
+	       !strcmp(s->key, q->key);
+}
+
+/* peer waits for q's names until until_ns.  A reader that asks again
+ * extends its entry; expired ones go on the way. */
+static void sub_add(struct cluster *cl, int peer, const struct proto_obj *q, uint64_t until_ns)
+{
+	uint64_t now = clock_mono_ns();
+	struct sub *s;
+
+	pthread_mutex_lock(&cl->lock);
+	for (struct sub **pp = &cl->subs; (s = *pp);) {
+		if (sub_is(s, peer, q)) {
+			if (until_ns > s->until_ns)
+				s->until_ns = until_ns;
+			goto unlock;
+		}
+		if (s->until_ns < now) {
+			*pp = s->next;
+			sub_free(cl, s);
+		} else {
+			pp = &s->next;
+		}
+	}
+	if (cl->nsubs >= SUBS_MAX || !(s = calloc(1, sizeof(*s))))
+		goto unlock;    /* the asker's reader still waits out its wait_ms */
+	s->peer = peer;
+	s->until_ns = until_ns;
+	snprintf(s->from, sizeof(s->from), "%s", q->from);
+	snprintf(s->to, sizeof(s->to), "%s", q->to);
+	snprintf(s->key, sizeof(s->key), "%s", q->key);
+	s->next = cl->subs;
+	cl->subs = s;
+	cl->nsubs++;
+	stat_add(cl->st, ST_PEER_WAITS, 1);
+unlock:
+	pthread_mutex_unlock(&cl->lock);
+}
+
 static void hook_published(void *ctx, const struct ns_objinfo *o)
 {
 	struct cluster *cl = ctx;
@@ -123,7 +177,7 @@ static void hook_published(void *ctx, const struct ns_objinfo *o)
 			tell[s->peer] = 1;
 		if (match || s->until_ns < now) {
 			*pp = s->next;
-			free(s);
+			sub_free(cl, s);
 		} else {
 			pp = &s->next;
 		}
@@ -424,7 +478,8 @@ static void serve_list(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
 	free(l);
 }
 
-/* LOOKUP: the object, or ENOENT and (size = ms) a promise to announce it. */
+/* LOOKUP: the object, or ENOENT and (size = ms) a promise to announce it;
+ * EINVAL for names that cannot be. */
 static void serve_lookup(struct cluster *cl, struct xport_conn *c, int peer,
 			 uint64_t reqid, const struct proto_msg *m)
 {
@@ -439,21 +494,10 @@ static void serve_lookup(struct cluster *cl, struct xport_conn *c, int peer,
 		free((void *)o.kvhdr);
 		return;
 	}
-	if (q->size && q->size <= 3600000) {
-		struct sub *s = calloc(1, sizeof(*s));
-		if (s) {
-			s->peer = peer;
-			s->until_ns = clock_mono_ns() + q->size * 1000000u;
-			snprintf(s->from, sizeof(s->from), "%s", q->from);
-			snprintf(s->to, sizeof(s->to), "%s", q->to);
-			snprintf(s->key, sizeof(s->key), "%s", q->key);
-			pthread_mutex_lock(&cl->lock);
-			s->next = cl->subs;
-			cl->subs = s;
-			pthread_mutex_unlock(&cl->lock);
-		}
-	}
-	r = (struct proto_msg){ .type = PT_STATUS, .u.status.err = ENOENT };
+	int bad = name_check_stage(q->from) || name_check_stage(q->to) || name_check_key(q->key);
+	if (!bad && q->size && q->size <= 3600000)
+		sub_add(cl, peer, q, clock_mono_ns() + q->size * 1000000u);
+	r = (struct proto_msg){ .type = PT_STATUS, .u.status.err = bad ? EINVAL : ENOENT };
 	xport_reply(c, reqid, &r);
 }
 
@@ -667,7 +711,7 @@ void cluster_destroy(struct cluster *cl)
 	while (cl->subs) {
 		struct sub *s = cl->subs;
 		cl->subs = s->next;
-		free(s);
+		sub_free(cl, s);
 	}
 	pthread_mutex_destroy(&cl->lock);
 	free(cl->hosts);

@@ -26,6 +26,7 @@ static const struct {
 	[ST_WAIT_TIMEOUTS] = { "wait_timeouts", "Waiting opens that ran out of wait_ms", 0 },
 	[ST_ERRORS] = { "errors", "Operations that failed with an error", 0 },
 	[ST_LOST] = { "lost", "Objects gone with their owner (died or cut off)", 0 },
+	[ST_PEER_WAITS] = { "peer_waits", "Lookups by other nodes that wait here for a publish", 1 },
 	[ST_PEER_AUTH_FAILED] = { "peer_auth_failed", "Connections refused for a wrong secret or name", 0 },
 	[ST_PEER_BAD_FRAMES] = { "peer_bad_frames", "Connections dropped for a malformed frame", 0 },
 	[ST_CHECKSUM_FAILED] = { "checksum_failures", "Pulled chunks or payloads that failed their XXH3", 0 },

@@ -89,12 +89,18 @@ echo two >"$T/a/0/2/w2"
 wait $wb; wait $wc
 is "$(cat "$T/w1.b")" one "a waiting open on b (hosts 1) is answered by a's publish"
 is "$(cat "$T/w2.c")" two "a waiting open on c is answered too"
-$PY -c "import sys; sys.stdout.write(open('$T/c/0/1/w3').read())" >"$T/w3.c" 2>&1 &
-w3=$!
-wait_until 5 waiting c 1
+is "$(stat_of a peer_waits)" 0 "no peer waits on a yet"
+for i in 1 2; do
+	$PY -c "import sys; sys.stdout.write(open('$T/c/0/1/w3').read())" >"$T/w3.c$i" 2>&1 &
+	w3[$i]=$!
+	wait_until 5 waiting c "$i"
+done
+is "$(stat_of a peer_waits)" 1 "two readers on c waiting for one key: one lookup waits on a"
 echo three >"$T/a/0/1/w3"
-wait $w3
-is "$(cat "$T/w3.c")" three "a waiting open on a node that does not host <to> is answered (it asked)"
+wait "${w3[@]}"
+is "$(cat "$T/w3.c1") $(cat "$T/w3.c2")" "three three" \
+   "waiting opens on a node that does not host <to> are answered (it asked)"
+is "$(stat_of a peer_waits)" 0 "... and the publish ended the wait on a"
 
 # --- cluster-wide ls -l, xattrs, rm, O_EXCL --------------------------------
 head -c 777 /dev/urandom >"$T/a/0/9/fromA"
