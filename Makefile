@@ -77,6 +77,12 @@ $(BUILD)/tools/kvgen: $(BUILD)/obj/tests/tools/kvgen.o $(KV_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# ... and the one that speaks the peer protocol links it and the handshake.
+$(BUILD)/tools/peerfuzz: $(BUILD)/obj/tests/tools/peerfuzz.o $(BUILD)/obj/transport/proto.o \
+		$(BUILD)/obj/transport/auth.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 $(BUILD)/bench/ceilingfs: $(BUILD)/obj/tests/bench/ceilingfs.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -104,8 +110,11 @@ $(FUZZ_DIR)/kvseeds: tests/fuzz/kvseeds.c $(KV_SRCS) kvfmt/kvfmt.h
 	$(CC) -std=gnu11 -Wall -Wextra -Werror tests/fuzz/kvseeds.c $(KV_SRCS) $(FUZZ_KV_LIBS) -o $@
 
 # Runs each fuzz target for FUZZ_SECS seconds from its seeds; a crash, a
-# leak or a hang fails it and leaves the input in $(FUZZ_DIR).
-fuzz: $(FUZZ_DIR)/frame $(FUZZ_DIR)/seeds $(FUZZ_DIR)/kv $(FUZZ_DIR)/kvseeds
+# leak or a hang fails it and leaves the input in $(FUZZ_DIR).  Then a peer
+# that holds the secret sends hostile requests to a live daemon's port as
+# long (tests/integ/15-peerfuzz.t; under SAN=1 the daemon is sanitized).
+fuzz: $(FUZZ_DIR)/frame $(FUZZ_DIR)/seeds $(FUZZ_DIR)/kv $(FUZZ_DIR)/kvseeds \
+      $(BUILD)/omnifs $(BUILD)/tools/peerfuzz
 	@rm -rf $(FUZZ_DIR)/corpus $(FUZZ_DIR)/kvcorpus
 	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/kvcorpus
 	@$(FUZZ_DIR)/seeds $(FUZZ_DIR)/corpus
@@ -116,6 +125,10 @@ fuzz: $(FUZZ_DIR)/frame $(FUZZ_DIR)/seeds $(FUZZ_DIR)/kv $(FUZZ_DIR)/kvseeds
 	@cd $(FUZZ_DIR) && ./kv -max_total_time=$(FUZZ_SECS) -max_len=65536 -timeout=5 \
 		-print_final_stats=1 kvcorpus 2>kvfuzz.log || { tail -40 kvfuzz.log; exit 1; }
 	@grep -E '^stat::number_of_executed_units' $(FUZZ_DIR)/kvfuzz.log | sed 's/^/fuzz: kvfmt parsers: /'
+	@# ... and a live daemon's peer port, by a peer that holds the secret.
+	@out=$$(OMNIFS_BUILD=$(abspath $(BUILD)) PEERFUZZ_SECS=$(FUZZ_SECS) \
+		tests/integ/15-peerfuzz.t 2>&1) || { echo "$$out"; exit 1; }; \
+	echo "$$out" | sed -n 's/^# peerfuzz: /fuzz: peer port: /p'
 
 $(BUILD)/bench/tcpceil: $(BUILD)/obj/tests/bench/tcpceil.o
 	@mkdir -p $(dir $@)

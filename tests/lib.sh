@@ -140,7 +140,8 @@ cleanup() {
 		[ -f "$log" ] || continue
 		if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log"; then
 			echo "# sanitizer report from ${log##*/}:"
-			sed 's/^/#   /' "$log" | head -60
+			sed -nE '/ERROR: (Address|Leak)Sanitizer|runtime error:/,$p' "$log" |
+				head -60 | sed 's/^/#   /'
 			rc=1
 		fi
 	done

@@ -1,0 +1,397 @@
+/* peerfuzz - a peer that holds the secret and then misbehaves.
+ *
+ *   peerfuzz ADDR SECRET_FILE NAME SECONDS [SEED]
+ *
+ * The frame fuzz target (tests/fuzz/frame.c) covers the decoder; this
+ * covers what sits behind it on a live daemon: it completes the handshake
+ * at ADDR as node NAME and then, for SECONDS, sends requests built from
+ * hostile field values (names that are no names, oids and offsets at the
+ * edges, pulls past the end, consumed covers that do not fit, lookups that
+ * subscribe, announces of objects that cannot be), a share of them with
+ * bytes flipped, cut or added after encoding.  Oids and sizes learned from
+ * the daemon's own answers are reused so that pulls and CONSUMED hit real
+ * objects too.  When the daemon drops the connection (as it must after a
+ * bad frame) it connects again.  A thread reads and checks every frame
+ * that comes back.
+ *
+ * Prints "peerfuzz: F frames, C connections, R replies, D data bytes" and
+ * exits 0 if the daemon answered a PING on the last connection, 1 if not.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../transport/auth.h"
+#include "../../transport/proto.h"
+
+static uint64_t rng;
+static uint64_t rnd(uint64_t n)
+{
+	rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+	return n ? rng % n : rng;
+}
+
+/* What the daemon told us about its objects, for requests that hit. */
+struct seen { uint64_t oid, size; };
+static struct seen seen[64];
+static unsigned nseen;
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t replies, data_bytes, pongs;
+
+static void learn(const struct proto_obj *o)
+{
+	pthread_mutex_lock(&seen_lock);
+	seen[nseen++ % 64] = (struct seen){ o->oid, o->size };
+	pthread_mutex_unlock(&seen_lock);
+}
+
+static int seen_pick(uint64_t *oid, uint64_t *size)
+{
+	pthread_mutex_lock(&seen_lock);
+	unsigned n = nseen < 64 ? nseen : 64, i = n ? (unsigned)rnd(n) : 0;
+	if (n) {
+		*oid = seen[i].oid;
+		*size = seen[i].size;
+	}
+	pthread_mutex_unlock(&seen_lock);
+	return n ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- values */
+
+static void pick_name(char *out, size_t cap, int key)
+{
+	static const char *names[] = {
+		"0", "1", "2", "9", "k1", "k2", "x", "x.rank0of2", "x.rank1of2", "x.rank7of2",
+		"", ".", "..", "a/b", "/", "\x01", "\xff\xfe", " ", "-", ".omni", "a\nb",
+	};
+	size_t n = sizeof(names) / sizeof(names[0]);
+	uint64_t r = rnd(n + 3);
+
+	if (r < n) {
+		snprintf(out, cap, "%s", names[r]);
+	} else {                /* long: at and over the limits */
+		size_t len = r == n ? cap - 1 : (size_t)rnd(cap);
+		for (size_t i = 0; i < len; i++)
+			out[i] = (char)(key && rnd(4) ? 'k' : 1 + rnd(255));
+		out[len] = 0;
+	}
+}
+
+static uint64_t pick_u64(uint64_t hint)
+{
+	static const uint64_t edges[] = {
+		0, 1, 2, 4095, 4096, 4097, 1u << 20, (1u << 20) + 1, 1ull << 30, 1ull << 32,
+		UINT64_MAX >> 2, (UINT64_MAX >> 2) + 1, 1ull << 63, UINT64_MAX - 1, UINT64_MAX,
+	};
+	uint64_t r = rnd(sizeof(edges) / sizeof(edges[0]) + 4);
+
+	if (r < sizeof(edges) / sizeof(edges[0]))
+		return edges[r];
+	return r & 1 ? hint + rnd(3) - 1 : rnd(0) >> rnd(64);
+}
+
+/* ---------------------------------------------------------------- requests */
+
+static void fill_obj(struct proto_obj *o, uint8_t *scratch)
+{
+	uint64_t oid = 1, size = 4096;
+
+	seen_pick(&oid, &size);
+	pick_name(o->from, sizeof(o->from), 0);
+	pick_name(o->to, sizeof(o->to), 0);
+	pick_name(o->key, sizeof(o->key), 1);
+	o->oid = rnd(2) ? oid : pick_u64(oid);
+	o->size = rnd(2) ? size : pick_u64(size);
+	o->xxh3 = rnd(0);
+	o->reads = pick_u64(1);
+	o->readers = (int64_t)(pick_u64(1) >> 1);
+	o->uid = (uint32_t)rnd(3);
+	o->gid = (uint32_t)rnd(3);
+	o->published_ns = pick_u64(0);
+	if (rnd(3) == 0) {      /* inline bytes: the object's, or not quite */
+		o->datalen = (uint32_t)(rnd(2) ? o->size % (PROTO_INLINE_MAX + 1) : rnd(5000));
+		o->data = scratch;
+	}
+	if (rnd(4) == 0) {      /* a KV header: magic, then anything */
+		o->kvhdrlen = (uint32_t)rnd(3000);
+		o->kvhdr = scratch;
+		memcpy(scratch, "OMNIKV\r\n", 8);
+	}
+}
+
+/* A request with hostile fields; 0, or -1 if the encoder refused it. */
+static int build(uint8_t *body, size_t cap, uint8_t *type, uint8_t *scratch)
+{
+	static const uint8_t types[] = { PT_ANNOUNCE, PT_GONE, PT_CONSUMED, PT_LOOKUP,
+					 PT_LIST, PT_REMOVE, PT_PULL, PT_PULL, PT_PING };
+	struct proto_msg m = { .type = types[rnd(sizeof(types))] };
+	uint64_t oid = 1, size = 1 << 20;
+
+	seen_pick(&oid, &size);
+	switch (m.type) {
+	case PT_ANNOUNCE: case PT_GONE: case PT_LOOKUP: case PT_REMOVE:
+		fill_obj(&m.u.obj, scratch);
+		if (m.type == PT_LOOKUP && rnd(2))
+			m.u.obj.size = rnd(4000000);    /* subscribe for that many ms */
+		break;
+	case PT_CONSUMED:
+		m.u.consumed.oid = rnd(4) ? oid : pick_u64(oid);
+		m.u.consumed.of = (uint32_t)rnd(9);
+		m.u.consumed.first = (uint32_t)rnd(m.u.consumed.of + 2);
+		m.u.consumed.n = (uint32_t)rnd(m.u.consumed.of + 2);
+		break;
+	case PT_LIST:
+		pick_name(m.u.list.from, sizeof(m.u.list.from), 0);
+		pick_name(m.u.list.to, sizeof(m.u.list.to), 0);
+		break;
+	case PT_PULL:
+		m.u.pull.oid = rnd(4) ? oid : pick_u64(oid);
+		m.u.pull.off = rnd(2) ? rnd(size + 2) : pick_u64(size);
+		m.u.pull.len = rnd(2) ? rnd(size + 2) : pick_u64(size);
+		m.u.pull.count = (uint32_t)(rnd(2) ? 1 : pick_u64(3));
+		m.u.pull.stride = rnd(2) ? m.u.pull.len + rnd(4096) : pick_u64(size);
+		break;
+	default:
+		break;
+	}
+	*type = (uint8_t)m.type;
+	int len = proto_encode(&m, body, cap);
+	return len < 0 ? -1 : len;
+}
+
+/* Now and then the encoded body is damaged: bits flipped, cut, grown. */
+static size_t damage(uint8_t *body, size_t len, size_t cap)
+{
+	switch (rnd(12)) {
+	case 0:
+		for (int i = 0, k = 1 + (int)rnd(4); len && i < k; i++)
+			body[rnd(len)] ^= (uint8_t)(1u << rnd(8));
+		return len;
+	case 1:
+		return len ? (size_t)rnd(len) : 0;
+	case 2: {
+		size_t more = (size_t)rnd(64);
+		if (len + more > cap)
+			more = cap - len;
+		for (size_t i = 0; i < more; i++)
+			body[len + i] = (uint8_t)rnd(256);
+		return len + more;
+	}
+	default:
+		return len;
+	}
+}
+
+/* ---------------------------------------------------------------- the wire */
+
+static int send_all(int fd, const void *buf, size_t len)
+{
+	for (const uint8_t *p = buf; len;) {
+		ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
+		if (w <= 0)
+			return -1;
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+static int recv_all(int fd, void *buf, size_t len)
+{
+	for (uint8_t *p = buf; len;) {
+		ssize_t r = recv(fd, p, len, 0);
+		if (r <= 0)
+			return -1;
+		p += r;
+		len -= (size_t)r;
+	}
+	return 0;
+}
+
+static int send_msg(int fd, const struct proto_msg *m)
+{
+	uint8_t buf[PROTO_HDR + 512];
+	int len = proto_encode(m, buf + PROTO_HDR, sizeof(buf) - PROTO_HDR);
+
+	if (len < 0)
+		return -1;
+	proto_put_hdr(buf, (uint8_t)m->type, (uint32_t)len, 0);
+	return send_all(fd, buf, PROTO_HDR + (size_t)len);
+}
+
+/* One frame: header checked, body read whole (a DATA body is counted). */
+static int recv_frame(int fd, struct proto_hdr *h, uint8_t *body, struct proto_msg *m)
+{
+	uint8_t hdr[PROTO_HDR];
+
+	if (recv_all(fd, hdr, PROTO_HDR) || proto_frame_check(hdr, h) ||
+	    recv_all(fd, body, h->len))
+		return -1;
+	if (h->type == PT_DATA)
+		data_bytes += h->len;
+	return proto_decode(h->type, body, h->len, m) ? -1 : 0;
+}
+
+static int handshake(int fd, const uint8_t key[AUTH_KEY], const char *name, uint8_t *body)
+{
+	struct proto_msg m = { .type = PT_HELLO }, r;
+	struct proto_hdr h;
+	uint8_t cnonce[PROTO_NONCE];
+
+	auth_nonce(cnonce);
+	m.u.hello.version = PROTO_VERSION;
+	m.u.hello.caps = PROTO_CAP_TCP;
+	memcpy(m.u.hello.nonce, cnonce, PROTO_NONCE);
+	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "%s", name);
+	if (send_msg(fd, &m) || recv_frame(fd, &h, body, &r) || h.type != PT_CHALLENGE)
+		return -1;
+	m = (struct proto_msg){ .type = PT_AUTH };
+	auth_mac(key, AUTH_CLIENT, cnonce, r.u.challenge.nonce, name, m.u.auth.mac);
+	return send_msg(fd, &m) || recv_frame(fd, &h, body, &r) || h.type != PT_WELCOME ? -1 : 0;
+}
+
+/* Reads what comes back until the connection ends, learning oids. */
+static void *reader(void *arg)
+{
+	int fd = *(int *)arg;
+	uint8_t *body = malloc(PROTO_MAX_BODY);
+	struct proto_hdr h;
+	struct proto_msg m;
+
+	while (body && !recv_frame(fd, &h, body, &m)) {
+		replies++;
+		if (m.type == PT_PONG)
+			pongs++;
+		if (m.type == PT_OBJECT)
+			learn(&m.u.obj);
+		for (uint32_t i = 0; m.type == PT_LISTING && m.u.listing.objects &&
+				     i < m.u.listing.n; i++)
+			learn(&m.u.listing.obj[i]);
+		proto_msg_free(&m);
+	}
+	free(body);
+	return NULL;
+}
+
+static int dial(const char *addr)
+{
+	char host[256];
+	const char *colon = strrchr(addr, ':');
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+	int fd = -1;
+
+	if (!colon || (size_t)(colon - addr) >= sizeof(host))
+		return -1;
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
+	if (getaddrinfo(host, colon + 1, &hints, &ai))
+		return -1;
+	fd = socket(ai->ai_family, SOCK_STREAM, 0);
+	if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen)) {
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	return fd;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* One connection: handshake, then hostile frames until it breaks or the
+ * time is up.  Returns the frames sent, or -1 if it never got in. */
+static long session(const char *addr, const uint8_t *key, const char *name, double until,
+		    uint8_t *body, uint8_t *scratch)
+{
+	int fd = dial(addr);
+	pthread_t th;
+	long frames = 0;
+
+	if (fd < 0 || handshake(fd, key, name, body)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	if (pthread_create(&th, NULL, reader, &fd)) {
+		close(fd);
+		return -1;
+	}
+	for (; now_s() < until; frames++) {
+		uint8_t type;
+		int len = build(body + PROTO_HDR, PROTO_MAX_BODY - PROTO_HDR, &type, scratch);
+		if (len < 0)
+			continue;
+		size_t blen = damage(body + PROTO_HDR, (size_t)len, PROTO_MAX_BODY - PROTO_HDR);
+		proto_put_hdr(body, type, (uint32_t)blen, rnd(0));
+		if (send_all(fd, body, PROTO_HDR + blen))
+			break;
+	}
+	shutdown(fd, SHUT_WR);
+	pthread_join(th, NULL);
+	close(fd);
+	return frames;
+}
+
+/* The daemon still answers a well-formed peer. */
+static int still_serves(const char *addr, const uint8_t *key, const char *name, uint8_t *body)
+{
+	int fd = dial(addr), ok = 0;
+	struct proto_msg ping = { .type = PT_PING }, m;
+	struct proto_hdr h;
+
+	if (fd >= 0 && !handshake(fd, key, name, body) && !send_msg(fd, &ping))
+		while (!recv_frame(fd, &h, body, &m) && !(ok = m.type == PT_PONG))
+			proto_msg_free(&m);
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+int main(int argc, char **argv)
+{
+	uint8_t key[AUTH_KEY];
+	char err[256];
+
+	if (argc < 5 || atof(argv[4]) <= 0) {
+		fprintf(stderr, "usage: peerfuzz ADDR SECRET_FILE NAME SECONDS [SEED]\n");
+		return 2;
+	}
+	if (auth_load(argv[2], key, err, sizeof(err))) {
+		fprintf(stderr, "peerfuzz: %s\n", err);
+		return 2;
+	}
+	rng = argc > 5 ? strtoull(argv[5], NULL, 0) | 1 : (uint64_t)time(NULL) | 1;
+	uint8_t *body = malloc(PROTO_MAX_BODY), *scratch = calloc(1, PROTO_INLINE_MAX + 8192);
+	long frames = 0, conns = 0, refused = 0;
+	double until = now_s() + atof(argv[4]);
+
+	while (body && scratch && now_s() < until && refused < 50) {
+		long n = session(argv[1], key, argv[3], until, body, scratch);
+		if (n < 0) {
+			refused++;      /* it may be busy dropping the last one */
+			usleep(20000);
+			continue;
+		}
+		frames += n;
+		conns++;
+	}
+	int ok = body && still_serves(argv[1], key, argv[3], body);
+	printf("peerfuzz: %ld frames, %ld connections, %llu replies, %llu data bytes%s\n",
+	       frames, conns, (unsigned long long)replies, (unsigned long long)data_bytes,
+	       ok ? "" : "; the daemon no longer answers a PING");
+	free(body);
+	free(scratch);
+	return ok && conns ? 0 : 1;
+}
