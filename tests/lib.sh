@@ -138,9 +138,9 @@ cleanup() {
 	# A daemon's sanitizer report must fail the test that provoked it.
 	for log in "$T"/*.log; do
 		[ -f "$log" ] || continue
-		if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log"; then
+		if grep -qE "(Address|Leak|UndefinedBehavior)Sanitizer|runtime error:" "$log"; then
 			echo "# sanitizer report from ${log##*/}:"
-			sed -nE '/ERROR: (Address|Leak)Sanitizer|runtime error:/,$p' "$log" |
+			sed -nE '/(Address|Leak|UndefinedBehavior)Sanitizer|runtime error:/,$p' "$log" |
 				head -60 | sed 's/^/#   /'
 			rc=1
 		fi
