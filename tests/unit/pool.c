@@ -4,6 +4,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "../tap.h"
 #include "../../transport/pool.h"
 #include "../../transport/copy.h"
@@ -102,12 +104,43 @@ static void test_copy_nocache(void)
 	free(want);
 }
 
+/* A write one byte past either end of the pool faults: a child that
+ * tries it dies (by SIGSEGV, or by the sanitizer's report of it). */
+static int faults_at(struct pool *p, long off)
+{
+	int st;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		freopen("/dev/null", "w", stderr);
+		((volatile uint8_t *)pool_base(p))[off] = 1;
+		_exit(0);
+	}
+	return pid > 0 && waitpid(pid, &st, 0) == pid && !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_guards(void)
+{
+	struct pool *p;
+	struct pool_spec spec = { POOL_HOST, 0, 1 << 20 };
+	char err[128];
+
+	if (!ok(pool_create(&p, &spec, err, sizeof(err)) == 0, "create a 1 MiB pool"))
+		return;
+	((volatile uint8_t *)pool_base(p))[0] = 1;
+	((volatile uint8_t *)pool_base(p))[(1 << 20) - 1] = 1;
+	ok(faults_at(p, 1 << 20), "a write just past the pool's end faults");
+	ok(faults_at(p, -1), "a write just before its start faults");
+	pool_destroy(p);
+}
+
 int main(void)
 {
 	test_sizes();
 	test_specs();
 	test_alloc();
 	test_copy_nocache();
+	test_guards();
 	struct pool *p;
 	struct pool_spec cs = { POOL_CUDA, 0, 1 << 20 };
 	char err[128];
