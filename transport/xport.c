@@ -24,6 +24,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +90,8 @@ struct xport {
 	void *ctx;
 	struct peer *peers;
 	size_t npeers;
-	int lfd, stopping, started, nservers;
+	int lfd, started, nservers;
+	atomic_int stopping;            /* read unlocked by the threads it stops */
 	pthread_t acceptor, keeper;
 	uint64_t next_reqid;
 	struct pending *pending;
