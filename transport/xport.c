@@ -334,7 +334,9 @@ static void call_end(struct xport *x, struct pending *p, int err)
 	pthread_cond_broadcast(&p->cond);
 }
 
-/* Fails what is in flight to peer: the connection is gone. */
+/* Fails what is in flight to peer: the connection is gone.  A call's
+ * pending lives on its caller's stack, which call_end() hands back: it is
+ * not touched once the lock is dropped. */
 static void pending_fail(struct xport *x, int peer)
 {
 	for (;;) {
@@ -342,14 +344,18 @@ static void pending_fail(struct xport *x, int peer)
 		struct pending *p = x->pending;
 		while (p && p->peer != peer)
 			p = p->next;
-		while (p && p->busy)
+		if (p && p->busy) {     /* a reply is being handed over: look again */
 			pthread_cond_wait(&x->cond, &x->lock);
-		if (p && !p->pull)
+			pthread_mutex_unlock(&x->lock);
+			continue;
+		}
+		int pull = p && p->pull;
+		if (p && !pull)
 			call_end(x, p, -EIO);
 		pthread_mutex_unlock(&x->lock);
 		if (!p)
 			return;
-		if (p->pull)
+		if (pull)
 			pull_end(x, p, -EIO);
 	}
 }
