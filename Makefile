@@ -111,8 +111,9 @@ $(FUZZ_DIR)/kvseeds: tests/fuzz/kvseeds.c $(KV_SRCS) kvfmt/kvfmt.h
 
 # Runs each fuzz target for FUZZ_SECS seconds from its seeds; a crash, a
 # leak or a hang fails it and leaves the input in $(FUZZ_DIR).  Then a peer
-# that holds the secret sends hostile requests to a live daemon's port as
-# long (tests/integ/15-peerfuzz.t; under SAN=1 the daemon is sanitized).
+# that holds the secret misbehaves as long each way against a live daemon:
+# hostile requests to its port, hostile answers to its requests
+# (tests/integ/15-peerfuzz.t; under SAN=1 the daemon is sanitized).
 fuzz: $(FUZZ_DIR)/frame $(FUZZ_DIR)/seeds $(FUZZ_DIR)/kv $(FUZZ_DIR)/kvseeds \
       $(BUILD)/omnifs $(BUILD)/tools/peerfuzz
 	@rm -rf $(FUZZ_DIR)/corpus $(FUZZ_DIR)/kvcorpus

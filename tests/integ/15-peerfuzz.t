@@ -1,9 +1,12 @@
 #!/bin/bash
-# 15-peerfuzz.t - a peer that holds the secret and then sends hostile
-# requests (tests/tools/peerfuzz.c) for PEERFUZZ_SECS seconds: the daemon
-# behind the port lives, refuses what is malformed, and goes on serving
-# its real peers (SPEC §7).  Under SAN=1 a crash or a leak in the daemon
-# fails the test through its log.  `make fuzz` runs it for FUZZ_SECS.
+# 15-peerfuzz.t - a peer that holds the secret and then misbehaves
+# (tests/tools/peerfuzz.c), PEERFUZZ_SECS seconds each way: first as a
+# client that sends hostile requests to a's port, then as the server of a
+# node that a connects to and that answers a's requests with hostile
+# replies and DATA.  Meanwhile a and b move real objects.  a must live,
+# refuse what is malformed, and go on serving b (SPEC §7).  Under SAN=1 a
+# crash or a leak in a daemon fails the test through its log.
+# `make fuzz` runs it for FUZZ_SECS.
 . "$(dirname "$0")/../lib.sh"
 
 SECS=${PEERFUZZ_SECS:-5}
@@ -32,30 +35,77 @@ head -c 2000 /dev/urandom >"$T/a/0/1/x.rank0of2"
 echo small >"$T/a/0/2/k2"
 head -c $((1 << 20)) /dev/urandom >"$T/b/1/0/k1"
 
-diag "peerfuzz for $SECS s, seed $SEED"
-out=$("$B/tools/peerfuzz" "127.0.0.1:$PA" "$T/secret" f "$SECS" "$SEED")
-rc=$?
-diag "$out"
-is "$rc" 0 "after $SECS s of hostile requests, a still answers a PING on a new connection"
-alive=0
-kill -0 "${NODE_PID[a]}" 2>/dev/null && alive=1
-is "$alive" 1 "a's daemon is alive"
-if [ "$alive" = 0 ]; then
-	wait "${NODE_PID[a]}"
-	diag "it exited with status $?; its log, less the bad frames:"
-	grep -v "sent a bad frame" "$T/a.log" | tail -40 | sed 's/^/#   /'
-fi
-ok "a refused the malformed frames and counted them" test "$(stat_of a peer_bad_frames)" -gt 0
-ok "a's health still parses" health a "d['node']"
-ok "a still lists its edge" ls -l "$T/a/0/1"
+# Real traffic, on the keys the fuzzer names too, so that its removes,
+# consumes and announces race with real writes and pulls; and requests
+# from a to f: lookups and listings of an edge a does not host, reads of
+# what f claims to have, publishes that a announces to f.  Errors are
+# expected (f removes what we read, and lies); only the daemons' fate
+# counts.  traffic ID runs until $T/stop; several run at once.
+traffic() {
+	local id=$1 n=0 f
+	while [ ! -e "$T/stop" ]; do
+		echo $((n += 1)) >"$T/rounds$id"
+		for k in k1 k2; do
+			rm -f "$T/a/0/1/$k"
+			head -c $((300000 + RANDOM)) /dev/urandom >"$T/a/0/1/$k"
+			cat "$T/b/0/1/$k" "$T/a/1/0/k1" >/dev/null
+		done
+		stat "$T/a/1/2/q$id-$n" && ls -l "$T/a/1/2" "$T/a/0/1"
+		for f in "$T"/a/1/2/* "$T"/a/0/1/*; do cat "$f"; done >/dev/null
+		rm -f "$T/a/0/2/p$id"
+		echo "$n" >"$T/a/0/2/p$id"
+	done 2>/dev/null
+}
 
-# a's real peers are served as before.
-head -c $((2 << 20 | 77)) /dev/urandom >"$T/after"
-cp "$T/after" "$T/a/0/1/after"
-ok "an object written on a afterwards reads whole on b" cmp "$T/after" "$T/b/0/1/after"
-cp "$T/after" "$T/b/1/0/back"
-ok "and one written on b reads whole on a" cmp "$T/after" "$T/a/1/0/back"
-ok "b still sees a up" peer_up b a
+# a_lives WHAT: a survived WHAT, and serves b both ways as before.
+a_lives() {
+	local alive=0
+	kill -0 "${NODE_PID[a]}" 2>/dev/null && alive=1
+	is "$alive" 1 "a's daemon is alive after $1"
+	if [ "$alive" = 0 ]; then
+		wait "${NODE_PID[a]}"
+		diag "it exited with status $?; its log, less the bad frames:"
+		grep -v "sent a bad frame" "$T/a.log" | tail -40 | sed 's/^/#   /'
+		return
+	fi
+	ok "... its health parses" health a "d['node']"
+	ok "... it lists its edge" ls -l "$T/a/0/1"
+	head -c $((2 << 20 | RANDOM)) /dev/urandom >"$T/after"
+	rm -f "$T/a/0/1/after" "$T/b/1/0/back"
+	cp "$T/after" "$T/a/0/1/after"
+	ok "... an object written on a reads whole on b" cmp "$T/after" "$T/b/0/1/after"
+	cp "$T/after" "$T/b/1/0/back"
+	ok "... and one written on b reads whole on a" cmp "$T/after" "$T/a/1/0/back"
+	ok "... b sees a up" peer_up b a
+}
+
+# fuzz ARGS...: peerfuzz ARGS for SECS with the traffic running; sets rc.
+fuzz() {
+	local tp=() id
+	rm -f "$T/stop" "$T"/rounds*
+	for id in 1 2 3 4 5 6; do
+		traffic $id &
+		tp+=($!)
+	done
+	diag "peerfuzz $1 for $SECS s, seed $SEED"
+	out=$("$B/tools/peerfuzz" "$@" "$T/secret" f "$SECS" "$SEED")
+	rc=$?
+	diag "$out"
+	touch "$T/stop"
+	ok "the traffic ends" wait_until 20 all_gone "${tp[@]}"
+	diag "meanwhile $(cat "$T"/rounds* | awk '{ n += $1 } END { print n }') rounds of traffic"
+}
+
+# --- f as a client: hostile requests to a's port ---------------------------
+fuzz "127.0.0.1:$PA"
+is "$rc" 0 "after $SECS s of hostile requests, a answers a PING on a new connection"
+ok "a refused the malformed frames and counted them" test "$(stat_of a peer_bad_frames)" -gt 0
+a_lives "hostile requests"
+
+# --- f as a server: hostile answers to a's requests -------------------------
+fuzz -l "127.0.0.1:$PF"
+is "$rc" 0 "a connected to f and asked it things"
+a_lives "hostile answers"
 
 stop_node a
 stop_node b

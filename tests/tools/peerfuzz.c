@@ -1,25 +1,33 @@
 /* peerfuzz - a peer that holds the secret and then misbehaves.
  *
  *   peerfuzz ADDR SECRET_FILE NAME SECONDS [SEED]
+ *   peerfuzz -l ADDR SECRET_FILE NAME SECONDS [SEED]
  *
  * The frame fuzz target (tests/fuzz/frame.c) covers the decoder; this
- * covers what sits behind it on a live daemon: it completes the handshake
- * at ADDR as node NAME and then, for SECONDS, sends requests built from
- * hostile field values (names that are no names, oids and offsets at the
- * edges, pulls past the end, consumed covers that do not fit, lookups that
- * subscribe, announces of objects that cannot be), a share of them with
- * bytes flipped, cut or added after encoding.  Oids and sizes learned from
- * the daemon's own answers are reused so that pulls and CONSUMED hit real
- * objects too.  When the daemon drops the connection (as it must after a
- * bad frame) it connects again.  A thread reads and checks every frame
- * that comes back.
+ * covers what sits behind it on a live daemon, on both ends of a
+ * connection.
  *
- * Prints "peerfuzz: F frames, C connections, R replies, D data bytes" and
- * exits 0 if the daemon answered a PING on the last connection, 1 if not.
+ * As a client it completes the handshake at ADDR as node NAME and then,
+ * for SECONDS, sends requests built from hostile field values (names that
+ * are no names, oids and offsets at the edges, pulls past the end,
+ * consumed covers that do not fit, lookups that subscribe, announces of
+ * objects that cannot be), a share of them with bytes flipped, cut or
+ * added after encoding.  Oids and sizes learned from the daemon's own
+ * answers are reused so that pulls and CONSUMED hit real objects too.
+ * When the daemon drops the connection (as it must after a bad frame) it
+ * connects again.  Prints "peerfuzz: F frames, C connections, R replies,
+ * D data bytes" and exits 0 if the daemon then answers a PING.
+ *
+ * With -l it is node NAME's server at ADDR: the daemons that connect to it
+ * get answers with hostile fields, errnos, answers to other requests,
+ * listings that never end, and DATA at the wrong place, of the wrong
+ * length or hash, cut off or never ended.  Prints "peerfuzz: served C
+ * connections, R requests, A answers" and exits 0 if there were any.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,6 +36,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <xxhash.h>
 
 #include "../../transport/auth.h"
 #include "../../transport/proto.h"
@@ -359,26 +369,14 @@ static int still_serves(const char *addr, const uint8_t *key, const char *name, 
 	return ok;
 }
 
-int main(int argc, char **argv)
+/* As a client of addr until the time is up; then a PING must be answered. */
+static int fuzz(const char *addr, const uint8_t *key, const char *name, double until,
+		uint8_t *body, uint8_t *scratch)
 {
-	uint8_t key[AUTH_KEY];
-	char err[256];
-
-	if (argc < 5 || atof(argv[4]) <= 0) {
-		fprintf(stderr, "usage: peerfuzz ADDR SECRET_FILE NAME SECONDS [SEED]\n");
-		return 2;
-	}
-	if (auth_load(argv[2], key, err, sizeof(err))) {
-		fprintf(stderr, "peerfuzz: %s\n", err);
-		return 2;
-	}
-	rng = argc > 5 ? strtoull(argv[5], NULL, 0) | 1 : (uint64_t)time(NULL) | 1;
-	uint8_t *body = malloc(PROTO_MAX_BODY), *scratch = calloc(1, PROTO_INLINE_MAX + 8192);
 	long frames = 0, conns = 0, refused = 0;
-	double until = now_s() + atof(argv[4]);
 
-	while (body && scratch && now_s() < until && refused < 50) {
-		long n = session(argv[1], key, argv[3], until, body, scratch);
+	while (now_s() < until && refused < 50) {
+		long n = session(addr, key, name, until, body, scratch);
 		if (n < 0) {
 			refused++;      /* it may be busy dropping the last one */
 			usleep(20000);
@@ -387,11 +385,268 @@ int main(int argc, char **argv)
 		frames += n;
 		conns++;
 	}
-	int ok = body && still_serves(argv[1], key, argv[3], body);
+	int ok = still_serves(addr, key, name, body);
 	printf("peerfuzz: %ld frames, %ld connections, %llu replies, %llu data bytes%s\n",
 	       frames, conns, (unsigned long long)replies, (unsigned long long)data_bytes,
 	       ok ? "" : "; the daemon no longer answers a PING");
+	return ok && conns ? 0 : 1;
+}
+
+/* ---------------------------------------------------------------- as a server */
+
+/* The server's half of the handshake, as node name. */
+static int handshake_serve(int fd, const uint8_t key[AUTH_KEY], const char *name, uint8_t *body)
+{
+	struct proto_msg m = { .type = PT_CHALLENGE }, r;
+	struct proto_hdr h;
+	uint8_t cnonce[PROTO_NONCE], snonce[PROTO_NONCE];
+	char client[PROTO_NAME_MAX + 1];
+
+	if (recv_frame(fd, &h, body, &r) || h.type != PT_HELLO)
+		return -1;
+	memcpy(cnonce, r.u.hello.nonce, PROTO_NONCE);
+	snprintf(client, sizeof(client), "%s", r.u.hello.name);
+	auth_nonce(snonce);
+	m.u.challenge.version = PROTO_VERSION;
+	memcpy(m.u.challenge.nonce, snonce, PROTO_NONCE);
+	if (send_msg(fd, &m) || recv_frame(fd, &h, body, &r) || h.type != PT_AUTH ||
+	    !auth_check(key, AUTH_CLIENT, cnonce, snonce, client, r.u.auth.mac))
+		return -1;
+	m = (struct proto_msg){ .type = PT_WELCOME };
+	m.u.welcome.caps = PROTO_CAP_TCP;
+	snprintf(m.u.welcome.name, sizeof(m.u.welcome.name), "%s", name);
+	auth_mac(key, AUTH_SERVER, cnonce, snonce, name, m.u.welcome.mac);
+	return send_msg(fd, &m);
+}
+
+static uint64_t answers;
+
+/* m, encoded into out (header room first), damaged now and then, sent. */
+static int reply(int fd, const struct proto_msg *m, uint64_t reqid, uint8_t *out)
+{
+	int len = proto_encode(m, out + PROTO_HDR, PROTO_MAX_BODY);
+	if (len < 0)
+		return 0;
+	size_t blen = damage(out + PROTO_HDR, (size_t)len, PROTO_MAX_BODY);
+	proto_put_hdr(out, (uint8_t)m->type, (uint32_t)blen, reqid);
+	answers++;
+	return send_all(fd, out, PROTO_HDR + blen);
+}
+
+/* Objects named like those asked about, mostly. */
+static void fill_like(struct proto_obj *o, const char *from, const char *to, uint8_t *scratch)
+{
+	fill_obj(o, scratch);
+	if (rnd(4)) {
+		snprintf(o->from, sizeof(o->from), "%s", from);
+		snprintf(o->to, sizeof(o->to), "%s", to);
+	}
+}
+
+static int answer_list(int fd, const struct proto_msg *q, uint64_t reqid, uint8_t *out,
+		       uint8_t *scratch)
+{
+	static struct proto_obj obj[PROTO_LIST_MAX];
+	static char names[PROTO_LIST_MAX][PROTO_NAME_MAX + 1];
+	int frames = 1 + (int)rnd(3), rc = 0;
+
+	for (int f = 0; f < frames && !rc; f++) {
+		struct proto_msg m = { .type = PT_LISTING };
+		m.u.listing.objects = rnd(8) != 0;
+		m.u.listing.n = (uint32_t)(rnd(16) ? rnd(20) : PROTO_LIST_MAX);
+		m.u.listing.more = f < frames - 1 || rnd(16) == 0;      /* or never ends */
+		m.u.listing.obj = obj;
+		m.u.listing.name = names;
+		for (uint32_t i = 0; i < m.u.listing.n; i++) {
+			fill_like(&obj[i], q->u.list.from, q->u.list.to, scratch);
+			obj[i].data = obj[i].kvhdr = NULL;
+			obj[i].datalen = obj[i].kvhdrlen = 0;
+			pick_name(names[i], sizeof(names[i]), 0);
+		}
+		rc = reply(fd, &m, reqid, out);
+	}
+	return rc;
+}
+
+/* DATA for a pull: mostly right, sometimes at the wrong place, of the
+ * wrong length or hash, cut off, or never ended. */
+static int answer_pull(int fd, const struct proto_msg *q, uint64_t reqid, uint8_t *out,
+		       uint8_t *scratch)
+{
+	uint64_t total, pos = 0;
+
+	if (__builtin_mul_overflow(q->u.pull.len, (uint64_t)q->u.pull.count, &total) ||
+	    total > (8u << 20))
+		total = 8u << 20;
+	for (int f = 0; pos < total && f < 16; f++) {
+		uint32_t n = (uint32_t)(total - pos < PROTO_CHUNK ? total - pos : PROTO_CHUNK);
+		struct proto_msg m = { .type = PT_DATA };
+		uint8_t hdr[PROTO_HDR];
+		if (rnd(16) == 0)
+			n = (uint32_t)rnd(PROTO_CHUNK + 1);
+		for (uint32_t i = 0; i < n; i += 8)
+			memcpy(scratch + i, &rng, 8), rnd(0);
+		m.u.data.off = q->u.pull.off + pos + (rnd(16) ? 0 : rnd(3) - 1);
+		m.u.data.len = n;
+		m.u.data.xxh3 = XXH3_64bits(scratch, n) ^ (rnd(16) ? 0 : 1);
+		proto_encode(&m, out, PROTO_DATA_HDR);
+		proto_put_hdr(hdr, PT_DATA, PROTO_DATA_HDR + n, reqid);
+		size_t cut = rnd(32) ? n : (size_t)rnd(n + 1);  /* then the stream is lost */
+		if (send_all(fd, hdr, PROTO_HDR) || send_all(fd, out, PROTO_DATA_HDR) ||
+		    send_all(fd, scratch, cut) || cut < n)
+			return -1;
+		answers++;
+		pos += n;
+	}
+	struct proto_msg st = { .type = PT_STATUS, .u.status.err = (int32_t)rnd(3) };
+	return rnd(8) ? reply(fd, &st, reqid, out) : 0;      /* or it stalls */
+}
+
+/* What a request gets: a fitting answer with hostile fields, an errno,
+ * nothing, or something for another request. */
+static int answer(int fd, const struct proto_hdr *h, const struct proto_msg *q, uint8_t *out,
+		  uint8_t *scratch)
+{
+	uint64_t reqid = rnd(16) ? h->reqid : rnd(4) ? h->reqid + 1 : rnd(0);
+	struct proto_msg r = { .type = PT_STATUS, .u.status.err = (int32_t)rnd(4096) };
+
+	if (rnd(10) == 0)
+		return reply(fd, &r, reqid, out);
+	switch (q->type) {
+	case PT_PING:
+		r.type = PT_PONG;
+		break;
+	case PT_LOOKUP:
+		r.type = PT_OBJECT;
+		fill_like(&r.u.obj, q->u.obj.from, q->u.obj.to, scratch);
+		if (rnd(4))
+			snprintf(r.u.obj.key, sizeof(r.u.obj.key), "%s", q->u.obj.key);
+		r.u.obj.data = NULL;
+		r.u.obj.datalen = 0;
+		break;
+	case PT_LIST:
+		return answer_list(fd, q, reqid, out, scratch);
+	case PT_PULL:
+		return answer_pull(fd, q, reqid, out, scratch);
+	case PT_REMOVE:
+		r.u.status.err = rnd(2) ? 0 : ENOENT;
+		break;
+	default:
+		return 0;       /* one-way: nothing is owed */
+	}
+	return reply(fd, &r, reqid, out);
+}
+
+static int listen_at(const char *addr)
+{
+	char host[256];
+	const char *colon = strrchr(addr, ':');
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai;
+	int fd = -1, one = 1;
+
+	if (!colon || (size_t)(colon - addr) >= sizeof(host))
+		return -1;
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
+	if (getaddrinfo(host, colon + 1, &hints, &ai))
+		return -1;
+	fd = socket(ai->ai_family, SOCK_STREAM, 0);
+	if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+			bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 4))) {
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	return fd;
+}
+
+/* One connection from the daemon: its requests get answer(); when it is
+ * quiet, now and then a frame nobody asked for.  Requests it counts. */
+static long serve_one(int fd, const uint8_t *key, const char *name, double until,
+		      uint8_t *body, uint8_t *out, uint8_t *scratch)
+{
+	struct timeval tv = { 2, 0 };
+	struct pollfd p = { fd, POLLIN, 0 };
+	struct proto_hdr h;
+	struct proto_msg m;
+	long requests = 0;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (handshake_serve(fd, key, name, body))
+		return 0;
+	while (now_s() < until) {
+		if (poll(&p, 1, 50) == 0) {
+			struct proto_msg st = { .type = PT_STATUS, .u.status.err = (int32_t)rnd(9) };
+			if (rnd(8) == 0 && reply(fd, &st, rnd(8), out))
+				break;
+			continue;
+		}
+		if (recv_frame(fd, &h, body, &m))
+			break;
+		requests++;
+		int rc = answer(fd, &h, &m, out, scratch);
+		proto_msg_free(&m);
+		if (rc)
+			break;
+	}
+	return requests;
+}
+
+/* Listens at addr as node name until the time is up. */
+static int serve(const char *addr, const uint8_t *key, const char *name, double until,
+		 uint8_t *body, uint8_t *scratch)
+{
+	int l = listen_at(addr);
+	uint8_t *out = malloc(PROTO_HDR + PROTO_MAX_BODY + 64);
+	long conns = 0, requests = 0;
+
+	if (l < 0 || !out) {
+		fprintf(stderr, "peerfuzz: cannot listen at %s\n", addr);
+		free(out);
+		return 2;
+	}
+	while (now_s() < until) {
+		struct pollfd p = { l, POLLIN, 0 };
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		int fd = accept(l, NULL, NULL);
+		if (fd < 0)
+			continue;
+		conns++;
+		requests += serve_one(fd, key, name, until, body, out, scratch);
+		close(fd);
+	}
+	close(l);
+	free(out);
+	printf("peerfuzz: served %ld connections, %ld requests, %llu answers\n", conns, requests,
+	       (unsigned long long)answers);
+	return conns && requests ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	uint8_t key[AUTH_KEY];
+	char err[256];
+	int as_server = argc > 1 && !strcmp(argv[1], "-l");
+
+	argv += as_server;
+	argc -= as_server;
+	if (argc < 5 || atof(argv[4]) <= 0) {
+		fprintf(stderr, "usage: peerfuzz [-l] ADDR SECRET_FILE NAME SECONDS [SEED]\n");
+		return 2;
+	}
+	if (auth_load(argv[2], key, err, sizeof(err))) {
+		fprintf(stderr, "peerfuzz: %s\n", err);
+		return 2;
+	}
+	rng = argc > 5 ? strtoull(argv[5], NULL, 0) | 1 : (uint64_t)time(NULL) | 1;
+	uint8_t *body = malloc(PROTO_MAX_BODY), *scratch = calloc(1, PROTO_CHUNK + 8);
+	double until = now_s() + atof(argv[4]);
+	int rc = 2;
+
+	if (body && scratch)
+		rc = as_server ? serve(argv[1], key, argv[3], until, body, scratch)
+			    : fuzz(argv[1], key, argv[3], until, body, scratch);
 	free(body);
 	free(scratch);
-	return ok && conns ? 0 : 1;
+	return rc;
 }
