@@ -292,12 +292,15 @@ static void *reader(void *arg)
 	return NULL;
 }
 
-static int dial(const char *addr)
+/* A TCP socket to ADDR (host:port), connected, or with serve bound to it
+ * and listening.  -1 if not. */
+static int sock_at(const char *addr, int serve)
 {
 	char host[256];
 	const char *colon = strrchr(addr, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
-	int fd = -1;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = serve ? AI_PASSIVE : 0 };
+	struct addrinfo *ai;
+	int fd, one = 1;
 
 	if (!colon || (size_t)(colon - addr) >= sizeof(host))
 		return -1;
@@ -305,7 +308,9 @@ static int dial(const char *addr)
 	if (getaddrinfo(host, colon + 1, &hints, &ai))
 		return -1;
 	fd = socket(ai->ai_family, SOCK_STREAM, 0);
-	if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen)) {
+	if (fd >= 0 && (serve ? setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+				bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 4)
+			      : connect(fd, ai->ai_addr, ai->ai_addrlen) != 0)) {
 		close(fd);
 		fd = -1;
 	}
@@ -325,7 +330,7 @@ static double now_s(void)
 static long session(const char *addr, const uint8_t *key, const char *name, double until,
 		    uint8_t *body, uint8_t *scratch)
 {
-	int fd = dial(addr);
+	int fd = sock_at(addr, 0);
 	pthread_t th;
 	long frames = 0;
 
@@ -357,7 +362,7 @@ static long session(const char *addr, const uint8_t *key, const char *name, doub
 /* The daemon still answers a well-formed peer. */
 static int still_serves(const char *addr, const uint8_t *key, const char *name, uint8_t *body)
 {
-	int fd = dial(addr), ok = 0;
+	int fd = sock_at(addr, 0), ok = 0;
 	struct proto_msg ping = { .type = PT_PING }, m;
 	struct proto_hdr h;
 
@@ -537,28 +542,6 @@ static int answer(int fd, const struct proto_hdr *h, const struct proto_msg *q, 
 	return reply(fd, &r, reqid, out);
 }
 
-static int listen_at(const char *addr)
-{
-	char host[256];
-	const char *colon = strrchr(addr, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai;
-	int fd = -1, one = 1;
-
-	if (!colon || (size_t)(colon - addr) >= sizeof(host))
-		return -1;
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
-	if (getaddrinfo(host, colon + 1, &hints, &ai))
-		return -1;
-	fd = socket(ai->ai_family, SOCK_STREAM, 0);
-	if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
-			bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 4))) {
-		close(fd);
-		fd = -1;
-	}
-	freeaddrinfo(ai);
-	return fd;
-}
-
 /* One connection from the daemon: its requests get answer(); when it is
  * quiet, now and then a frame nobody asked for.  Requests it counts. */
 static long serve_one(int fd, const uint8_t *key, const char *name, double until,
@@ -595,7 +578,7 @@ static long serve_one(int fd, const uint8_t *key, const char *name, double until
 static int serve(const char *addr, const uint8_t *key, const char *name, double until,
 		 uint8_t *body, uint8_t *scratch)
 {
-	int l = listen_at(addr);
+	int l = sock_at(addr, 1);
 	uint8_t *out = malloc(PROTO_HDR + PROTO_MAX_BODY + 64);
 	long conns = 0, requests = 0;
 
