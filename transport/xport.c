@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -68,6 +69,14 @@ struct pending {
 	struct pending *next;
 };
 
+/* A log line that others can provoke at will (a bad frame, a failed
+ * handshake) is written at most once a second; the next one says how many
+ * were left out meanwhile.  The counters in .omni/stats count them all. */
+struct ratelog {
+	uint64_t last_ns;
+	unsigned long quiet;
+};
+
 struct peer {
 	char name[PROTO_NAME_MAX + 1], addr[128];
 	struct sockaddr_storage sa;
@@ -78,6 +87,7 @@ struct peer {
 	struct xport_conn *out;         /* our connection, while up */
 	pthread_t rx;
 	int rx_joinable;
+	struct ratelog bad_frames;      /* its connections to us */
 };
 
 struct xport {
@@ -92,11 +102,41 @@ struct xport {
 	size_t npeers;
 	int lfd, started, nservers;
 	atomic_int stopping;            /* read unlocked by the threads it stops */
+	struct ratelog bad_handshakes;
 	pthread_t acceptor, keeper;
 	uint64_t next_reqid;
 	struct pending *pending;
 	struct xport_conn *servers;
 };
+
+static void log_limited(struct xport *x, struct ratelog *rl, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void log_limited(struct xport *x, struct ratelog *rl, const char *fmt, ...)
+{
+	uint64_t now = clock_mono_ns();
+	unsigned long quiet;
+	char line[256];
+	va_list ap;
+
+	pthread_mutex_lock(&x->lock);
+	if (rl->last_ns && now - rl->last_ns < 1000000000u) {
+		rl->quiet++;
+		pthread_mutex_unlock(&x->lock);
+		return;
+	}
+	quiet = rl->quiet;
+	rl->quiet = 0;
+	rl->last_ns = now;
+	pthread_mutex_unlock(&x->lock);
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (quiet)
+		fprintf(stderr, "omnifs: %s (and %lu more since the last such line)\n", line, quiet);
+	else
+		fprintf(stderr, "omnifs: %s\n", line);
+}
 
 static void count(struct xport *x, enum xport_count what, uint64_t n)
 {
@@ -927,8 +967,8 @@ static void *server_thread(void *arg)
 	if ((rc = handshake_server(x, c))) {
 		if (rc == -EACCES || rc == -EPROTO || rc == -EMSGSIZE) {
 			count(x, rc == -EACCES ? XC_AUTH_FAILED : XC_BAD_FRAMES, 1);
-			fprintf(stderr, "omnifs: a connection failed the handshake (%s)\n",
-				rc == -EACCES ? "wrong secret or unknown node" : "not our protocol");
+			log_limited(x, &x->bad_handshakes, "a connection failed the handshake (%s)",
+				    rc == -EACCES ? "wrong secret or unknown node" : "not our protocol");
 		}
 		goto out;
 	}
@@ -949,8 +989,8 @@ static void *server_thread(void *arg)
 	}
 	if (rc == -EPROTO || rc == -EMSGSIZE) {
 		count(x, XC_BAD_FRAMES, 1);
-		fprintf(stderr, "omnifs: peer %s sent a bad frame; disconnected\n",
-			x->peers[c->peer].name);
+		log_limited(x, &x->peers[c->peer].bad_frames,
+			    "peer %s sent a bad frame; disconnected", x->peers[c->peer].name);
 	}
 out:
 	server_detach(x, c);

@@ -100,6 +100,10 @@ fuzz() {
 fuzz "127.0.0.1:$PA"
 is "$rc" 0 "after $SECS s of hostile requests, a answers a PING on a new connection"
 ok "a refused the malformed frames and counted them" test "$(stat_of a peer_bad_frames)" -gt 0
+lines=$(grep -c "sent a bad frame" "$T/a.log")
+ok "it logged them at most once a second ($lines lines for $(stat_of a peer_bad_frames))" \
+   test "$lines" -le $((SECS + 2))
+ok "... each line saying how many it left out" grep -q "more since the last such line" "$T/a.log"
 a_lives "hostile requests"
 
 # --- f as a server: hostile answers to a's requests -------------------------
