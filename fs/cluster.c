@@ -41,9 +41,8 @@ struct cluster {
 	struct xport *x;
 	struct ns *ns;
 	struct stats *st;
-	pthread_mutex_t lock;           /* subs, nsubs */
+	pthread_mutex_t lock;           /* subs (ST_PEER_WAITS counts them) */
 	struct sub *subs;
-	size_t nsubs;
 	size_t npeers;
 	/* Stages hosted, per peer index, and by this node. */
 	struct { const char (*stages)[NAME_STAGE_MAX + 1]; size_t n; } *hosts, self;
@@ -111,7 +110,6 @@ static void announce_to(struct cluster *cl, int peer, const struct ns_objinfo *o
 /* Under cl->lock. */
 static void sub_free(struct cluster *cl, struct sub *s)
 {
-	cl->nsubs--;
 	stat_sub(cl->st, ST_PEER_WAITS, 1);
 	free(s);
 }
@@ -143,7 +141,7 @@ static void sub_add(struct cluster *cl, int peer, const struct proto_obj *q, uin
 			pp = &s->next;
 		}
 	}
-	if (cl->nsubs >= SUBS_MAX || !(s = calloc(1, sizeof(*s))))
+	if (stat_get(cl->st, ST_PEER_WAITS) >= SUBS_MAX || !(s = calloc(1, sizeof(*s))))
 		goto unlock;    /* the asker's reader still waits out its wait_ms */
 	s->peer = peer;
 	s->until_ns = until_ns;
@@ -152,7 +150,6 @@ static void sub_add(struct cluster *cl, int peer, const struct proto_obj *q, uin
 	snprintf(s->key, sizeof(s->key), "%s", q->key);
 	s->next = cl->subs;
 	cl->subs = s;
-	cl->nsubs++;
 	stat_add(cl->st, ST_PEER_WAITS, 1);
 unlock:
 	pthread_mutex_unlock(&cl->lock);
