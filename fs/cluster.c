@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY         /* XXH3_state_t on the stack */
 #include <xxhash.h>
