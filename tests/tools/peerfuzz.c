@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -292,8 +293,12 @@ static void *reader(void *arg)
 	return NULL;
 }
 
+/* A daemon that hangs must fail the test, not hang it. */
+static const struct timeval io_timeout = { 10, 0 };
+
 /* A TCP socket to ADDR (host:port), connected, or with serve bound to it
- * and listening.  -1 if not. */
+ * and listening; reads and writes on it give up after io_timeout.  -1 if
+ * not. */
 static int sock_at(const char *addr, int serve)
 {
 	char host[256];
@@ -308,9 +313,11 @@ static int sock_at(const char *addr, int serve)
 	if (getaddrinfo(host, colon + 1, &hints, &ai))
 		return -1;
 	fd = socket(ai->ai_family, SOCK_STREAM, 0);
-	if (fd >= 0 && (serve ? setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
-				bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 4)
-			      : connect(fd, ai->ai_addr, ai->ai_addrlen) != 0)) {
+	if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &io_timeout, sizeof(io_timeout)) ||
+			setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &io_timeout, sizeof(io_timeout)) ||
+			(serve ? setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+				 bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 4)
+			       : connect(fd, ai->ai_addr, ai->ai_addrlen) != 0))) {
 		close(fd);
 		fd = -1;
 	}
@@ -489,8 +496,10 @@ static int answer_pull(int fd, const struct proto_msg *q, uint64_t reqid, uint8_
 		uint8_t hdr[PROTO_HDR];
 		if (rnd(16) == 0)
 			n = (uint32_t)rnd(PROTO_CHUNK + 1);
-		for (uint32_t i = 0; i < n; i += 8)
-			memcpy(scratch + i, &rng, 8), rnd(0);
+		for (uint32_t i = 0; i < n; i += 8) {     /* scratch has 8 bytes to spare */
+			rnd(0);
+			memcpy(scratch + i, &rng, 8);
+		}
 		m.u.data.off = q->u.pull.off + pos + (rnd(16) ? 0 : rnd(3) - 1);
 		m.u.data.len = n;
 		m.u.data.xxh3 = XXH3_64bits(scratch, n) ^ (rnd(16) ? 0 : 1);
@@ -547,13 +556,13 @@ static int answer(int fd, const struct proto_hdr *h, const struct proto_msg *q, 
 static long serve_one(int fd, const uint8_t *key, const char *name, double until,
 		      uint8_t *body, uint8_t *out, uint8_t *scratch)
 {
-	struct timeval tv = { 2, 0 };
 	struct pollfd p = { fd, POLLIN, 0 };
 	struct proto_hdr h;
 	struct proto_msg m;
 	long requests = 0;
 
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &io_timeout, sizeof(io_timeout));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &io_timeout, sizeof(io_timeout));
 	if (handshake_serve(fd, key, name, body))
 		return 0;
 	while (now_s() < until) {
