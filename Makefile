@@ -133,7 +133,7 @@ fuzz: $(FUZZ_DIR)/frame $(FUZZ_DIR)/seeds $(FUZZ_DIR)/kv $(FUZZ_DIR)/kvseeds \
 
 $(BUILD)/bench/tcpceil: $(BUILD)/obj/tests/bench/tcpceil.o
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -lpthread -o $@
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/bench/memcpy: $(BUILD)/obj/tests/bench/memcpy.o
 	@mkdir -p $(dir $@)

@@ -93,6 +93,10 @@ printf '\ngoals: %s MiB at >= 90%% of the FUSE ceiling each way: write %s, read 
 # --- the cluster: two daemons on loopback ports, a owns, b reads ------------
 fusermount3 -u "$T/omni" 2>/dev/null
 TCP=$(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" "$BIG_MIB"; done | best)
+# A remote read copies each byte three times (into the socket, from it into
+# the pool, out of the pool to the reader); the ceiling copies twice.  The
+# same three copies by a plain program show how much of the gap is theirs.
+COPIES=$(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" copies "$BIG_MIB"; done | best)
 read -r PA PB < <(python3 -c '
 import socket
 ss = [socket.socket() for _ in range(2)]
@@ -125,9 +129,11 @@ remote_read() {
 }
 printf '\ncluster over loopback TCP (GiB/s, and as %% of the TCP ceiling):\n'
 printf '  %-34s %7.2f\n' "TCP ceiling, one stream, $BIG_MIB MiB" "$TCP"
+printf '  %-34s %7.2f %s\n' "the read's 3 copies, plain program" "$COPIES" "$(ratio "$COPIES" "$TCP")"
 for mib in 64 "$BIG_MIB"; do
 	r=$(remote_read "$mib")
-	printf '  %-34s %7.2f %s\n' "remote read, $mib MiB, open..close" "$r" "$(ratio "$r" "$TCP")"
+	printf '  %-34s %7.2f %s   (%s of the 3 copies)\n' "remote read, $mib MiB, open..close" \
+		"$r" "$(ratio "$r" "$TCP")" "$(ratio "$r" "$COPIES" | tr -d ' ')"
 	[ "$mib" = "$BIG_MIB" ] && REMOTE=$r
 done
 # The round trip right before the hand-off: a VM's wake-ups cost what its

@@ -5,7 +5,14 @@
  * tcpceil rtt N - the floor under a cross-node hand-off: N round trips of
  * 32 bytes between two processes over loopback TCP.  Prints the median in
  * microseconds.  (A hand-off is at least a message one way and a few
- * wake-ups of sleeping threads, which is what this costs.) */
+ * wake-ups of sleeping threads, which is what this costs.)
+ *
+ * tcpceil copies MIB - the copies a remote read makes, by a plain program:
+ * one stream from a MIB buffer; the receiver takes RX_BOUNCE at a time,
+ * hashes it and stores it on around the cache into a second MIB buffer
+ * (omnifs's pool), and a third thread copies each MiB out as it lands (the
+ * FUSE reply into the reader's buffer).  No protocol, no FUSE: what is left
+ * between this and omnifs is omnifs's own cost.  Prints GiB/s. */
 #define _GNU_SOURCE
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,12 +20,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+#ifdef __x86_64__
+#include <xxh_x86dispatch.h>
+#endif
+
+#include "../../transport/copy.h"
 
 #define CHUNK (1 << 20)
+#define RX_BOUNCE (256 << 10)   /* as transport/xport.c receives */
 
 static long long mib;
 
@@ -30,14 +46,21 @@ static void tune(int fd)
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
 }
 
+/* The whole stream comes from src when there is one, else from one MiB
+ * written over and over. */
+static char *src;
+
 static void *sender(void *arg)
 {
 	int fd = *(int *)arg;
-	char *b = calloc(1, CHUNK);
-	for (long long i = 0; b && i < mib; i++)
+	char *b = src ? NULL : calloc(1, CHUNK);
+	for (long long i = 0; (src || b) && i < mib; i++) {
+		const char *from = src ? src + i * CHUNK : b;
 		for (ssize_t off = 0, w; off < CHUNK; off += w)
-			if ((w = write(fd, b + off, CHUNK - off)) <= 0)
-				return NULL;
+			if ((w = write(fd, from + off, CHUNK - off)) <= 0)
+				goto out;
+	}
+out:
 	free(b);
 	return NULL;
 }
@@ -62,8 +85,10 @@ static int rtt(int n, int c, int s)
 	char b[32] = { 0 };
 	pid_t pid;
 
-	if (!lat || (pid = fork()) < 0)
+	if (!lat || (pid = fork()) < 0) {
+		free(lat);
 		return 1;
+	}
 	if (pid == 0) {
 		close(c);
 		while (read(s, b, sizeof(b)) == sizeof(b) && write(s, b, sizeof(b)) == sizeof(b))
@@ -73,46 +98,154 @@ static int rtt(int n, int c, int s)
 	close(s);
 	for (int i = 0; i < n; i++) {
 		long long t = now_ns();
-		if (write(c, b, sizeof(b)) != sizeof(b) || read(c, b, sizeof(b)) != sizeof(b))
+		if (write(c, b, sizeof(b)) != sizeof(b) || read(c, b, sizeof(b)) != sizeof(b)) {
+			free(lat);
 			return 1;
+		}
 		lat[i] = now_ns() - t;
 	}
 	close(c);
 	waitpid(pid, NULL, 0);
 	qsort(lat, (size_t)n, sizeof(*lat), cmp_ll);
 	printf("%.1f\n", lat[n / 2] / 1e3);
+	free(lat);
+	return 0;
+}
+
+/* ------------------------------------------------------------ copies */
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	long long landed;       /* bytes in dst */
+	char *dst;
+} pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, NULL };
+
+static char *big_buffer(void)
+{
+	size_t n = (size_t)mib * CHUNK;
+	char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, n, MADV_HUGEPAGE);   /* as the pool asks */
+	memset(p, 1, n);
+	return p;
+}
+
+static void *copier(void *arg)
+{
+	char *out = malloc(CHUNK);
+	(void)arg;
+	for (long long i = 0; out && i < mib; i++) {
+		pthread_mutex_lock(&pool.lock);
+		while (pool.landed < (i + 1) * CHUNK)
+			pthread_cond_wait(&pool.cond, &pool.lock);
+		pthread_mutex_unlock(&pool.lock);
+		memcpy(out, pool.dst + i * CHUNK, CHUNK);
+		__asm__ volatile("" : : "r"(out) : "memory");  /* a copy nobody reads is still made */
+	}
+	free(out);
+	return NULL;
+}
+
+/* Receives the stream into pool.dst as omnifs's receiver does. */
+static long long land(int s)
+{
+	static char body[RX_BOUNCE];
+	long long total = mib * CHUNK, got = 0;
+	XXH3_state_t st;
+	volatile XXH64_hash_t sink;
+
+	while (got < total) {
+		ssize_t k = 0, r;
+		while (k < RX_BOUNCE && (r = read(s, body + k, RX_BOUNCE - k)) > 0)
+			k += r;
+		if (k < RX_BOUNCE)
+			break;
+		XXH3_64bits_reset(&st);
+		XXH3_64bits_update(&st, body, (size_t)k);
+		sink = XXH3_64bits_digest(&st);
+		(void)sink;
+		copy_nocache(pool.dst + got, body, (size_t)k);
+		pthread_mutex_lock(&pool.lock);
+		pool.landed = got += k;
+		pthread_cond_signal(&pool.cond);
+		pthread_mutex_unlock(&pool.lock);
+	}
+	return got;
+}
+
+/* ------------------------------------------------------------ main */
+
+/* The plain stream: into one MiB, over and over. */
+static long long drain(int s)
+{
+	char *buf = malloc(CHUNK);
+	long long total = mib * CHUNK, got = 0;
+	ssize_t r;
+
+	while (buf && got < total && (r = read(s, buf, CHUNK)) > 0)
+		got += r;
+	free(buf);
+	return got;
+}
+
+/* The copies: received and stored by land(), copied out by copier(). */
+static long long pipeline(int s)
+{
+	pthread_t cp;
+	long long got;
+
+	if (pthread_create(&cp, NULL, copier, NULL))
+		return 0;
+	got = land(s);
+	if (got == mib * CHUNK)         /* else it waits for bytes that never come */
+		pthread_join(cp, NULL);
+	return got;
+}
+
+/* c and s: the two ends of one loopback TCP connection. */
+static int pair(int *c, int *s)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+
+	*c = socket(AF_INET, SOCK_STREAM, 0);
+	tune(l);
+	tune(*c);
+	if (l < 0 || *c < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 1) ||
+	    getsockname(l, (struct sockaddr *)&a, &alen) ||
+	    connect(*c, (struct sockaddr *)&a, sizeof(a)) || (*s = accept(l, NULL, NULL)) < 0)
+		return -1;
+	close(l);
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t alen = sizeof(a);
-	int l = socket(AF_INET, SOCK_STREAM, 0), c = socket(AF_INET, SOCK_STREAM, 0), s;
-	char *buf = malloc(CHUNK);
+	const char *mode = argc > 2 ? argv[1] : "stream";
+	int copies = !strcmp(mode, "copies"), c, s;
 	struct timespec t0, t1;
 	pthread_t th;
 
-	mib = argc > 1 ? atoll(argv[1]) : 1024;     /* "rtt": not used */
-	tune(l);
-	tune(c);
-	if (!buf || bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 1) ||
-	    getsockname(l, (struct sockaddr *)&a, &alen) ||
-	    connect(c, (struct sockaddr *)&a, sizeof(a)) || (s = accept(l, NULL, NULL)) < 0)
+	mib = atoll(argc > 2 ? argv[2] : argc > 1 ? argv[1] : "1024");
+	if (mib <= 0)
+		mib = 1024;
+	if (pair(&c, &s))
 		return perror("tcpceil"), 1;
-	if (argc > 2 && !strcmp(argv[1], "rtt")) {
+	if (!strcmp(mode, "rtt")) {
 		tune(s);
-		return rtt(atoi(argv[2]) > 0 ? atoi(argv[2]) : 1000, c, s);
+		return rtt((int)mib, c, s);
 	}
+	if (copies && (!(src = big_buffer()) || !(pool.dst = big_buffer())))
+		return perror("tcpceil"), 1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	pthread_create(&th, NULL, sender, &c);
-	long long total = mib * CHUNK, got = 0;
-	ssize_t r;
-	while (got < total && (r = read(s, buf, CHUNK)) > 0)
-		got += r;
+	long long got = copies ? pipeline(s) : drain(s);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	pthread_join(th, NULL);
 	double secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
 	printf("%.3f\n", (double)got / secs / (1 << 30));
-	return got == total ? 0 : 1;
+	return got == mib * CHUNK ? 0 : 1;
 }
