@@ -677,46 +677,62 @@ static int handshake_client(struct xport *x, struct xport_conn *c, uint32_t *cap
 	return 0;
 }
 
+/* Waits until nobody else is connecting to p.  1: now we are (p->connecting
+ * is ours to clear); 0: p is connected; -ESHUTDOWN: we are stopping. */
+static int connect_claim(struct xport *x, struct peer *p)
+{
+	int rc, joinable = 0;
+
+	pthread_mutex_lock(&x->lock);
+	while (p->connecting && !x->stopping)
+		pthread_cond_wait(&x->cond, &x->lock);
+	rc = p->out ? 0 : x->stopping ? -ESHUTDOWN : 1;
+	if (rc == 1) {
+		p->connecting = 1;
+		joinable = p->rx_joinable;
+		p->rx_joinable = 0;
+	}
+	pthread_mutex_unlock(&x->lock);
+	if (joinable)
+		pthread_join(p->rx, NULL);      /* the last receiver is done */
+	return rc;
+}
+
+/* A new connection to peer i, through the handshake.  0, or -errno. */
+static int conn_open(struct xport *x, int i, struct xport_conn **out, uint32_t *caps)
+{
+	struct peer *p = &x->peers[i];
+	int fd, rc;
+
+	if ((fd = connect_timeout(p)) < 0)
+		return fd;
+	if (!(*out = conn_new(x, fd, i, 1))) {
+		close(fd);
+		return -ENOMEM;
+	}
+	if ((rc = handshake_client(x, *out, caps))) {
+		if (rc == -EACCES)
+			fprintf(stderr, "omnifs: peer %s (%s) refused the handshake: "
+				"is the secret the same?\n", p->name, p->addr);
+		pthread_mutex_lock(&x->lock);
+		conn_put(*out);
+		pthread_mutex_unlock(&x->lock);
+	}
+	return rc;
+}
+
 /* Connects to peer i and starts its receiver.  0, or -errno. */
 static int peer_connect(struct xport *x, int i)
 {
 	struct peer *p = &x->peers[i];
 	struct xport_conn *c;
 	uint32_t caps = 0;
-	int fd, rc;
+	int rc;
 
-	pthread_mutex_lock(&x->lock);
-	while (p->connecting && !x->stopping)
-		pthread_cond_wait(&x->cond, &x->lock);
-	if (p->out || x->stopping) {
-		rc = p->out ? 0 : -ESHUTDOWN;
-		pthread_mutex_unlock(&x->lock);
+	if ((rc = connect_claim(x, p)) <= 0)
 		return rc;
-	}
-	p->connecting = 1;
-	int joinable = p->rx_joinable;
-	p->rx_joinable = 0;
-	pthread_mutex_unlock(&x->lock);
-	if (joinable)
-		pthread_join(p->rx, NULL);      /* the last receiver is done */
-	if ((fd = connect_timeout(p)) < 0) {
-		rc = fd;
-		goto done;
-	}
-	if (!(c = conn_new(x, fd, i, 1))) {
-		close(fd);
-		rc = -ENOMEM;
-		goto done;
-	}
-	if ((rc = handshake_client(x, c, &caps))) {
-		if (rc == -EACCES)
-			fprintf(stderr, "omnifs: peer %s (%s) refused the handshake: "
-				"is the secret the same?\n", p->name, p->addr);
-		pthread_mutex_lock(&x->lock);
-		conn_put(c);
-		pthread_mutex_unlock(&x->lock);
-		goto done;
-	}
+	if ((rc = conn_open(x, i, &c, &caps)))
+		goto unclaim;
 	pthread_mutex_lock(&x->lock);
 	p->out = c;
 	p->caps = caps;
@@ -736,7 +752,7 @@ static int peer_connect(struct xport *x, int i)
 		if (x->ops->peer_up)
 			x->ops->peer_up(x->ctx, i);
 	}
-done:
+unclaim:
 	pthread_mutex_lock(&x->lock);
 	p->connecting = 0;
 	pthread_cond_broadcast(&x->cond);
