@@ -48,13 +48,13 @@ traffic() {
 		for k in k1 k2; do
 			rm -f "$T/a/0/1/$k"
 			head -c $((300000 + RANDOM)) /dev/urandom >"$T/a/0/1/$k"
-			cat "$T/b/0/1/$k" "$T/a/1/0/k1" >/dev/null
+			cat "$T/b/0/1/$k" "$T/a/1/0/k1"
 		done
 		stat "$T/a/1/2/q$id-$n" && ls -l "$T/a/1/2" "$T/a/0/1"
-		for f in "$T"/a/1/2/* "$T"/a/0/1/*; do cat "$f"; done >/dev/null
+		for f in "$T"/a/1/2/* "$T"/a/0/1/*; do cat "$f"; done
 		rm -f "$T/a/0/2/p$id"
 		echo "$n" >"$T/a/0/2/p$id"
-	done 2>/dev/null
+	done >/dev/null 2>&1     # what they print is not TAP
 }
 
 # a_lives WHAT: a survived WHAT, and serves b both ways as before.
