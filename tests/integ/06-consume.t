@@ -29,7 +29,6 @@ $PY - "$E/slow" <<'PYEOF' &
 import sys, time
 f = open(sys.argv[1], "rb", buffering=0)
 f.read(1 << 20)
-print("read", flush=True)
 time.sleep(60)
 PYEOF
 r=$!
