@@ -9,7 +9,7 @@
  *
  * tcpceil copies MIB - the copies a remote read makes, by a plain program:
  * one stream from a MIB buffer; the receiver takes RX_BOUNCE at a time,
- * hashes it and stores it on around the cache into a second MIB buffer
+ * hashes it and stores it around the cache into a second MIB buffer
  * (omnifs's pool), and a third thread copies each MiB out as it lands (the
  * FUSE reply into the reader's buffer).  No protocol, no FUSE: what is left
  * between this and omnifs is omnifs's own cost.  Prints GiB/s. */
