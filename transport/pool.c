@@ -142,17 +142,18 @@ static int pool_try_lock(void *base, uint64_t size)
 /* The pool sits between two inaccessible guard pages: a copy that runs
  * off either end faults there, rather than landing in whatever the
  * kernel mapped next to it (another thread's stack, say). */
+#define POOL_GUARD POOL_GRAIN
+
 static int pool_map_host(struct pool *p, char *err, size_t errlen)
 {
-	const size_t guard = POOL_GRAIN;
-	uint8_t *map = mmap(NULL, p->size + 2 * guard, PROT_NONE,
+	uint8_t *map = mmap(NULL, p->size + 2 * POOL_GUARD, PROT_NONE,
 			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	uint8_t *base = map + guard;
+	uint8_t *base = map == MAP_FAILED ? NULL : map + POOL_GUARD;
 
-	if (map == MAP_FAILED || mprotect(base, p->size, PROT_READ | PROT_WRITE)) {
+	if (!base || mprotect(base, p->size, PROT_READ | PROT_WRITE)) {
 		int e = errno;
-		if (map != MAP_FAILED)
-			munmap(map, p->size + 2 * guard);
+		if (base)
+			munmap(map, p->size + 2 * POOL_GUARD);
 		snprintf(err, errlen, "pool: cannot map %" PRIu64 " bytes: %s",
 			 p->size, strerror(e));
 		return -e;
@@ -212,7 +213,7 @@ void pool_destroy(struct pool *p)
 {
 	if (!p)
 		return;
-	munmap(p->base - POOL_GRAIN, p->size + 2 * POOL_GRAIN);    /* and its guards */
+	munmap(p->base - POOL_GUARD, p->size + 2 * POOL_GUARD);    /* and its guards */
 	pthread_mutex_destroy(&p->lock);
 	free(p->free);
 	free(p);
