@@ -25,6 +25,8 @@ dd_gibs() {
 		printf "%.3f\n", $1 / s / 1073741824 }'
 }
 best() { sort -g | tail -1; }
+# best_low: "best lowest" - the lowest says how noisy the machine was
+best_low() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print hi, lo }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%5.0f%%", (b > 0 ? 100 * a / b : 0) }'; }
 
@@ -92,11 +94,11 @@ printf '\ngoals: %s MiB at >= 90%% of the FUSE ceiling each way: write %s, read 
 
 # --- the cluster: two daemons on loopback ports, a owns, b reads ------------
 fusermount3 -u "$T/omni" 2>/dev/null
-TCP=$(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" "$BIG_MIB"; done | best)
+read -r TCP TCPLO < <(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" "$BIG_MIB"; done | best_low)
 # A remote read copies each byte three times (into the socket, from it into
 # the pool, out of the pool to the reader); the ceiling copies twice.  The
 # same three copies by a plain program show how much of the gap is theirs.
-COPIES=$(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" copies "$BIG_MIB"; done | best)
+read -r COPIES COPIESLO < <(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" copies "$BIG_MIB"; done | best_low)
 read -r PA PB < <(python3 -c '
 import socket
 ss = [socket.socket() for _ in range(2)]
@@ -118,22 +120,23 @@ for n in a b; do
 done
 for _ in $(seq 500); do grep -q '"state":"up"' "$T/b/.omni/health" && grep -q '"state":"up"' "$T/a/.omni/health" && break; sleep 0.02; done
 
-# remote_read MIB: GiB/s of dd on b reading a fresh object a wrote, best of ROUNDS
+# remote_read MIB: "best lowest" GiB/s of dd on b reading a fresh object a
+# wrote, over ROUNDS
 remote_read() {
 	local i
 	for i in $(seq "$ROUNDS"); do
 		dd if=/dev/zero of="$T/a/0/1/r$i" bs=1M count="$1" status=none
 		dd_gibs if="$T/b/0/1/r$i" of=/dev/null bs=1M
 		rm -f "$T/a/0/1/r$i"
-	done | best
+	done | best_low
 }
-printf '\ncluster over loopback TCP (GiB/s, and as %% of the TCP ceiling):\n'
-printf '  %-34s %7.2f\n' "TCP ceiling, one stream, $BIG_MIB MiB" "$TCP"
-printf '  %-34s %7.2f %s\n' "the read's 3 copies, plain program" "$COPIES" "$(ratio "$COPIES" "$TCP")"
+printf '\ncluster over loopback TCP (GiB/s, best of %s, and as %% of the TCP ceiling; the lowest of the %s says how steady the machine was):\n' "$ROUNDS" "$ROUNDS"
+printf '  %-34s %7.2f         lowest %5.2f\n' "TCP ceiling, one stream, $BIG_MIB MiB" "$TCP" "$TCPLO"
+printf '  %-34s %7.2f %s   lowest %5.2f\n' "the read's 3 copies, plain program" "$COPIES" "$(ratio "$COPIES" "$TCP")" "$COPIESLO"
 for mib in 64 "$BIG_MIB"; do
-	r=$(remote_read "$mib")
-	printf '  %-34s %7.2f %s   (%s of the 3 copies)\n' "remote read, $mib MiB, open..close" \
-		"$r" "$(ratio "$r" "$TCP")" "$(ratio "$r" "$COPIES" | tr -d ' ')"
+	read -r r lo < <(remote_read "$mib")
+	printf '  %-34s %7.2f %s   lowest %5.2f   (%s of the 3 copies)\n' "remote read, $mib MiB, open..close" \
+		"$r" "$(ratio "$r" "$TCP")" "$lo" "$(ratio "$r" "$COPIES" | tr -d ' ')"
 	[ "$mib" = "$BIG_MIB" ] && REMOTE=$r
 done
 # The round trip right before the hand-off: a VM's wake-ups cost what its
