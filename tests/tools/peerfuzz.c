@@ -16,7 +16,8 @@
  * answers are reused so that pulls and CONSUMED hit real objects too.
  * When the daemon drops the connection (as it must after a bad frame) it
  * connects again.  Prints "peerfuzz: F frames, C connections, R replies,
- * D data bytes" and exits 0 if the daemon then answers a PING.
+ * D data bytes" and exits 0 if the daemon then answers a PING and refuses
+ * a lookup of a bad name with EINVAL.
  *
  * With -l it is node NAME's server at ADDR: the daemons that connect to it
  * get answers with hostile fields, errnos, answers to other requests,
@@ -366,22 +367,48 @@ static long session(const char *addr, const uint8_t *key, const char *name, doub
 	return frames;
 }
 
-/* The daemon still answers a well-formed peer. */
-static int still_serves(const char *addr, const uint8_t *key, const char *name, uint8_t *body)
+/* One request q on a new, well-formed connection: the type of the first
+ * reply (with *err, if it is a STATUS), or -1. */
+static int ask(const char *addr, const uint8_t *key, const char *name, uint8_t *body,
+	       const struct proto_msg *q, int32_t *err)
 {
-	int fd = sock_at(addr, 0), ok = 0;
-	struct proto_msg ping = { .type = PT_PING }, m;
+	int fd = sock_at(addr, 0), type = -1;
+	struct proto_msg m;
 	struct proto_hdr h;
 
-	if (fd >= 0 && !handshake(fd, key, name, body) && !send_msg(fd, &ping))
-		while (!recv_frame(fd, &h, body, &m) && !(ok = m.type == PT_PONG))
-			proto_msg_free(&m);
+	if (fd >= 0 && !handshake(fd, key, name, body) && !send_msg(fd, q) &&
+	    !recv_frame(fd, &h, body, &m)) {
+		type = m.type;
+		if (type == PT_STATUS && err)
+			*err = m.u.status.err;
+		proto_msg_free(&m);
+	}
 	if (fd >= 0)
 		close(fd);
-	return ok;
+	return type;
 }
 
-/* As a client of addr until the time is up; then a PING must be answered. */
+/* The daemon still answers a well-formed peer, and still refuses a lookup
+ * of a name that cannot be (one that would also wait 60 s for it) with
+ * EINVAL.  NULL, or what it no longer does. */
+static const char *still_serves(const char *addr, const uint8_t *key, const char *name,
+				uint8_t *body)
+{
+	struct proto_msg ping = { .type = PT_PING }, bad = { .type = PT_LOOKUP };
+	int32_t err = 0;
+
+	snprintf(bad.u.obj.from, sizeof(bad.u.obj.from), "0");
+	snprintf(bad.u.obj.to, sizeof(bad.u.obj.to), "1");
+	snprintf(bad.u.obj.key, sizeof(bad.u.obj.key), ".hidden");
+	bad.u.obj.size = 60000;
+	if (ask(addr, key, name, body, &ping, NULL) != PT_PONG)
+		return "answers a PING";
+	if (ask(addr, key, name, body, &bad, &err) != PT_STATUS || err != EINVAL)
+		return "refuses a lookup of a bad name with EINVAL";
+	return NULL;
+}
+
+/* As a client of addr until the time is up; then it must still serve. */
 static int fuzz(const char *addr, const uint8_t *key, const char *name, double until,
 		uint8_t *body, uint8_t *scratch)
 {
@@ -397,11 +424,11 @@ static int fuzz(const char *addr, const uint8_t *key, const char *name, double u
 		frames += n;
 		conns++;
 	}
-	int ok = still_serves(addr, key, name, body);
-	printf("peerfuzz: %ld frames, %ld connections, %llu replies, %llu data bytes%s\n",
+	const char *lost = still_serves(addr, key, name, body);
+	printf("peerfuzz: %ld frames, %ld connections, %llu replies, %llu data bytes%s%s\n",
 	       frames, conns, (unsigned long long)replies, (unsigned long long)data_bytes,
-	       ok ? "" : "; the daemon no longer answers a PING");
-	return ok && conns ? 0 : 1;
+	       lost ? "; the daemon no longer " : "", lost ? lost : "");
+	return !lost && conns ? 0 : 1;
 }
 
 /* ---------------------------------------------------------------- as a server */
