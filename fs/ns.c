@@ -184,6 +184,7 @@ void obj_put(struct ns *ns, struct object *o)
 {
 	if (--o->refs)
 		return;
+	replica_forget(ns, o);
 	for (unsigned i = 0; i < o->next; i++)
 		pool_free(ns->pool, o->ext[i].off, o->ext[i].len);
 	if (o->hs)
@@ -242,6 +243,7 @@ void obj_detach(struct ns *ns, struct object *o, enum stat_id why)
 	if (!key)
 		return;
 	hasher_dequeue(ns, o);
+	replica_forget(ns, o);          /* its handles may keep the bytes */
 	if (o->state == OS_PUBLISHED)
 		npub_add(key, -1);
 	if (o->state == OS_PUBLISHED && o->owner < 0) {
@@ -276,7 +278,8 @@ static int ext_push(struct object *o, uint64_t off, uint64_t len)
 
 /* Makes the object's extents cover [0, end).  Each step asks for about as
  * much again as the object holds (up to GROW_MAX), first by growing the last
- * extent in place, so a sequential writer ends with one or a few extents. */
+ * extent in place, so a sequential writer ends with one or a few extents.
+ * A pool that is short drops unused copies of other nodes' objects first. */
 int obj_reserve(struct ns *ns, struct object *o, uint64_t end)
 {
 	while (o->cap < end) {
@@ -294,8 +297,11 @@ int obj_reserve(struct ns *ns, struct object *o, uint64_t end)
 				continue;
 			}
 		}
-		if (pool_alloc(ns->pool, POOL_GRAIN, want, &off, &got))
+		if (pool_alloc(ns->pool, POOL_GRAIN, want, &off, &got)) {
+			if (replica_evict(ns, o, (need + POOL_GRAIN - 1) / POOL_GRAIN * POOL_GRAIN))
+				continue;       /* copies of others' objects made room */
 			return -ENOSPC;
+		}
 		if (ext_push(o, off, got)) {
 			pool_free(ns->pool, off, got);
 			return -ENOMEM;
@@ -1193,6 +1199,8 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 			rc = -ENOMEM;
 		else
 			stat_add(ns->st, ST_GETS, 1);
+		if (o->on_lru)
+			replica_touch(ns, o);
 	} else {
 		rc = waiter_queue(ns, n, w, 0, flags);
 	}

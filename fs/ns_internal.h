@@ -58,6 +58,8 @@ struct object {
 	int fetch;
 	uint64_t have;
 	unsigned fetch_gen;
+	struct object *lru_prev, *lru_next;     /* ns's replicas that hold bytes */
+	int on_lru;
 	/* A KV payload's header (SPEC §6), kept for views and user.omni.kv;
 	 * cov counts deliveries of each of cov_of head units by views, of
 	 * which every unit has had cov_min (already counted in reads). */
@@ -115,6 +117,7 @@ struct ns {
 	struct htab byoid;
 	uint64_t next_oid;
 	pthread_cond_t fcond;           /* a fetch moved on */
+	struct object *lru_head, *lru_tail;     /* least recently opened first */
 	pthread_mutex_t ev_lock;        /* one thread delivers events at a time */
 	struct ns_event *ev_head, *ev_tail;
 };
@@ -192,5 +195,12 @@ void fetch_go(struct ns *ns, struct fetch_start *fs);          /* unlocked */
 int fetch_wait(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len);
 int unlink_remote(struct ns *ns, struct object *o);
 int cover_add(struct ns *ns, struct object *o, const struct ns_cover *c);
+
+/* A replica (another node's object with bytes in our pool) is a copy: one
+ * that no handle, view or fetch uses can be dropped when the pool is
+ * short, and is fetched again by its next open. */
+void replica_touch(struct ns *ns, struct object *o);     /* now most recent */
+void replica_forget(struct ns *ns, struct object *o);    /* no longer one */
+int replica_evict(struct ns *ns, const struct object *keep, uint64_t need);
 
 #endif

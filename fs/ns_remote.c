@@ -6,12 +6,103 @@
 #include "ns_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../kvfmt/kvfmt.h"
+#include "../transport/pool.h"
+
+/* ---------------------------------------------------------------- replicas */
+
+/* The pulled bytes of another node's object stay in our pool for its next
+ * reader here (readers: 2, or 0 until rm).  They are only a copy: the
+ * owner has them.  So a copy must never be what keeps this node from
+ * taking a write or another read: when the pool is short, the least
+ * recently opened copy that nothing uses goes, and its next open fetches
+ * it again. */
+
+static void lru_del(struct ns *ns, struct object *o)
+{
+	*(o->lru_prev ? &o->lru_prev->lru_next : &ns->lru_head) = o->lru_next;
+	*(o->lru_next ? &o->lru_next->lru_prev : &ns->lru_tail) = o->lru_prev;
+	o->lru_prev = o->lru_next = NULL;
+	o->on_lru = 0;
+}
+
+void replica_touch(struct ns *ns, struct object *o)
+{
+	if (o->on_lru)
+		lru_del(ns, o);
+	o->lru_prev = ns->lru_tail;
+	*(ns->lru_tail ? &ns->lru_tail->lru_next : &ns->lru_head) = o;
+	ns->lru_tail = o;
+	o->on_lru = 1;
+}
+
+void replica_forget(struct ns *ns, struct object *o)
+{
+	if (o->on_lru)
+		lru_del(ns, o);
+}
+
+/* Nothing but its key holds it: no handle, view, fetch or event. */
+static int replica_idle(const struct object *o, const struct object *keep)
+{
+	return o != keep && o->refs == 1 && o->node && o->fetch != F_RUNNING;
+}
+
+/* Its bytes go back to the pool; its record stays, listed as before. */
+static void replica_drop(struct ns *ns, struct object *o)
+{
+	for (unsigned i = 0; i < o->next; i++)
+		pool_free(ns->pool, o->ext[i].off, o->ext[i].len);
+	o->next = 0;
+	o->cap = 0;
+	o->have = 0;
+	o->fetch = o->size ? F_NONE : F_DONE;
+	replica_forget(ns, o);
+}
+
+/* The bytes free now plus those of every idle copy but keep's. */
+static uint64_t replica_room(struct ns *ns, const struct object *keep)
+{
+	struct pool_usage u;
+	uint64_t room;
+
+	pool_usage(ns->pool, &u);
+	room = u.free;
+	for (struct object *o = ns->lru_head; o; o = o->lru_next)
+		if (replica_idle(o, keep))
+			room += o->cap;
+	return room;
+}
+
+/* Drops idle copies, least recently opened first, until need bytes are
+ * free for keep.  Drops none if all of them would not make room, since a
+ * read that fails anyway should not cost the others their copies.
+ * 1 if it dropped any. */
+int replica_evict(struct ns *ns, const struct object *keep, uint64_t need)
+{
+	struct pool_usage u;
+	int dropped = 0;
+
+	if (!ns->lru_head || replica_room(ns, keep) < need)
+		return 0;
+	pool_usage(ns->pool, &u);
+	for (struct object *o = ns->lru_head, *nx; o && u.free < need; o = nx) {
+		nx = o->lru_next;
+		if (replica_idle(o, keep)) {
+			u.free += o->cap;
+			replica_drop(ns, o);
+			stat_add(ns->st, ST_EVICTED, 1);
+			dropped = 1;
+		}
+	}
+	return dropped;
+}
 
 /* ---------------------------------------------------------------- fetch */
 
@@ -21,6 +112,27 @@
  * for the range they ask, so a reader of a large object starts long before
  * the last byte is in.  A fetch that fails fails its readers with EIO; the
  * next open starts another (fetch_gen tells the two apart). */
+
+/* A fetch that cannot start: its waiters hear why, and a copy that did
+ * not get all its bytes gives back those it got. */
+static void fetch_refused(struct ns *ns, struct object *o, int rc)
+{
+	struct wakelist wl = { 0 };
+
+	if (o->refs == 1)
+		replica_drop(ns, o);
+	if (rc == -ENOSPC)
+		fprintf(stderr, "omnifs: cannot read %s/%s/%s here: its %" PRIu64 " bytes do not "
+			"fit this node's pool (%" PRIu64 " free, counting unused copies)\n",
+			o->node->parent->parent->name, o->node->parent->name, o->node->name,
+			o->size, replica_room(ns, o));
+	wake_key(ns, o->node, rc, &wl);
+	stat_add(ns->st, ST_ERRORS, 1);
+	pthread_mutex_unlock(&ns->lock);
+	wake_all(ns, &wl);      /* answered with the lock dropped */
+	pthread_mutex_lock(&ns->lock);
+}
+
 /* Under the lock: reserves the bytes and takes the fetch's reference.
  * 1 if fetch_go() must follow, 0 if it failed (waiters answered). */
 int fetch_begin(struct ns *ns, struct object *o, struct fetch_start *fs)
@@ -32,12 +144,7 @@ int fetch_begin(struct ns *ns, struct object *o, struct fetch_start *fs)
 	if (!rc && !(fs->iov = malloc(o->next * sizeof(*fs->iov))))
 		rc = -ENOMEM;
 	if (rc) {
-		struct wakelist wl = { 0 };
-		wake_key(ns, o->node, rc, &wl);
-		stat_add(ns->st, ST_ERRORS, 1);
-		pthread_mutex_unlock(&ns->lock);
-		wake_all(ns, &wl);      /* answered with the lock dropped */
-		pthread_mutex_lock(&ns->lock);
+		fetch_refused(ns, o, rc);
 		return 0;
 	}
 	fs->n = 0;
@@ -55,6 +162,7 @@ int fetch_begin(struct ns *ns, struct object *o, struct fetch_start *fs)
 	o->have = 0;
 	o->fetch_gen++;
 	o->refs++;              /* the fetch's, until its end is reported */
+	replica_touch(ns, o);
 	return 1;
 }
 
@@ -180,6 +288,7 @@ static struct object *remote_new(struct ns *ns, struct node *k, int owner,
 		struct iovec iov[4];
 		int n;
 		obj_trim(ns, o);        /* a replica holds its size, not 64 KiB */
+		replica_touch(ns, o);
 		obj_iov(ns, o, 0, ri->size, iov, &n, 4);
 		if (n == 1 && XXH3_64bits(ri->data, ri->size) == ri->xxh3) {
 			memcpy(iov[0].iov_base, ri->data, ri->size);
@@ -189,6 +298,8 @@ static struct object *remote_new(struct ns *ns, struct node *k, int owner,
 		} else if (n == 1) {
 			stat_add(ns->st, ST_CHECKSUM_FAILED, 1);
 		}
+	} else if (ri->data) {
+		replica_drop(ns, o);    /* no room now: fetched by its first open */
 	}
 	return o;
 }

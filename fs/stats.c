@@ -30,6 +30,7 @@ static const struct {
 	[ST_PEER_AUTH_FAILED] = { "peer_auth_failed", "Connections refused for a wrong secret or name", 0 },
 	[ST_PEER_BAD_FRAMES] = { "peer_bad_frames", "Connections dropped for a malformed frame", 0 },
 	[ST_CHECKSUM_FAILED] = { "checksum_failures", "Pulled chunks or payloads that failed their XXH3", 0 },
+	[ST_EVICTED] = { "evicted", "Unused copies of other nodes' objects dropped to make room in the pool", 0 },
 };
 
 static const char *hist_name[H__COUNT] = {
