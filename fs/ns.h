@@ -241,6 +241,9 @@ int64_t ns_wait_ms(struct ns *ns, uint64_t ino);
 
 /* For .omni: counts and the transfers in flight (malloc'd array). */
 void ns_counts(struct ns *ns, uint64_t *objects, uint64_t *inflight);
+/* Pool bytes that hold copies of other nodes' objects (dropped when the
+ * pool is short and nothing uses them). */
+uint64_t ns_copy_bytes(struct ns *ns);
 int ns_transfers(struct ns *ns, struct ns_xfer **out, size_t *n);
 /* ---- rank-shard views (fs/view.c) ---- */
 

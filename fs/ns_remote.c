@@ -80,6 +80,17 @@ static uint64_t replica_room(struct ns *ns, const struct object *keep)
 	return room;
 }
 
+uint64_t ns_copy_bytes(struct ns *ns)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	for (struct object *o = ns->lru_head; o; o = o->lru_next)
+		n += o->cap;
+	pthread_mutex_unlock(&ns->lock);
+	return n;
+}
+
 /* Drops idle copies, least recently opened first, until need bytes are
  * free for keep.  Drops none if all of them would not make room, since a
  * read that fails anyway should not cost the others their copies.

@@ -52,6 +52,7 @@ static char *render_health(const struct vfile_ctx *c)
 	json_object_object_add(pool, "used", json_object_new_uint64(u.used));
 	json_object_object_add(pool, "free", json_object_new_uint64(u.free));
 	json_object_object_add(pool, "largest_free", json_object_new_uint64(u.largest_free));
+	json_object_object_add(pool, "copies", json_object_new_uint64(ns_copy_bytes(c->ns)));
 	json_object_object_add(pool, "locked", json_object_new_boolean(u.locked));
 	json_object_object_add(root, "pool", pool);
 	json_object_object_add(root, "transport", json_object_new_string(c->transport));
@@ -106,6 +107,7 @@ char *vfile_render(const struct vfile_ctx *c, const char *name, size_t *len)
 		ns_counts(c->ns, &g.objects, &g.inflight);
 		g.pool_size = u.size;
 		g.pool_used = u.used;
+		g.pool_copies = ns_copy_bytes(c->ns);
 		s = stats_render_prometheus(c->st, &g);
 	} else if (!strcmp(name, "transfers")) {
 		s = render_transfers(c);

@@ -21,6 +21,7 @@ up() { [ "$(health b "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
 ok "b sees a" wait_until 10 up
 
 used_b() { health b "d['pool']['used'] >> 20"; }
+copies_b() { health b "d['pool']['copies'] >> 20"; }
 pulled_mib() { echo $(( $(stat_of b bytes_pulled) >> 20 )); }
 for k in 1 2 3; do
 	head -c 40M /dev/urandom >"$T/k$k"
@@ -31,6 +32,8 @@ done
 ok "b reads a's first 40 MiB object" cmp "$T/k1" "$T/b/0/1/k1"
 ok "... and its second" cmp "$T/k2" "$T/b/0/1/k2"
 is "$(used_b)" 80 "b's 96 MiB pool holds both copies (readers: 0 keeps the objects)"
+is "$(copies_b)" 80 "... and .omni/health says that 80 MiB of it are copies"
+ok "... as does .omni/metrics" grep -qx "omnifs_pool_copies_bytes $((80 << 20))" "$T/b/.omni/metrics"
 ok "k1 read again (opened last now)" cmp "$T/k1" "$T/b/0/1/k1"
 is "$(pulled_mib)" 80 "... from b's copy, with no pull"
 ok "a third 40 MiB object, with 16 MiB free, reads too" cmp "$T/k3" "$T/b/0/1/k3"
@@ -98,5 +101,6 @@ ok "b writes 90 MiB of its own into a pool full of copies" cp "$T/mine" "$T/b/1/
 ok "... and reads it back" cmp "$T/mine" "$T/b/1/2/mine"
 is "$(stat_of b evicted)" $((evicted + 2)) "... the two copies made room"
 is "$(stat_of b aborted)" 0 "... and nothing was aborted"
+is "$(copies_b)" 0 "... and b's pool holds no copies now"
 
 done_testing
