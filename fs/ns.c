@@ -298,7 +298,7 @@ int obj_reserve(struct ns *ns, struct object *o, uint64_t end)
 			}
 		}
 		if (pool_alloc(ns->pool, POOL_GRAIN, want, &off, &got)) {
-			if (replica_evict(ns, o, (need + POOL_GRAIN - 1) / POOL_GRAIN * POOL_GRAIN))
+			if (replica_evict(ns, o, need))
 				continue;       /* copies of others' objects made room */
 			return -ENOSPC;
 		}
@@ -1199,7 +1199,7 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 			rc = -ENOMEM;
 		else
 			stat_add(ns->st, ST_GETS, 1);
-		if (o->on_lru)
+		if (o->owner >= 0 && o->next)   /* a copy, opened now */
 			replica_touch(ns, o);
 	} else {
 		rc = waiter_queue(ns, n, w, 0, flags);

@@ -59,7 +59,6 @@ struct object {
 	uint64_t have;
 	unsigned fetch_gen;
 	struct object *lru_prev, *lru_next;     /* ns's replicas that hold bytes */
-	int on_lru;
 	/* A KV payload's header (SPEC §6), kept for views and user.omni.kv;
 	 * cov counts deliveries of each of cov_of head units by views, of
 	 * which every unit has had cov_min (already counted in reads). */

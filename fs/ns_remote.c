@@ -24,34 +24,28 @@
  * recently opened copy that nothing uses goes, and its next open fetches
  * it again. */
 
-static void lru_del(struct ns *ns, struct object *o)
+void replica_forget(struct ns *ns, struct object *o)
 {
+	if (!o->lru_prev && ns->lru_head != o)
+		return;                 /* not on the list */
 	*(o->lru_prev ? &o->lru_prev->lru_next : &ns->lru_head) = o->lru_next;
 	*(o->lru_next ? &o->lru_next->lru_prev : &ns->lru_tail) = o->lru_prev;
 	o->lru_prev = o->lru_next = NULL;
-	o->on_lru = 0;
 }
 
 void replica_touch(struct ns *ns, struct object *o)
 {
-	if (o->on_lru)
-		lru_del(ns, o);
+	replica_forget(ns, o);
 	o->lru_prev = ns->lru_tail;
 	*(ns->lru_tail ? &ns->lru_tail->lru_next : &ns->lru_head) = o;
 	ns->lru_tail = o;
-	o->on_lru = 1;
 }
 
-void replica_forget(struct ns *ns, struct object *o)
-{
-	if (o->on_lru)
-		lru_del(ns, o);
-}
-
-/* Nothing but its key holds it: no handle, view, fetch or event. */
+/* Nothing but its key holds it: no handle, view, fetch or event.  (A
+ * copy leaves the list when its key lets go of it: obj_detach.) */
 static int replica_idle(const struct object *o, const struct object *keep)
 {
-	return o != keep && o->refs == 1 && o->node && o->fetch != F_RUNNING;
+	return o != keep && o->refs == 1 && o->fetch != F_RUNNING;
 }
 
 /* Its bytes go back to the pool; its record stays, listed as before. */
