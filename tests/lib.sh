@@ -13,6 +13,7 @@ SYSPY=/usr/bin/python3   # Debian's, with python3-prometheus-client and python3-
 _n=0 _failed=0
 declare -A NODE_PID=() NODE_NETNS=()
 CLEANUP_HOOKS=()   # functions cleanup() runs after the daemons are stopped
+SAN_REPORT='(Address|Leak|UndefinedBehavior)Sanitizer|runtime error:'   # grep -E: a sanitizer's report
 
 ok() {  # ok DESC CMD...: passes if CMD exits 0
 	local desc=$1; shift
@@ -138,9 +139,9 @@ cleanup() {
 	# A daemon's sanitizer report must fail the test that provoked it.
 	for log in "$T"/*.log; do
 		[ -f "$log" ] || continue
-		if grep -qE "(Address|Leak|UndefinedBehavior)Sanitizer|runtime error:" "$log"; then
+		if grep -qE "$SAN_REPORT" "$log"; then
 			echo "# sanitizer report from ${log##*/}:"
-			sed -nE '/(Address|Leak|UndefinedBehavior)Sanitizer|runtime error:/,$p' "$log" |
+			sed -nE "/$SAN_REPORT/,\$p" "$log" |
 				head -60 | sed 's/^/#   /'
 			rc=1
 		fi

@@ -113,5 +113,5 @@ a_lives "hostile answers"
 
 stop_node a
 stop_node b
-ok "a's log has no sanitizer report" sh -c "! grep -qE '(Address|Leak|UndefinedBehavior)Sanitizer|runtime error:' '$T/a.log'"
+ok "a's log has no sanitizer report" sh -c "! grep -qE '$SAN_REPORT' '$T/a.log'"
 done_testing
