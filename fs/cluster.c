@@ -232,7 +232,8 @@ static int hook_fetch(void *ctx, int owner, uint64_t oid, uint64_t size,
 	if (!f)
 		return -ENOMEM;
 	*f = (struct fetch){ cl, token, size };
-	if ((rc = xport_pull(cl->x, owner, oid, 0, size, 1, 1, dst, n, 0, fetch_progress, f)))
+	struct xport_range r = { .oid = oid, .len = size, .stride = 1, .count = 1 };
+	if ((rc = xport_pull(cl->x, owner, &r, dst, n, 0, fetch_progress, f)))
 		free(f);
 	return rc;
 }
@@ -285,8 +286,9 @@ int cluster_pull(struct cluster *cl, const struct cluster_piece *pc, size_t n)
 		pthread_mutex_lock(&ps.lock);
 		ps.left++;
 		pthread_mutex_unlock(&ps.lock);
-		if ((rc = xport_pull(cl->x, pc[i].owner, pc[i].oid, pc[i].off, pc[i].len, pc[i].stride,
-				     pc[i].count, pc[i].dst, pc[i].ndst, XPORT_CACHED,
+		struct xport_range r = { pc[i].oid, pc[i].off, pc[i].len, pc[i].stride, 0,
+					 pc[i].count };
+		if ((rc = xport_pull(cl->x, pc[i].owner, &r, pc[i].dst, pc[i].ndst, XPORT_CACHED,
 				     piece_progress, c))) {
 			free(c);
 			pthread_mutex_lock(&ps.lock);

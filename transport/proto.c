@@ -235,6 +235,10 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		put_le(&w, m->u.pull.len, 8);
 		put_le(&w, m->u.pull.stride, 8);
 		put_le(&w, m->u.pull.count, 4);
+		put_le(&w, m->u.pull.lease, 8);
+		break;
+	case PT_RELEASE:
+		put_le(&w, m->u.release.lease, 8);
 		break;
 	case PT_STATUS:
 		put_le(&w, (uint32_t)m->u.status.err, 4);
@@ -337,12 +341,16 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		m->u.pull.len = get_le(&r, 8);
 		m->u.pull.stride = get_le(&r, 8);
 		m->u.pull.count = (uint32_t)get_le(&r, 4);
+		m->u.pull.lease = get_le(&r, 8);
 		/* count pieces of len at off + k*stride: bounded, apart, in order. */
 		if (m->u.pull.off > (UINT64_MAX >> 2) || m->u.pull.len > (UINT64_MAX >> 2) ||
 		    !m->u.pull.count || m->u.pull.count > PROTO_PULL_PIECES ||
 		    (m->u.pull.count > 1 && (m->u.pull.stride < m->u.pull.len ||
 					     m->u.pull.stride > (UINT64_MAX >> 26))))
 			r.err = 1;
+		break;
+	case PT_RELEASE:
+		m->u.release.lease = get_le(&r, 8);
 		break;
 	case PT_STATUS:
 		m->u.status.err = (int32_t)get_le(&r, 4);
@@ -387,7 +395,7 @@ const char *proto_type_name(unsigned type)
 	static const char *const names[] = {
 		"?", "HELLO", "CHALLENGE", "AUTH", "WELCOME", "PING", "PONG",
 		"ANNOUNCE", "GONE", "CONSUMED", "LOOKUP", "LIST", "REMOVE", "PULL",
-		"STATUS", "OBJECT", "LISTING", "DATA",
+		"STATUS", "OBJECT", "LISTING", "DATA", "RELEASE",
 	};
 	return type <= PT_MAX_TYPE ? names[type] : "?";
 }

@@ -21,7 +21,7 @@
 #define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
 #define PROTO_KEY_MAX    255            /* a key */
 #define PROTO_MAGIC      0x4d4fu
-#define PROTO_VERSION    1
+#define PROTO_VERSION    2              /* 2: PULL's lease, RELEASE */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -48,13 +48,14 @@ enum proto_type {
 	PT_LOOKUP,      /* request: names; reply OBJECT or STATUS */
 	PT_LIST,        /* request: from, to (either may be ""); reply LISTING frames */
 	PT_REMOVE,      /* request: names; reply STATUS */
-	PT_PULL,        /* request: oid, count pieces of len at off + k*stride;
-			   reply DATA frames of the pieces back to back, or STATUS */
+	PT_PULL,        /* request: oid, count pieces of len at off + k*stride,
+			   lease; reply DATA frames of the pieces back to back, or STATUS */
 	PT_STATUS,      /* reply: an errno (0 = ok) */
 	PT_OBJECT,      /* reply: one object */
 	PT_LISTING,     /* reply: names (dirs) or objects, and whether more follow */
 	PT_DATA,        /* reply: off, len, chunk hash, then len raw bytes */
-	PT_MAX_TYPE = PT_DATA,
+	PT_RELEASE,     /* one-way: a lease the sender's pulls no longer need */
+	PT_MAX_TYPE = PT_RELEASE,
 };
 
 struct proto_hdr {
@@ -89,7 +90,11 @@ struct proto_msg {
 		struct proto_obj obj;   /* ANNOUNCE GONE LOOKUP REMOVE OBJECT */
 		struct { uint64_t oid; uint32_t first, n, of; } consumed;  /* of 0: whole */
 		struct { char from[PROTO_NAME_MAX + 1], to[PROTO_NAME_MAX + 1]; } list;
-		struct { uint64_t oid, off, len, stride; uint32_t count; } pull;
+		/* lease (0: none): the sender's name for a read of oid that
+		 * pulls it piece by piece; the owner keeps the object for it,
+		 * as for an open file, until RELEASE. */
+		struct { uint64_t oid, off, len, stride; uint32_t count; uint64_t lease; } pull;
+		struct { uint64_t lease; } release;
 		struct { int32_t err; } status;
 		struct { uint32_t n; uint8_t more, objects; struct proto_obj *obj;
 			 char (*name)[PROTO_NAME_MAX + 1]; } listing;

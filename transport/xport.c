@@ -845,11 +845,14 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 	return rc;
 }
 
-int xport_pull(struct xport *x, int peer, uint64_t oid, uint64_t off, uint64_t len,
-	       uint64_t stride, uint32_t count, const struct iovec *dst, int ndst,
-	       unsigned flags, xport_progress_fn progress, void *arg)
+int xport_pull(struct xport *x, int peer, const struct xport_range *r,
+	       const struct iovec *dst, int ndst, unsigned flags,
+	       xport_progress_fn progress, void *arg)
 {
-	struct proto_msg m = { .type = PT_PULL, .u.pull = { oid, off, len, stride, count } };
+	struct proto_msg m = { .type = PT_PULL,
+			       .u.pull = { r->oid, r->off, r->len, r->stride, r->count, r->lease } };
+	const uint64_t off = r->off, count = r->count;
+	uint64_t len = r->len;
 	struct xport_conn *c;
 	struct pending *p;
 	uint64_t room = 0;
@@ -953,7 +956,8 @@ static int handshake_server(struct xport *x, struct xport_conn *c)
 static int is_request(unsigned t)
 {
 	return t == PT_PING || t == PT_ANNOUNCE || t == PT_GONE || t == PT_CONSUMED ||
-	       t == PT_LOOKUP || t == PT_LIST || t == PT_REMOVE || t == PT_PULL;
+	       t == PT_LOOKUP || t == PT_LIST || t == PT_REMOVE || t == PT_PULL ||
+	       t == PT_RELEASE;
 }
 
 static void server_detach(struct xport *x, struct xport_conn *c)

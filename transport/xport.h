@@ -83,8 +83,12 @@ typedef int (*xport_reply_fn)(void *arg, const struct proto_msg *m);
 int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 	       xport_reply_fn on_reply, void *arg);
 
-/* Pulls count pieces of len bytes at off + k*stride (count 1: the range
- * [off, off+len)) of oid from peer into dst, back to back (which must stay valid
+/* What a pull asks of peer: count pieces of len bytes at off + k*stride
+ * (count 1: the range [off, off+len)) of object oid, under lease (0:
+ * none; see PT_PULL in proto.h). */
+struct xport_range { uint64_t oid, off, len, stride, lease; uint32_t count; };
+
+/* Pulls r from peer into dst, the pieces back to back (dst must stay valid
  * until progress reports an end).  progress(arg, upto, 0) as verified
  * bytes land in order; then progress(arg, upto, err) once at the end: 0
  * when all arrived, else -EIO (peer lost, stalled or a chunk that fails its
@@ -93,12 +97,12 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 typedef void (*xport_progress_fn)(void *arg, uint64_t upto, int err);
 /* flags: by default the bytes are stored around the cache (copy.h), for
  * a fetch that someone reads later.  XPORT_CACHED: the caller reads them
- * as soon as they land (a view checks them), so they stay in cache. */
+ * as soon as they land (a view checks them, a stream hands them on), so
+ * they stay in cache. */
 #define XPORT_CACHED 1u
-int xport_pull(struct xport *x, int peer, uint64_t oid, uint64_t off, uint64_t len,
-	       uint64_t stride, uint32_t count, const struct iovec *dst, int ndst,
-	       unsigned flags, xport_progress_fn progress, void *arg);
-
+int xport_pull(struct xport *x, int peer, const struct xport_range *r,
+	       const struct iovec *dst, int ndst, unsigned flags,
+	       xport_progress_fn progress, void *arg);
 /* Replies, from ops->handle. */
 int xport_reply(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m);
 int xport_reply_data(struct xport_conn *c, uint64_t reqid, uint64_t off, uint64_t xxh3,

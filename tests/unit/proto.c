@@ -42,7 +42,7 @@ static void test_header(void)
 	h[0] ^= 1;
 	is(proto_frame_check(h, &ph), -EPROTO, "a bad magic is refused");
 	proto_put_hdr(h, PT_PING, 0, 1);
-	h[2] = 2;
+	h[2] = PROTO_VERSION + 1;
 	is(proto_frame_check(h, &ph), -EPROTO, "another version is refused");
 	proto_put_hdr(h, 0, 0, 1);
 	is(proto_frame_check(h, &ph), -EPROTO, "type 0 is refused");
@@ -92,6 +92,15 @@ static void test_messages(void)
 	   "a strided PULL round-trips");
 	pull.u.pull.stride = 100;
 	is(roundtrip(&pull, &r), -EPROTO, "pieces that overlap (stride < len): refused");
+	set_pull(&pull, 3, 0, 1 << 20, 0, 1);
+	pull.u.pull.lease = 0x1122334455667788ull;
+	ok(roundtrip(&pull, &r) > 0 && r.u.pull.lease == 0x1122334455667788ull,
+	   "a PULL under a lease round-trips");
+	pull.u.pull.lease = 0;
+	struct proto_msg rel = { .type = PT_RELEASE, .u.release.lease = 99 };
+	ok(roundtrip(&rel, &r) > 0 && r.u.release.lease == 99, "RELEASE round-trips");
+	uint8_t rb[16] = { 0 };
+	is(proto_decode(PT_RELEASE, rb, 7, &r), -EPROTO, "a RELEASE one byte short: refused");
 	set_pull(&pull, 3, 0, 1, 1, 0);
 	is(roundtrip(&pull, &r), -EPROTO, "a PULL of no pieces: refused");
 	set_pull(&pull, 3, 0, 1, 1, PROTO_PULL_PIECES + 1);
