@@ -14,6 +14,7 @@
 #include <xxh_x86dispatch.h>      /* libxxhash's AVX2/AVX-512 paths, chosen at run time */
 #endif
 
+#include "lease.h"
 #include "ns.h"
 #include "stats.h"
 #include "../kvfmt/kvfmt.h"
@@ -49,6 +50,7 @@ struct cluster {
 	 * a wrong hash; OMNIFS_TEST_SERVE_DELAY_MS slows serving per chunk. */
 	int corrupt;
 	unsigned delay_ms;
+	struct leases *leases;          /* peers' streamed reads of ours */
 };
 
 static int stage_in(const char (*stages)[NAME_STAGE_MAX + 1], size_t n, const char *to)
@@ -238,6 +240,26 @@ static int hook_fetch(void *ctx, int owner, uint64_t oid, uint64_t size,
 	return rc;
 }
 
+/* A stream's window: the bytes stay in cache for the reader (XPORT_CACHED). */
+static int hook_pull(void *ctx, int owner, uint64_t oid, uint64_t lease, uint64_t off,
+		     uint64_t len, void *dst, void (*progress)(void *, uint64_t, int), void *arg)
+{
+	struct cluster *cl = ctx;
+	struct xport_range r = { .oid = oid, .off = off, .len = len, .stride = len,
+				 .lease = lease, .count = 1 };
+	struct iovec iov = { dst, len };
+
+	return xport_pull(cl->x, owner, &r, &iov, 1, XPORT_CACHED, progress, arg);
+}
+
+static void hook_release(void *ctx, int owner, uint64_t lease)
+{
+	struct cluster *cl = ctx;
+	struct proto_msg m = { .type = PT_RELEASE, .u.release.lease = lease };
+
+	xport_send(cl->x, owner, &m);   /* down: its end of the lease went with it */
+}
+
 /* ---------------------------------------------------------------- views */
 
 struct pullset {
@@ -325,6 +347,7 @@ static const char *hook_peer_name(void *ctx, int owner)
 static const struct ns_hooks hooks = {
 	.published = hook_published, .gone = hook_gone, .consumed = hook_consumed,
 	.fetch = hook_fetch, .remove = hook_remove, .peer_name = hook_peer_name,
+	.pull = hook_pull, .release = hook_release,
 };
 
 const struct ns_hooks *cluster_hooks(void) { return &hooks; }
@@ -410,13 +433,17 @@ static int serve_ranges(struct cluster *cl, struct xport_conn *c, uint64_t reqid
 	return rc;
 }
 
-static void serve_pull(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
+/* A pull under a lease serves from the handle the lease keeps. */
+static void serve_pull(struct cluster *cl, struct xport_conn *c, int peer, uint64_t reqid,
 		       const struct proto_msg *m)
 {
 	struct proto_msg st = { .type = PT_STATUS };
 	struct ns_handle *h = NULL;
+	struct lease *e = NULL;
 	uint64_t size = 0, off = m->u.pull.off, len = m->u.pull.len, last;
-	int rc = ns_serve_open(cl->ns, m->u.pull.oid, &h, &size);
+	int rc = m->u.pull.lease ? leases_get(cl->leases, peer, m->u.pull.lease, m->u.pull.oid,
+					      &e, &h, &size)
+				 : ns_serve_open(cl->ns, m->u.pull.oid, &h, &size);
 
 	/* The last piece must end inside the object (decode bounded all). */
 	last = off + (uint64_t)(m->u.pull.count - 1) * m->u.pull.stride;
@@ -428,7 +455,9 @@ static void serve_pull(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
 		st.u.status.err = -rc;
 		xport_reply(c, reqid, &st);
 	}
-	if (h)
+	if (e)
+		leases_put(cl->leases, e);
+	else if (h)
 		ns_release(cl->ns, h);
 }
 
@@ -535,7 +564,11 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 		xport_reply(c, reqid, &st);
 		break;
 	case PT_PULL:
-		serve_pull(cl, c, reqid, m);
+		serve_pull(cl, c, peer, reqid, m);
+		break;
+	case PT_RELEASE:
+		if (m->u.release.lease)
+			leases_end(cl->leases, peer, m->u.release.lease);
 		break;
 	default:
 		break;
@@ -574,6 +607,7 @@ static void op_peer_down(void *ctx, int peer)
 	struct cluster *cl = ctx;
 
 	ns_drop_owner(cl->ns, peer, 1);
+	leases_end(cl->leases, peer, 0);        /* its reads died with it */
 }
 
 static void op_count(void *ctx, enum xport_count what, uint64_t n)
@@ -697,8 +731,10 @@ fail:
 
 int cluster_start(struct cluster *cl, struct ns *ns)
 {
+	int rc = leases_create(&cl->leases, ns);
+
 	cl->ns = ns;
-	return xport_start(cl->x);
+	return rc ? rc : xport_start(cl->x);
 }
 
 void cluster_destroy(struct cluster *cl)
@@ -706,6 +742,7 @@ void cluster_destroy(struct cluster *cl)
 	if (!cl)
 		return;
 	xport_destroy(cl->x);
+	leases_destroy(cl->leases);
 	while (cl->subs) {
 		struct sub *s = cl->subs;
 		cl->subs = s->next;

@@ -1160,10 +1160,29 @@ static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int 
 	return -EINPROGRESS;
 }
 
+/* A reader's handle on a streamed object (ns_stream.c), with its window. */
+static int stream_open(struct ns *ns, struct object *o, struct ns_handle **h)
+{
+	struct stream *s;
+	int owner, rc = stream_new(ns, o, &s);
+	uint64_t lease;
+
+	if (rc)
+		return rc;
+	if (!(*h = handle_new(ns, o, 0))) {
+		stream_close(s, &owner, &lease);        /* it pulled nothing yet */
+		return -ENOMEM;
+	}
+	(*h)->stream = s;
+	stat_add(ns->st, ST_GETS, 1);
+	return 0;
+}
+
 int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	    struct ns_handle **h)
 {
 	struct fetch_start fs;
+	struct stream *stream = NULL;
 	int rc = 0, start = 0;
 
 	pthread_mutex_lock(&ns->lock);
@@ -1187,6 +1206,10 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 			(*h)->source = 1;
 	} else if (!o && !(flags & NS_OPEN_EXACT) && views_possible(ns, n)) {
 		rc = -EAGAIN;           /* a view of published shards: see view.c */
+	} else if (o && o->state == OS_PUBLISHED && o->owner >= 0 && o->size > NS_STREAM_MIN) {
+		rc = stream_open(ns, o, h);     /* streamed: its window fills from now */
+		if (!rc)
+			stream = (*h)->stream;
 	} else if (o && o->state == OS_PUBLISHED && o->owner >= 0 &&
 		   o->fetch != F_DONE && (o->fetch != F_RUNNING || !o->have)) {
 		/* Another node's: answered once its first bytes are here,
@@ -1209,6 +1232,8 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	pthread_mutex_unlock(&ns->lock);
 	if (start)
 		fetch_go(ns, &fs);
+	if (stream)
+		stream_pump(ns, stream);
 	return rc;
 }
 
@@ -1297,16 +1322,24 @@ ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 		pthread_mutex_unlock(&ns->lock);
 		return -EREMOTE;        /* a view pulls its ranges itself */
 	}
-	if ((o->state != OS_PUBLISHED && !h->write) ||
-	    (o->owner >= 0 && fetch_wait(ns, h, off, len))) {
-		stat_add(ns->st, ST_ERRORS, 1);
-		pthread_mutex_unlock(&ns->lock);
-		return -EIO;
+	if (!h->stream && stream_wanted(h)) {   /* a waiting open's handle */
+		int rc = stream_new(ns, o, &h->stream);
+		if (rc) {
+			pthread_mutex_unlock(&ns->lock);
+			return rc;
+		}
 	}
+	if ((o->state != OS_PUBLISHED && !h->write) ||
+	    (o->owner >= 0 && !h->stream && fetch_wait(ns, h, off, len)))
+		goto fail;
 	if (off < o->size) {
 		if (len > o->size - off)
 			len = o->size - off;
-		got = obj_iov(ns, o, off, len, iov, niov, maxiov);
+		ssize_t r = h->stream ? stream_read(ns, h->stream, off, len, iov, niov)
+				      : (ssize_t)obj_iov(ns, o, off, len, iov, niov, maxiov);
+		if (r < 0)
+			goto fail;
+		got = (size_t)r;
 		if (!h->source && !h->served)
 			rangeset_add(&h->seen, off, off + got);
 		h->done += got;
@@ -1315,6 +1348,22 @@ ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 	if (!h->source && !h->served)   /* views and peers count their own */
 		stat_add(ns->st, ST_BYTES_READ, got);
 	return (ssize_t)got;
+fail:
+	stat_add(ns->st, ST_ERRORS, 1);
+	pthread_mutex_unlock(&ns->lock);
+	return -EIO;
+}
+
+int ns_handle_streams(const struct ns_handle *h)
+{
+	return stream_wanted(h);        /* fixed for the handle's life */
+}
+
+void ns_read_done(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len)
+{
+	pthread_mutex_lock(&ns->lock);
+	stream_done(ns, h->stream, off, len);
+	pthread_mutex_unlock(&ns->lock);
 }
 
 void ns_handle_path(struct ns *ns, const struct ns_handle *h, char *buf, size_t len)
@@ -1384,6 +1433,14 @@ void ns_release(struct ns *ns, struct ns_handle *h)
 	} else {
 		count_read(ns, h);
 	}
+	int owner = -1;
+	uint64_t lease = 0;
+	/* The kernel may send the release as soon as a read's reply is out,
+	 * before that read's ns_read_done: its turn must end first. */
+	while (h->stream && stream_reading(h->stream))
+		pthread_cond_wait(&ns->fcond, &ns->lock);
+	if (h->stream)
+		stream_close(h->stream, &owner, &lease);
 	h->prev->next = h->next;
 	h->next->prev = h->prev;
 	rangeset_fini(&h->seen);
@@ -1391,6 +1448,8 @@ void ns_release(struct ns *ns, struct ns_handle *h)
 	free(h);
 	ns_unlock(ns);
 	wake_all(ns, &wl);
+	if (lease && ns->set.hooks && ns->set.hooks->release)
+		ns->set.hooks->release(ns->set.hctx, owner, lease);
 }
 
 int ns_truncate(struct ns *ns, uint64_t ino, uint64_t size)

@@ -44,6 +44,9 @@ typedef void (*ns_wake_fn)(struct ns_waiter *w, int err, struct ns_handle *h);
 /* Published objects are hashed per NS_CHUNK too, so that bytes pulled from
  * another node are checked as they arrive, not only once all are in. */
 #define NS_CHUNK (1u << 20)
+/* Remote objects larger than this are streamed to their readers through a
+ * small window instead of being copied whole into this node's pool. */
+#define NS_STREAM_MIN (64u << 20)
 #define NS_INLINE_MAX (64u << 10)      /* published objects this small and
 					  contiguous are offered with their bytes */
 
@@ -78,6 +81,15 @@ struct ns_hooks {
 	/* rm of a remote object: ask its owner.  0 or -errno. */
 	int (*remove)(void *ctx, const struct ns_objinfo *o);
 	const char *(*peer_name)(void *ctx, int owner);
+	/* A stream's window (see ns_stream.c): bring [off, off+len) of a
+	 * remote object into dst under lease, calling progress(arg, upto, 0)
+	 * as verified bytes land and progress(arg, upto, err) once at the end.
+	 * 0, or -errno (then progress is never called). */
+	int (*pull)(void *ctx, int owner, uint64_t oid, uint64_t lease, uint64_t off,
+		    uint64_t len, void *dst, void (*progress)(void *arg, uint64_t upto, int err),
+		    void *arg);
+	/* The stream under lease ended: its owner may let go of the object. */
+	void (*release)(void *ctx, int owner, uint64_t lease);
 };
 
 struct ns_settings {
@@ -174,9 +186,15 @@ struct ns_waiter *ns_cancel(struct ns *ns, uint64_t id);
 ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
 		 size_t len, uint64_t off);
 /* Points iov at the bytes of [off, off+len); returns the byte count.
- * The bytes stay valid until the handle is released. */
+ * The bytes stay valid until the handle's release; but on a handle that
+ * streams (a reader's, of a large remote object), only until ns_read_done()
+ * with the count, which must follow every read that returned bytes, once
+ * they are copied out: the window moves on then, and the handle's release
+ * waits for it. */
 ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 		struct iovec *iov, int *niov, int maxiov);
+int ns_handle_streams(const struct ns_handle *h);
+void ns_read_done(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len);
 enum ns_close {
 	NS_CLOSE_LAST,          /* a live caller's last descriptor on it */
 	NS_CLOSE_DUP,           /* the caller holds another (a dup): not yet */

@@ -82,8 +82,11 @@ struct node {
 	char *name;
 };
 
+struct stream;
+
 struct ns_handle {
 	struct object *obj;
+	struct stream *stream;          /* a streamed read's window (ns_stream.c) */
 	int write, flushed, counted, killed, served, source;
 	unsigned gen;
 	struct rangeset seen;
@@ -117,6 +120,7 @@ struct ns {
 	uint64_t next_oid;
 	pthread_cond_t fcond;           /* a fetch moved on */
 	struct object *lru_head, *lru_tail;     /* least recently opened first */
+	uint64_t next_lease;            /* streams' (ns_stream.c) */
 	pthread_mutex_t ev_lock;        /* one thread delivers events at a time */
 	struct ns_event *ev_head, *ev_tail;
 };
@@ -201,5 +205,22 @@ int cover_add(struct ns *ns, struct object *o, const struct ns_cover *c);
 void replica_touch(struct ns *ns, struct object *o);     /* now most recent */
 void replica_forget(struct ns *ns, struct object *o);    /* no longer one */
 int replica_evict(struct ns *ns, const struct object *keep, uint64_t need);
+
+/* --------------------------------------------------------- ns_stream.c */
+
+/* A reader's handle on an object larger than NS_STREAM_MIN from another
+ * node reads it through a window (see there). */
+int stream_wanted(const struct ns_handle *h);
+int stream_new(struct ns *ns, struct object *o, struct stream **out);  /* -ENOSPC, -ENOMEM */
+void stream_pump(struct ns *ns, struct stream *s);      /* unlocked: pulls the window */
+/* Waits for its turn and for [off, off+len) (len > 0, clipped to a slot),
+ * pins it and points iov (2 entries) at it: the byte count, or -EIO.
+ * stream_done(), with that count, unpins it and ends the turn. */
+ssize_t stream_read(struct ns *ns, struct stream *s, uint64_t off, size_t len,
+		    struct iovec *iov, int *niov);
+void stream_done(struct ns *ns, struct stream *s, uint64_t off, size_t len);
+int stream_reading(const struct stream *s);     /* a read's turn is on */
+/* The handle lets go; the owner is told (unlocked) that lease is over. */
+void stream_close(struct stream *s, int *owner, uint64_t *lease);
 
 #endif

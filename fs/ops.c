@@ -496,11 +496,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			return (void)fuse_reply_err(req, (int)-got);
 		return (void)fuse_reply_iov(req, iov, got > 0);
 	}
-	ssize_t got = ns_read(fs_of(req)->ns, (struct ns_handle *)(uintptr_t)fi->fh,
-			      (uint64_t)off, size, iov, &n, MAX_IOV);
+	struct ns *ns = fs_of(req)->ns;
+	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
+	int streams = ns_handle_streams(h);     /* h may go once the reply is out */
+	ssize_t got = ns_read(ns, h, (uint64_t)off, size, iov, &n, MAX_IOV);
 	if (got < 0)
 		return (void)fuse_reply_err(req, (int)-got);
-	fuse_reply_iov(req, iov, n);
+	fuse_reply_iov(req, iov, n);    /* copies the bytes out before it returns */
+	if (streams && got > 0)
+		ns_read_done(ns, h, (uint64_t)off, (size_t)got);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,

@@ -98,6 +98,8 @@ read -r TCP TCPLO < <(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" "$BIG_MIB
 # A remote read copies each byte three times (into the socket, from it into
 # the pool, out of the pool to the reader); the ceiling copies twice.  The
 # same three copies by a plain program show how much of the gap is theirs.
+# (The 64 MiB read lands in the pool whole; the 1 GiB read streams through
+# a small window, so its third copy reads from cache, and can beat this.)
 read -r COPIES COPIESLO < <(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" copies "$BIG_MIB"; done | best_low)
 read -r PA PB < <(python3 -c '
 import socket

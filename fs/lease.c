@@ -1,0 +1,191 @@
+/* lease.c - leases of streamed reads: (peer, id) -> a served handle. */
+#include "lease.h"
+#include "htab.h"
+#include "ns.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+struct lease {
+	struct hlink link;
+	int peer, ended;
+	unsigned busy;                  /* serves using h right now */
+	uint64_t id, oid, size;
+	struct ns_handle *h;
+};
+
+struct leases {
+	pthread_mutex_t lock;
+	struct ns *ns;
+	struct htab tab;
+	unsigned *held;                 /* per peer, grown on demand */
+	int nheld;
+};
+
+static uint64_t lease_key(int peer, uint64_t id)
+{
+	return (id ^ ((uint64_t)peer << 48)) * 0x9e3779b97f4a7c15ull;
+}
+
+int leases_create(struct leases **out, struct ns *ns)
+{
+	struct leases *t = calloc(1, sizeof(*t));
+
+	if (!t || htab_init(&t->tab, 64)) {
+		free(t);
+		return -ENOMEM;
+	}
+	t->ns = ns;
+	pthread_mutex_init(&t->lock, NULL);
+	*out = t;
+	return 0;
+}
+
+static struct lease *lease_find(struct leases *t, int peer, uint64_t id)
+{
+	for (struct hlink *l = htab_find(&t->tab, lease_key(peer, id)); l; l = htab_next(l)) {
+		struct lease *e = (struct lease *)l;
+		if (e->peer == peer && e->id == id && !e->ended)
+			return e;
+	}
+	return NULL;
+}
+
+/* Under the lock: counts one more of peer's, unless it has its fill. */
+static int lease_count(struct leases *t, int peer)
+{
+	if (peer >= t->nheld) {
+		unsigned *n = realloc(t->held, (size_t)(peer + 1) * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		for (int i = t->nheld; i <= peer; i++)
+			n[i] = 0;
+		t->held = n;
+		t->nheld = peer + 1;
+	}
+	if (t->held[peer] >= LEASE_MAX)
+		return -EBUSY;
+	t->held[peer]++;
+	return 0;
+}
+
+/* Opens oid for a new lease, with the lock dropped (ns takes its own). */
+static int lease_open(struct leases *t, int peer, uint64_t id, uint64_t oid, struct lease **out)
+{
+	struct lease *e = calloc(1, sizeof(*e));
+	int rc;
+
+	if (!e)
+		return -ENOMEM;
+	*e = (struct lease){ .peer = peer, .id = id, .oid = oid, .busy = 1 };
+	if ((rc = ns_serve_open(t->ns, oid, &e->h, &e->size))) {
+		free(e);
+		return rc;
+	}
+	pthread_mutex_lock(&t->lock);
+	if (lease_find(t, peer, id)) {
+		rc = -EINVAL;           /* the same id twice at once: a confused peer */
+	} else if (!(rc = lease_count(t, peer))) {
+		htab_add(&t->tab, &e->link, lease_key(peer, id));
+		*out = e;
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (rc) {
+		ns_release(t->ns, e->h);
+		free(e);
+	}
+	return rc;
+}
+
+int leases_get(struct leases *t, int peer, uint64_t id, uint64_t oid,
+	       struct lease **out, struct ns_handle **h, uint64_t *size)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&t->lock);
+	struct lease *e = lease_find(t, peer, id);
+	if (e && e->oid != oid)
+		rc = -EINVAL;
+	else if (e)
+		e->busy++;
+	pthread_mutex_unlock(&t->lock);
+	if (!rc && !e)
+		rc = lease_open(t, peer, id, oid, &e);
+	if (rc)
+		return rc;
+	*out = e;
+	*h = e->h;
+	*size = e->size;
+	return 0;
+}
+
+/* Under the lock: 1 if e may go now (ended and unused). */
+static int lease_unhook(struct leases *t, struct lease *e)
+{
+	if (!e->ended || e->busy)
+		return 0;
+	htab_del(&t->tab, &e->link);
+	t->held[e->peer]--;
+	return 1;
+}
+
+static void lease_free(struct leases *t, struct lease *e)
+{
+	ns_release(t->ns, e->h);
+	free(e);
+}
+
+void leases_put(struct leases *t, struct lease *e)
+{
+	pthread_mutex_lock(&t->lock);
+	e->busy--;
+	int gone = lease_unhook(t, e);
+	pthread_mutex_unlock(&t->lock);
+	if (gone)
+		lease_free(t, e);
+}
+
+/* Ends the first of peer's leases that matches id (0: any), and says
+ * whether there was one. */
+static int lease_end_one(struct leases *t, int peer, uint64_t id)
+{
+	struct lease *e = NULL, *gone = NULL;
+
+	pthread_mutex_lock(&t->lock);
+	if (id) {
+		e = lease_find(t, peer, id);
+	} else {
+		for (size_t b = 0; b < t->tab.nb && !e; b++)
+			for (struct hlink *l = t->tab.b[b]; l && !e; l = l->next)
+				if (((struct lease *)l)->peer == peer && !((struct lease *)l)->ended)
+					e = (struct lease *)l;
+	}
+	if (e) {
+		e->ended = 1;
+		if (lease_unhook(t, e))
+			gone = e;
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (gone)
+		lease_free(t, gone);
+	return e != NULL;
+}
+
+void leases_end(struct leases *t, int peer, uint64_t id)
+{
+	while (lease_end_one(t, peer, id) && !id)
+		;
+}
+
+void leases_destroy(struct leases *t)
+{
+	if (!t)
+		return;
+	for (int p = 0; p < t->nheld; p++)
+		leases_end(t, p, 0);
+	htab_fini(&t->tab);
+	pthread_mutex_destroy(&t->lock);
+	free(t->held);
+	free(t);
+}

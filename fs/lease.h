@@ -1,0 +1,35 @@
+/* lease.h - the owner's side of a streamed read (PT_PULL's lease).
+ *
+ * A reader's node that streams a large object pulls it a window at a time
+ * under a lease it names.  The first pull under a lease opens the object
+ * here as a served handle and the lease keeps it, as an open file keeps an
+ * object, so `rm` or consumption elsewhere does not cut the read short;
+ * RELEASE, or the peer going down, lets go.  A peer may hold LEASE_MAX at
+ * once: more is refused (EBUSY), so no peer can pin the pool at will.
+ * Thread-safe.
+ */
+#ifndef OMNI_LEASE_H
+#define OMNI_LEASE_H
+
+#include <stdint.h>
+
+#define LEASE_MAX 256           /* per peer */
+
+struct ns;
+struct ns_handle;
+struct leases;
+struct lease;
+
+int leases_create(struct leases **out, struct ns *ns);
+void leases_destroy(struct leases *t);          /* lets go of them all */
+
+/* peer's lease id on object oid: opened on first use.  0 with *h, *size
+ * and *e (give it back with leases_put), or -ENOENT (no such object),
+ * -EINVAL (the lease names another object), -EBUSY, -ENOMEM. */
+int leases_get(struct leases *t, int peer, uint64_t id, uint64_t oid,
+	       struct lease **e, struct ns_handle **h, uint64_t *size);
+void leases_put(struct leases *t, struct lease *e);
+/* RELEASE of one, or (id 0) all of peer's. */
+void leases_end(struct leases *t, int peer, uint64_t id);
+
+#endif

@@ -1,0 +1,270 @@
+/* ns_stream.c - a large remote object streamed to one reader.
+ *
+ * Copying a large object whole into this node's pool costs a trip through
+ * memory for every byte (stored, then read again by the reader's read) and
+ * room it may not have.  A reader's handle on one larger than NS_STREAM_MIN
+ * instead gets a window of STREAM_SLOTS slots of STREAM_SLOT bytes in the
+ * pool: each slot pulls one aligned piece ahead of the reader, its bytes
+ * are received straight into it and stay in cache until the read hands
+ * them on, and a slot the reader has left behind pulls the next piece.
+ * Nothing of the object stays here after the read.
+ *
+ * The pulls run under a lease (lease.h), so the owner keeps the object for
+ * this read as an open file would, however long it takes.  A slot is
+ * pinned while a read's reply copies out of it (ns_read_done unpins), and
+ * the window's memory lives until its last pull has ended, since a pull
+ * cannot be called back.  Reads of one open file take turns, from
+ * stream_read to stream_done: a window follows one reader, and threads
+ * that share a descriptor and jump about would otherwise take each
+ * other's slots for ever.  Called with ns->lock held unless said otherwise.
+ */
+#define _GNU_SOURCE
+#include "ns_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "../transport/clock.h"
+#include "../transport/pool.h"
+
+#define STREAM_SLOT (2u << 20)          /* whole hashed chunks (NS_CHUNK) */
+#define STREAM_SLOTS 4
+#define STREAM_WINDOW ((uint64_t)STREAM_SLOTS * STREAM_SLOT)
+_Static_assert(STREAM_SLOT % NS_CHUNK == 0, "the owner sends its kept chunk hashes");
+_Static_assert(STREAM_WINDOW < NS_STREAM_MIN, "a streamed object is larger than its window");
+
+enum { SL_FREE, SL_BUSY, SL_DONE };     /* BUSY: its pull is in flight */
+
+struct slot {
+	struct stream *s;
+	int state, err;
+	unsigned pins;                  /* reads whose replies copy out of it */
+	uint64_t start, len, have;      /* [start, start+len) of the object; have landed */
+};
+
+struct stream {
+	struct ns *ns;
+	int owner;
+	uint64_t oid, size, lease;
+	uint64_t poff;                  /* the window's place in the pool */
+	uint64_t pos;                   /* where the latest read began */
+	unsigned refs;                  /* the handle's, and each pull's in flight */
+	int reading;                    /* a read's turn: stream_read..stream_done */
+	struct slot slot[STREAM_SLOTS];
+};
+
+int stream_wanted(const struct ns_handle *h)
+{
+	const struct object *o = h->obj;
+
+	return !h->write && !h->source && !h->served && o->owner >= 0 && o->size > NS_STREAM_MIN;
+}
+
+int stream_new(struct ns *ns, struct object *o, struct stream **out)
+{
+	struct stream *s = calloc(1, sizeof(*s));
+	uint64_t poff, got;
+	int rc;
+
+	if (!s)
+		return -ENOMEM;
+	rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, &poff, &got);
+	if (rc == -ENOSPC && replica_evict(ns, NULL, STREAM_WINDOW))
+		rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, &poff, &got);
+	if (rc) {
+		free(s);
+		return rc;
+	}
+	if (!ns->next_lease)            /* unlike any this node used before a restart */
+		ns->next_lease = clock_wall_ns();
+	*s = (struct stream){ .ns = ns, .owner = o->owner, .oid = o->oid, .size = o->size,
+			      .lease = ++ns->next_lease, .poff = poff, .refs = 1 };
+	for (int i = 0; i < STREAM_SLOTS; i++)
+		s->slot[i].s = s;
+	*out = s;
+	return 0;
+}
+
+static void stream_put(struct stream *s)
+{
+	if (--s->refs)
+		return;
+	pool_free(s->ns->pool, s->poff, STREAM_WINDOW);
+	free(s);
+}
+
+void stream_close(struct stream *s, int *owner, uint64_t *lease)
+{
+	*owner = s->owner;
+	*lease = s->lease;
+	stream_put(s);
+}
+
+static uint8_t *slot_mem(const struct slot *sl)
+{
+	const struct stream *s = sl->s;
+
+	return s->ns->base + s->poff + (uint64_t)(sl - s->slot) * STREAM_SLOT;
+}
+
+static struct slot *slot_at(struct stream *s, uint64_t x)
+{
+	for (int i = 0; i < STREAM_SLOTS; i++) {
+		struct slot *sl = &s->slot[i];
+		if (sl->state != SL_FREE && x >= sl->start && x - sl->start < sl->len)
+			return sl;
+	}
+	return NULL;
+}
+
+/* The window: STREAM_SLOTS pieces from the one the latest read began in. */
+static uint64_t window_base(const struct stream *s)
+{
+	return s->pos / STREAM_SLOT * STREAM_SLOT;
+}
+
+/* Frees the slots whose pieces the reader has left behind or jumped past. */
+static void stream_recycle(struct stream *s)
+{
+	uint64_t base = window_base(s);
+
+	for (int i = 0; i < STREAM_SLOTS; i++) {
+		struct slot *sl = &s->slot[i];
+		if (sl->state == SL_DONE && !sl->pins &&
+		    (sl->start + sl->len <= base || sl->start >= base + STREAM_WINDOW))
+			sl->state = SL_FREE;
+	}
+}
+
+/* A free slot for the first piece of the window that none holds, or NULL. */
+static struct slot *stream_gap(struct stream *s, uint64_t *piece)
+{
+	struct slot *free = NULL;
+	uint64_t base = window_base(s);
+
+	for (int i = 0; i < STREAM_SLOTS && !free; i++)
+		if (s->slot[i].state == SL_FREE)
+			free = &s->slot[i];
+	for (uint64_t x = base; free && x < base + STREAM_WINDOW && x < s->size; x += STREAM_SLOT)
+		if (!slot_at(s, x)) {
+			*piece = x;
+			return free;
+		}
+	return NULL;
+}
+
+/* From the transport's thread: a pull moved on, or ended. */
+static void stream_progress(void *arg, uint64_t upto, int err)
+{
+	struct slot *sl = arg;
+	struct ns *ns = sl->s->ns;
+
+	pthread_mutex_lock(&ns->lock);
+	if (!err && upto > sl->have)
+		sl->have = upto;
+	if (err || upto >= sl->len) {
+		sl->state = SL_DONE;
+		sl->err = err ? -EIO : 0;
+		stream_put(sl->s);
+	}
+	pthread_cond_broadcast(&ns->fcond);
+	pthread_mutex_unlock(&ns->lock);
+}
+
+void stream_pump(struct ns *ns, struct stream *s)
+{
+	const struct ns_hooks *hk = ns->set.hooks;
+
+	for (;;) {
+		uint64_t x;
+		pthread_mutex_lock(&ns->lock);
+		stream_recycle(s);
+		struct slot *sl = stream_gap(s, &x);
+		if (sl) {
+			*sl = (struct slot){ .s = s, .state = SL_BUSY, .start = x,
+					     .len = s->size - x < STREAM_SLOT ? s->size - x : STREAM_SLOT };
+			s->refs++;      /* the pull's, until it ends */
+		}
+		pthread_mutex_unlock(&ns->lock);
+		if (!sl)
+			return;
+		int rc = hk && hk->pull ? hk->pull(ns->set.hctx, s->owner, s->oid, s->lease, sl->start,
+						   sl->len, slot_mem(sl), stream_progress, sl)
+					: -ENOTCONN;
+		if (rc)
+			stream_progress(sl, 0, rc);
+	}
+}
+
+/* 1 once sl's piece has landed up to end, or whole if it ends before. */
+static int slot_has(const struct slot *sl, uint64_t end)
+{
+	uint64_t stop = end < sl->start + sl->len ? end : sl->start + sl->len;
+
+	return sl->start + sl->have >= stop;
+}
+
+/* A slot whose pull failed answers one read with its error, then goes, so
+ * that a read that tries again pulls again.  That read's turn ends. */
+static ssize_t slot_failed(struct ns *ns, struct slot *sl)
+{
+	if (!sl->pins)
+		sl->state = SL_FREE;
+	sl->s->reading = 0;
+	pthread_cond_broadcast(&ns->fcond);
+	return sl->err;
+}
+
+ssize_t stream_read(struct ns *ns, struct stream *s, uint64_t off, size_t len,
+		    struct iovec *iov, int *niov)
+{
+	uint64_t end = off + (len < STREAM_SLOT ? len : STREAM_SLOT), x;
+
+	while (s->reading)
+		pthread_cond_wait(&ns->fcond, &ns->lock);
+	s->reading = 1;
+	s->pos = off;
+	for (;;) {
+		stream_recycle(s);
+		if (stream_gap(s, &x)) {
+			pthread_mutex_unlock(&ns->lock);
+			stream_pump(ns, s);
+			pthread_mutex_lock(&ns->lock);
+			continue;
+		}
+		struct slot *a = slot_at(s, off), *b = slot_at(s, end - 1);
+		if (a && a->state == SL_DONE && a->err)
+			return slot_failed(ns, a);
+		if (b && b->state == SL_DONE && b->err)
+			return slot_failed(ns, b);
+		if (a && b && slot_has(a, end) && slot_has(b, end))
+			break;
+		pthread_cond_wait(&ns->fcond, &ns->lock);
+	}
+	struct slot *a = slot_at(s, off), *b = slot_at(s, end - 1);
+	uint64_t first = (a == b ? end : a->start + a->len) - off;
+	a->pins++;
+	iov[0] = (struct iovec){ slot_mem(a) + (off - a->start), first };
+	*niov = 1;
+	if (b != a) {
+		b->pins++;
+		iov[(*niov)++] = (struct iovec){ slot_mem(b), end - b->start };
+	}
+	return (ssize_t)(end - off);
+}
+
+int stream_reading(const struct stream *s)
+{
+	return s->reading;
+}
+
+void stream_done(struct ns *ns, struct stream *s, uint64_t off, size_t len)
+{
+	s->reading = 0;
+	struct slot *a = slot_at(s, off), *b = slot_at(s, off + len - 1);
+	if (a && a->pins)
+		a->pins--;
+	if (b && b != a && b->pins)
+		b->pins--;
+	pthread_cond_broadcast(&ns->fcond);     /* the next read's turn */
+}
