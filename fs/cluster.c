@@ -441,7 +441,7 @@ static void serve_pull(struct cluster *cl, struct xport_conn *c, int peer, uint6
 	struct ns_handle *h = NULL;
 	struct lease *e = NULL;
 	uint64_t size = 0, off = m->u.pull.off, len = m->u.pull.len, last;
-	int rc = m->u.pull.lease ? leases_get(cl->leases, peer, m->u.pull.lease, m->u.pull.oid,
+	int rc = m->u.pull.lease ? leases_get(cl->leases, c, peer, m->u.pull.lease, m->u.pull.oid,
 					      &e, &h, &size)
 				 : ns_serve_open(cl->ns, m->u.pull.oid, &h, &size);
 
@@ -607,7 +607,14 @@ static void op_peer_down(void *ctx, int peer)
 	struct cluster *cl = ctx;
 
 	ns_drop_owner(cl->ns, peer, 1);
-	leases_end(cl->leases, peer, 0);        /* its reads died with it */
+}
+
+/* The peer's streamed reads of ours came on c: they ended with it. */
+static void op_conn_end(void *ctx, struct xport_conn *c)
+{
+	struct cluster *cl = ctx;
+
+	leases_drop(cl->leases, c);
 }
 
 static void op_count(void *ctx, enum xport_count what, uint64_t n)
@@ -623,7 +630,7 @@ static void op_count(void *ctx, enum xport_count what, uint64_t n)
 
 static const struct xport_ops xops = {
 	.handle = op_handle, .peer_up = op_peer_up, .peer_down = op_peer_down,
-	.count = op_count,
+	.conn_end = op_conn_end, .count = op_count,
 };
 
 /* ---------------------------------------------------------------- asking */

@@ -9,6 +9,7 @@
 
 struct lease {
 	struct hlink link;
+	const void *conn;               /* it came on; it ends with it */
 	int peer, ended;
 	unsigned busy;                  /* serves using h right now */
 	uint64_t id, oid, size;
@@ -71,14 +72,15 @@ static int lease_count(struct leases *t, int peer)
 }
 
 /* Opens oid for a new lease, with the lock dropped (ns takes its own). */
-static int lease_open(struct leases *t, int peer, uint64_t id, uint64_t oid, struct lease **out)
+static int lease_open(struct leases *t, const void *conn, int peer, uint64_t id, uint64_t oid,
+		      struct lease **out)
 {
 	struct lease *e = calloc(1, sizeof(*e));
 	int rc;
 
 	if (!e)
 		return -ENOMEM;
-	*e = (struct lease){ .peer = peer, .id = id, .oid = oid, .busy = 1 };
+	*e = (struct lease){ .conn = conn, .peer = peer, .id = id, .oid = oid, .busy = 1 };
 	if ((rc = ns_serve_open(t->ns, oid, &e->h, &e->size))) {
 		free(e);
 		return rc;
@@ -98,7 +100,7 @@ static int lease_open(struct leases *t, int peer, uint64_t id, uint64_t oid, str
 	return rc;
 }
 
-int leases_get(struct leases *t, int peer, uint64_t id, uint64_t oid,
+int leases_get(struct leases *t, const void *conn, int peer, uint64_t id, uint64_t oid,
 	       struct lease **out, struct ns_handle **h, uint64_t *size)
 {
 	int rc = 0;
@@ -111,7 +113,7 @@ int leases_get(struct leases *t, int peer, uint64_t id, uint64_t oid,
 		e->busy++;
 	pthread_mutex_unlock(&t->lock);
 	if (!rc && !e)
-		rc = lease_open(t, peer, id, oid, &e);
+		rc = lease_open(t, conn, peer, id, oid, &e);
 	if (rc)
 		return rc;
 	*out = e;
@@ -146,44 +148,55 @@ void leases_put(struct leases *t, struct lease *e)
 		lease_free(t, e);
 }
 
-/* Ends the first of peer's leases that matches id (0: any), and says
- * whether there was one. */
-static int lease_end_one(struct leases *t, int peer, uint64_t id)
+/* Ends e, and frees it unless a serve still uses it (leases_put will). */
+static void lease_end(struct leases *t, struct lease *e)
 {
-	struct lease *e = NULL, *gone = NULL;
+	int gone;
 
-	pthread_mutex_lock(&t->lock);
-	if (id) {
-		e = lease_find(t, peer, id);
-	} else {
-		for (size_t b = 0; b < t->tab.nb && !e; b++)
-			for (struct hlink *l = t->tab.b[b]; l && !e; l = l->next)
-				if (((struct lease *)l)->peer == peer && !((struct lease *)l)->ended)
-					e = (struct lease *)l;
-	}
-	if (e) {
-		e->ended = 1;
-		if (lease_unhook(t, e))
-			gone = e;
-	}
+	e->ended = 1;
+	gone = lease_unhook(t, e);
 	pthread_mutex_unlock(&t->lock);
 	if (gone)
-		lease_free(t, gone);
-	return e != NULL;
+		lease_free(t, e);
+	pthread_mutex_lock(&t->lock);
 }
 
 void leases_end(struct leases *t, int peer, uint64_t id)
 {
-	while (lease_end_one(t, peer, id) && !id)
-		;
+	pthread_mutex_lock(&t->lock);
+	struct lease *e = lease_find(t, peer, id);
+	if (e)
+		lease_end(t, e);
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* Under the lock: the first lease of conn (NULL: of any) not yet ended. */
+static struct lease *lease_of(struct leases *t, const void *conn)
+{
+	for (size_t b = 0; b < t->tab.nb; b++)
+		for (struct hlink *l = t->tab.b[b]; l; l = l->next) {
+			struct lease *e = (struct lease *)l;
+			if (!e->ended && (!conn || e->conn == conn))
+				return e;
+		}
+	return NULL;
+}
+
+void leases_drop(struct leases *t, const void *conn)
+{
+	struct lease *e;
+
+	pthread_mutex_lock(&t->lock);
+	while ((e = lease_of(t, conn)))
+		lease_end(t, e);
+	pthread_mutex_unlock(&t->lock);
 }
 
 void leases_destroy(struct leases *t)
 {
 	if (!t)
 		return;
-	for (int p = 0; p < t->nheld; p++)
-		leases_end(t, p, 0);
+	leases_drop(t, NULL);
 	htab_fini(&t->tab);
 	pthread_mutex_destroy(&t->lock);
 	free(t->held);

@@ -4,8 +4,9 @@
  * under a lease it names.  The first pull under a lease opens the object
  * here as a served handle and the lease keeps it, as an open file keeps an
  * object, so `rm` or consumption elsewhere does not cut the read short;
- * RELEASE, or the peer going down, lets go.  A peer may hold LEASE_MAX at
- * once: more is refused (EBUSY), so no peer can pin the pool at will.
+ * RELEASE, or the end of the connection the lease came on (the reader's
+ * node died, or went silent), lets go.  A peer may hold LEASE_MAX at once:
+ * more is refused (EBUSY), so no peer can pin the pool at will.
  * Thread-safe.
  */
 #ifndef OMNI_LEASE_H
@@ -23,13 +24,16 @@ struct lease;
 int leases_create(struct leases **out, struct ns *ns);
 void leases_destroy(struct leases *t);          /* lets go of them all */
 
-/* peer's lease id on object oid: opened on first use.  0 with *h, *size
- * and *e (give it back with leases_put), or -ENOENT (no such object),
- * -EINVAL (the lease names another object), -EBUSY, -ENOMEM. */
-int leases_get(struct leases *t, int peer, uint64_t id, uint64_t oid,
+/* peer's lease id on object oid, a pull's on connection conn: opened on
+ * first use.  0 with *h, *size and *e (give it back with leases_put), or
+ * -ENOENT (no such object), -EINVAL (the lease names another object),
+ * -EBUSY, -ENOMEM. */
+int leases_get(struct leases *t, const void *conn, int peer, uint64_t id, uint64_t oid,
 	       struct lease **e, struct ns_handle **h, uint64_t *size);
 void leases_put(struct leases *t, struct lease *e);
-/* RELEASE of one, or (id 0) all of peer's. */
+/* RELEASE of peer's lease id. */
 void leases_end(struct leases *t, int peer, uint64_t id);
+/* conn is gone: so are the leases that came on it. */
+void leases_drop(struct leases *t, const void *conn);
 
 #endif

@@ -1012,6 +1012,8 @@ static void *server_thread(void *arg)
 		log_limited(x, &x->peers[c->peer].bad_frames,
 			    "peer %s sent a bad frame; disconnected", x->peers[c->peer].name);
 	}
+	if (x->ops->conn_end)
+		x->ops->conn_end(x->ctx, c);
 out:
 	server_detach(x, c);
 	return NULL;

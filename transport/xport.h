@@ -52,6 +52,9 @@ struct xport_ops {
 	/* Our connection to peer is up (we may send to it), or went down. */
 	void (*peer_up)(void *ctx, int peer);
 	void (*peer_down)(void *ctx, int peer);
+	/* A connection a peer made to us, one that handle() was given, has
+	 * ended (closed, failed, or silent for dead_ms). */
+	void (*conn_end)(void *ctx, struct xport_conn *c);
 	void (*count)(void *ctx, enum xport_count what, uint64_t n);
 };
 

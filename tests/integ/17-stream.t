@@ -127,7 +127,7 @@ wait_until 10 all_gone "${NODE_PID[b]}"
 umount -l "$T/b" 2>/dev/null
 unset "NODE_PID[b]"
 go
-ok "with b's daemon killed, a lets go of r2 once it sees b down" wait_until 10 used_is a 0
+ok "with b's daemon killed, a lets go of r2 once b's connection ends" wait_until 10 used_is a 0
 node b 40
 ok "b restarted rejoins" wait_until 10 peers_up b
 

@@ -144,7 +144,8 @@ static void fill_obj(struct proto_obj *o, uint8_t *scratch)
 static int build(uint8_t *body, size_t cap, uint8_t *type, uint8_t *scratch)
 {
 	static const uint8_t types[] = { PT_ANNOUNCE, PT_GONE, PT_CONSUMED, PT_LOOKUP,
-					 PT_LIST, PT_REMOVE, PT_PULL, PT_PULL, PT_PING };
+					 PT_LIST, PT_REMOVE, PT_PULL, PT_PULL, PT_PING,
+					 PT_RELEASE };
 	struct proto_msg m = { .type = types[rnd(sizeof(types))] };
 	uint64_t oid = 1, size = 1 << 20;
 
@@ -171,6 +172,12 @@ static int build(uint8_t *body, size_t cap, uint8_t *type, uint8_t *scratch)
 		m.u.pull.len = rnd(2) ? rnd(size + 2) : pick_u64(size);
 		m.u.pull.count = (uint32_t)(rnd(2) ? 1 : pick_u64(3));
 		m.u.pull.stride = rnd(2) ? m.u.pull.len + rnd(4096) : pick_u64(size);
+		/* Leases from a few ids, so that they are reused (for another
+		 * object, too), released, and pile up past a peer's limit. */
+		m.u.pull.lease = rnd(3) ? 0 : rnd(2) ? 1 + rnd(300) : pick_u64(1);
+		break;
+	case PT_RELEASE:
+		m.u.release.lease = rnd(2) ? 1 + rnd(300) : pick_u64(1);
 		break;
 	default:
 		break;
