@@ -567,8 +567,7 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 		serve_pull(cl, c, peer, reqid, m);
 		break;
 	case PT_RELEASE:
-		if (m->u.release.lease)
-			leases_end(cl->leases, peer, m->u.release.lease);
+		leases_end(cl->leases, peer, m->u.release.lease);
 		break;
 	default:
 		break;
@@ -738,7 +737,7 @@ fail:
 
 int cluster_start(struct cluster *cl, struct ns *ns)
 {
-	int rc = leases_create(&cl->leases, ns);
+	int rc = leases_create(&cl->leases, ns, cl->npeers);
 
 	cl->ns = ns;
 	return rc ? rc : xport_start(cl->x);

@@ -20,8 +20,7 @@ struct leases {
 	pthread_mutex_t lock;
 	struct ns *ns;
 	struct htab tab;
-	unsigned *held;                 /* per peer, grown on demand */
-	int nheld;
+	unsigned *held;                 /* per peer */
 };
 
 static uint64_t lease_key(int peer, uint64_t id)
@@ -29,11 +28,14 @@ static uint64_t lease_key(int peer, uint64_t id)
 	return (id ^ ((uint64_t)peer << 48)) * 0x9e3779b97f4a7c15ull;
 }
 
-int leases_create(struct leases **out, struct ns *ns)
+int leases_create(struct leases **out, struct ns *ns, size_t npeers)
 {
 	struct leases *t = calloc(1, sizeof(*t));
 
-	if (!t || htab_init(&t->tab, 64)) {
+	if (!t || !(t->held = calloc(npeers ? npeers : 1, sizeof(*t->held))) ||
+	    htab_init(&t->tab, 64)) {
+		if (t)
+			free(t->held);
 		free(t);
 		return -ENOMEM;
 	}
@@ -53,24 +55,6 @@ static struct lease *lease_find(struct leases *t, int peer, uint64_t id)
 	return NULL;
 }
 
-/* Under the lock: counts one more of peer's, unless it has its fill. */
-static int lease_count(struct leases *t, int peer)
-{
-	if (peer >= t->nheld) {
-		unsigned *n = realloc(t->held, (size_t)(peer + 1) * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		for (int i = t->nheld; i <= peer; i++)
-			n[i] = 0;
-		t->held = n;
-		t->nheld = peer + 1;
-	}
-	if (t->held[peer] >= LEASE_MAX)
-		return -EBUSY;
-	t->held[peer]++;
-	return 0;
-}
-
 /* Opens oid for a new lease, with the lock dropped (ns takes its own). */
 static int lease_open(struct leases *t, const void *conn, int peer, uint64_t id, uint64_t oid,
 		      struct lease **out)
@@ -88,7 +72,10 @@ static int lease_open(struct leases *t, const void *conn, int peer, uint64_t id,
 	pthread_mutex_lock(&t->lock);
 	if (lease_find(t, peer, id)) {
 		rc = -EINVAL;           /* the same id twice at once: a confused peer */
-	} else if (!(rc = lease_count(t, peer))) {
+	} else if (t->held[peer] >= LEASE_MAX) {
+		rc = -EBUSY;
+	} else {
+		t->held[peer]++;
 		htab_add(&t->tab, &e->link, lease_key(peer, id));
 		*out = e;
 	}

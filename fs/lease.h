@@ -12,6 +12,7 @@
 #ifndef OMNI_LEASE_H
 #define OMNI_LEASE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define LEASE_MAX 256           /* per peer */
@@ -21,7 +22,7 @@ struct ns_handle;
 struct leases;
 struct lease;
 
-int leases_create(struct leases **out, struct ns *ns);
+int leases_create(struct leases **out, struct ns *ns, size_t npeers);
 void leases_destroy(struct leases *t);          /* lets go of them all */
 
 /* peer's lease id on object oid, a pull's on connection conn: opened on

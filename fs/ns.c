@@ -1206,7 +1206,7 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 			(*h)->source = 1;
 	} else if (!o && !(flags & NS_OPEN_EXACT) && views_possible(ns, n)) {
 		rc = -EAGAIN;           /* a view of published shards: see view.c */
-	} else if (o && o->state == OS_PUBLISHED && o->owner >= 0 && o->size > NS_STREAM_MIN) {
+	} else if (o && o->state == OS_PUBLISHED && obj_streamed(o)) {
 		rc = stream_open(ns, o, h);     /* streamed: its window fills from now */
 		if (!rc)
 			stream = (*h)->stream;
@@ -1359,10 +1359,10 @@ int ns_handle_streams(const struct ns_handle *h)
 	return stream_wanted(h);        /* fixed for the handle's life */
 }
 
-void ns_read_done(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len)
+void ns_read_done(struct ns *ns, struct ns_handle *h)
 {
 	pthread_mutex_lock(&ns->lock);
-	stream_done(ns, h->stream, off, len);
+	stream_done(ns, h->stream);
 	pthread_mutex_unlock(&ns->lock);
 }
 

@@ -187,14 +187,13 @@ ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
 		 size_t len, uint64_t off);
 /* Points iov at the bytes of [off, off+len); returns the byte count.
  * The bytes stay valid until the handle's release; but on a handle that
- * streams (a reader's, of a large remote object), only until ns_read_done()
- * with the count, which must follow every read that returned bytes, once
- * they are copied out: the window moves on then, and the handle's release
- * waits for it. */
+ * streams (a reader's, of a large remote object), only until ns_read_done(),
+ * which must follow every read that returned bytes, once they are copied
+ * out: the window moves on then, and the handle's release waits for it. */
 ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 		struct iovec *iov, int *niov, int maxiov);
 int ns_handle_streams(const struct ns_handle *h);
-void ns_read_done(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len);
+void ns_read_done(struct ns *ns, struct ns_handle *h);
 enum ns_close {
 	NS_CLOSE_LAST,          /* a live caller's last descriptor on it */
 	NS_CLOSE_DUP,           /* the caller holds another (a dup): not yet */

@@ -209,16 +209,17 @@ int replica_evict(struct ns *ns, const struct object *keep, uint64_t need);
 /* --------------------------------------------------------- ns_stream.c */
 
 /* A reader's handle on an object larger than NS_STREAM_MIN from another
- * node reads it through a window (see there). */
+ * node (obj_streamed) reads it through a window (see there). */
+int obj_streamed(const struct object *o);
 int stream_wanted(const struct ns_handle *h);
 int stream_new(struct ns *ns, struct object *o, struct stream **out);  /* -ENOSPC, -ENOMEM */
 void stream_pump(struct ns *ns, struct stream *s);      /* unlocked: pulls the window */
-/* Waits for its turn and for [off, off+len) (len > 0, clipped to a slot),
- * pins it and points iov (2 entries) at it: the byte count, or -EIO.
- * stream_done(), with that count, unpins it and ends the turn. */
+/* Waits for its turn and for [off, off+len) (len > 0, clipped to a slot)
+ * and points iov (2 entries) at it: the byte count, or -EIO.  The bytes
+ * stay until stream_done() ends the turn. */
 ssize_t stream_read(struct ns *ns, struct stream *s, uint64_t off, size_t len,
 		    struct iovec *iov, int *niov);
-void stream_done(struct ns *ns, struct stream *s, uint64_t off, size_t len);
+void stream_done(struct ns *ns, struct stream *s);
 int stream_reading(const struct stream *s);     /* a read's turn is on */
 /* The handle lets go; the owner is told (unlocked) that lease is over. */
 void stream_close(struct stream *s, int *owner, uint64_t *lease);

@@ -338,7 +338,7 @@ int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
 		}
 		wake_sources(ns, k, &wl);
 		wake_views(ns, k, &wl);
-		if (k->waiters && (o->fetch == F_DONE || o->size > NS_STREAM_MIN))
+		if (k->waiters && (o->fetch == F_DONE || obj_streamed(o)))
 			wake_readers(ns, k, &wl);       /* here, or streamed at their reads */
 		else if (k->waiters)    /* readers are waiting: bring it now */
 			start = fetch_begin(ns, o, &fs);

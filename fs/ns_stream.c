@@ -10,13 +10,14 @@
  * Nothing of the object stays here after the read.
  *
  * The pulls run under a lease (lease.h), so the owner keeps the object for
- * this read as an open file would, however long it takes.  A slot is
- * pinned while a read's reply copies out of it (ns_read_done unpins), and
- * the window's memory lives until its last pull has ended, since a pull
- * cannot be called back.  Reads of one open file take turns, from
- * stream_read to stream_done: a window follows one reader, and threads
- * that share a descriptor and jump about would otherwise take each
- * other's slots for ever.  Called with ns->lock held unless said otherwise.
+ * this read as an open file would, however long it takes.  Reads of one
+ * open file take turns, from stream_read until its reply has copied the
+ * bytes out (stream_done): a window follows one reader, threads that share
+ * a descriptor and jump about would otherwise take each other's slots for
+ * ever, and no slot moves on while a reply copies out of it, since only a
+ * read in its turn (or the open, before any) recycles slots.  The window's
+ * memory lives until its last pull has ended, since a pull cannot be called
+ * back.  Called with ns->lock held unless said otherwise.
  */
 #define _GNU_SOURCE
 #include "ns_internal.h"
@@ -38,7 +39,6 @@ enum { SL_FREE, SL_BUSY, SL_DONE };     /* BUSY: its pull is in flight */
 struct slot {
 	struct stream *s;
 	int state, err;
-	unsigned pins;                  /* reads whose replies copy out of it */
 	uint64_t start, len, have;      /* [start, start+len) of the object; have landed */
 };
 
@@ -53,11 +53,14 @@ struct stream {
 	struct slot slot[STREAM_SLOTS];
 };
 
+int obj_streamed(const struct object *o)
+{
+	return o->owner >= 0 && o->size > NS_STREAM_MIN;
+}
+
 int stream_wanted(const struct ns_handle *h)
 {
-	const struct object *o = h->obj;
-
-	return !h->write && !h->source && !h->served && o->owner >= 0 && o->size > NS_STREAM_MIN;
+	return !h->write && !h->source && !h->served && obj_streamed(h->obj);
 }
 
 int stream_new(struct ns *ns, struct object *o, struct stream **out)
@@ -130,7 +133,7 @@ static void stream_recycle(struct stream *s)
 
 	for (int i = 0; i < STREAM_SLOTS; i++) {
 		struct slot *sl = &s->slot[i];
-		if (sl->state == SL_DONE && !sl->pins &&
+		if (sl->state == SL_DONE &&
 		    (sl->start + sl->len <= base || sl->start >= base + STREAM_WINDOW))
 			sl->state = SL_FREE;
 	}
@@ -208,8 +211,7 @@ static int slot_has(const struct slot *sl, uint64_t end)
  * that a read that tries again pulls again.  That read's turn ends. */
 static ssize_t slot_failed(struct ns *ns, struct slot *sl)
 {
-	if (!sl->pins)
-		sl->state = SL_FREE;
+	sl->state = SL_FREE;
 	sl->s->reading = 0;
 	pthread_cond_broadcast(&ns->fcond);
 	return sl->err;
@@ -219,6 +221,7 @@ ssize_t stream_read(struct ns *ns, struct stream *s, uint64_t off, size_t len,
 		    struct iovec *iov, int *niov)
 {
 	uint64_t end = off + (len < STREAM_SLOT ? len : STREAM_SLOT), x;
+	struct slot *a, *b;
 
 	while (s->reading)
 		pthread_cond_wait(&ns->fcond, &ns->lock);
@@ -232,7 +235,8 @@ ssize_t stream_read(struct ns *ns, struct stream *s, uint64_t off, size_t len,
 			pthread_mutex_lock(&ns->lock);
 			continue;
 		}
-		struct slot *a = slot_at(s, off), *b = slot_at(s, end - 1);
+		a = slot_at(s, off);
+		b = slot_at(s, end - 1);
 		if (a && a->state == SL_DONE && a->err)
 			return slot_failed(ns, a);
 		if (b && b->state == SL_DONE && b->err)
@@ -241,15 +245,11 @@ ssize_t stream_read(struct ns *ns, struct stream *s, uint64_t off, size_t len,
 			break;
 		pthread_cond_wait(&ns->fcond, &ns->lock);
 	}
-	struct slot *a = slot_at(s, off), *b = slot_at(s, end - 1);
-	uint64_t first = (a == b ? end : a->start + a->len) - off;
-	a->pins++;
-	iov[0] = (struct iovec){ slot_mem(a) + (off - a->start), first };
+	iov[0] = (struct iovec){ slot_mem(a) + (off - a->start),
+				 (a == b ? end : a->start + a->len) - off };
 	*niov = 1;
-	if (b != a) {
-		b->pins++;
+	if (b != a)
 		iov[(*niov)++] = (struct iovec){ slot_mem(b), end - b->start };
-	}
 	return (ssize_t)(end - off);
 }
 
@@ -258,13 +258,8 @@ int stream_reading(const struct stream *s)
 	return s->reading;
 }
 
-void stream_done(struct ns *ns, struct stream *s, uint64_t off, size_t len)
+void stream_done(struct ns *ns, struct stream *s)
 {
 	s->reading = 0;
-	struct slot *a = slot_at(s, off), *b = slot_at(s, off + len - 1);
-	if (a && a->pins)
-		a->pins--;
-	if (b && b != a && b->pins)
-		b->pins--;
 	pthread_cond_broadcast(&ns->fcond);     /* the next read's turn */
 }

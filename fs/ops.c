@@ -504,7 +504,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return (void)fuse_reply_err(req, (int)-got);
 	fuse_reply_iov(req, iov, n);    /* copies the bytes out before it returns */
 	if (streams && got > 0)
-		ns_read_done(ns, h, (uint64_t)off, (size_t)got);
+		ns_read_done(ns, h);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,

@@ -106,6 +106,7 @@ typedef void (*xport_progress_fn)(void *arg, uint64_t upto, int err);
 int xport_pull(struct xport *x, int peer, const struct xport_range *r,
 	       const struct iovec *dst, int ndst, unsigned flags,
 	       xport_progress_fn progress, void *arg);
+
 /* Replies, from ops->handle. */
 int xport_reply(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m);
 int xport_reply_data(struct xport_conn *c, uint64_t reqid, uint64_t off, uint64_t xxh3,
