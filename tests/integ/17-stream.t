@@ -4,7 +4,9 @@
 # not, on a node whose pool is much smaller, and nothing of it stays there.
 # The owner keeps the object for the read (a lease), so an rm mid-read does
 # not cut the read short; the lease ends with the read, or with the reader's
-# node.  A bad chunk or a lost owner fails the read with EIO (SPEC §4, §7).
+# node; a waiting open is answered by a publish, and a reader that stops
+# early consumes nothing.  A bad chunk or a lost owner fails the read with EIO
+# (SPEC §4, §7).
 . "$(dirname "$0")/../lib.sh"
 
 read -r PA PB < <(free_ports 2)
@@ -33,9 +35,33 @@ is "$(used b)" 0 "... and keeps none of it in its pool"
 ok "... a complete read: consumed (readers: 1), so a frees it" wait_until 10 used_is a 0
 is "$(stat_of b bytes_pulled)" $((200 << 20)) "... each byte pulled once"
 
+# --- a waiting open, a reader that stops early -------------------------------
+$PY - "$T/b/0/1/late" "$T/big" >"$T/late.out" <<'PYEOF' &
+import sys
+data = open(sys.argv[1], "rb").read()       # waits: not published yet
+print("same" if data == open(sys.argv[2], "rb").read() else "differs")
+PYEOF
+late=$!
+waiting() { [ "$(stat_of b waiters)" = 1 ]; }
+ok "an open on b of a key not yet written waits" wait_until 10 waiting
+cp "$T/big" "$T/a/0/1/late"
+timeout -s KILL 120 tail --pid="$late" -f /dev/null
+kill -9 "$late" 2>/dev/null      # only if it outlived the bound
+is "$(cat "$T/late.out")" same "... a's publish answers it, and it streams the object whole and right"
+ok "... and consumes it (readers: 1)" wait_until 10 used_is a 0
+
+cp "$T/big" "$T/a/0/1/half"
+is "$(timeout -s KILL 120 $PY -c '
+import sys
+with open(sys.argv[1], "rb") as f:
+    print(len(f.read(100 << 20)))' "$T/b/0/1/half")" $((100 << 20)) "a reader on b reads half of a streamed object and closes"
+is "$(xattr reads "$T/a/0/1/half")" 0 "... which consumes nothing: a keeps it, with no read counted"
+ok "... and the next reader reads it whole" cmp "$T/big" "$T/b/0/1/half"
+ok "... which consumes it" wait_until 10 used_is a 0
+
 # --- reads in any order -------------------------------------------------------
 cp "$T/big" "$T/a/0/2/r"        # readers: 0, kept until rm
-is "$($PY - "$T/b/0/2/r" "$T/big" <<'PYEOF'
+is "$(timeout -s KILL 120 $PY - "$T/b/0/2/r" "$T/big" <<'PYEOF'
 import os, sys
 want = open(sys.argv[2], "rb").read()
 fd = os.open(sys.argv[1], os.O_RDONLY)
@@ -48,7 +74,7 @@ print("same" if not bad else "differs at %s" % bad)
 PYEOF
 )" same "reads that jump back and forth, across pieces and past the end, get the right bytes"
 is "$(used b)" 0 "... and leave nothing in b's pool"
-is "$($PY - "$T/b/0/2/r" "$T/big" <<'PYEOF'
+is "$(timeout -s KILL 120 $PY - "$T/b/0/2/r" "$T/big" <<'PYEOF'
 import hashlib, sys, threading
 want = hashlib.sha256(open(sys.argv[2], "rb").read()).hexdigest()
 got = []
@@ -64,7 +90,7 @@ for t in ts: t.join()
 print(" ".join("same" if g == want else "differs" for g in got))
 PYEOF
 )" "same same" "two readers on b at once each read it whole and right"
-is "$($PY - "$T/b/0/2/r" "$T/big" <<'PYEOF'
+is "$(timeout -s KILL 120 $PY - "$T/b/0/2/r" "$T/big" <<'PYEOF'
 import os, random, sys, threading
 want = open(sys.argv[2], "rb").read()
 fd = os.open(sys.argv[1], os.O_RDONLY)
