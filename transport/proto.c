@@ -207,6 +207,8 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		put_le(&w, m->u.welcome.caps, 4);
 		put(&w, m->u.welcome.mac, PROTO_MAC);
 		put_str(&w, m->u.welcome.name, 1);
+		put_le(&w, m->u.welcome.rdma_port, 2);
+		put(&w, m->u.welcome.token, PROTO_TOKEN);
 		break;
 	case PT_PING: case PT_PONG:
 		break;
@@ -239,6 +241,20 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		break;
 	case PT_RELEASE:
 		put_le(&w, m->u.release.lease, 8);
+		break;
+	case PT_GRANT:
+		put_le(&w, m->u.grant.oid, 8);
+		put_le(&w, m->u.grant.lease, 8);
+		put_le(&w, m->u.grant.first, 8);
+		put_le(&w, m->u.grant.n, 4);
+		break;
+	case PT_GRANTED:
+		put_le(&w, m->u.granted.size, 8);
+		put_le(&w, m->u.granted.first, 8);
+		put_le(&w, m->u.granted.nhash, 4);
+		put(&w, m->u.granted.hash, (size_t)m->u.granted.nhash * 8);
+		put_le(&w, m->u.granted.next, 4);
+		put(&w, m->u.granted.ext, (size_t)m->u.granted.next * PROTO_GRANT_EXT);
 		break;
 	case PT_STATUS:
 		put_le(&w, (uint32_t)m->u.status.err, 4);
@@ -285,6 +301,75 @@ static int get_listing(struct rd *r, struct proto_msg *m)
 	return 0;
 }
 
+static uint64_t le_at(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < n; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+uint64_t proto_granted_hash(const struct proto_msg *m, uint32_t i)
+{
+	return le_at(m->u.granted.hash + (size_t)i * 8, 8);
+}
+
+struct proto_extent proto_granted_ext(const struct proto_msg *m, uint32_t i)
+{
+	const uint8_t *e = m->u.granted.ext + (size_t)i * PROTO_GRANT_EXT;
+	return (struct proto_extent){ le_at(e, 8), le_at(e + 8, 8), (uint32_t)le_at(e + 16, 4) };
+}
+
+/* The hashes are of chunks inside the object, and the extents cover it
+ * exactly, each of them non-empty and not wrapping around. */
+static void get_granted(struct rd *r, struct proto_msg *m)
+{
+	uint64_t size = m->u.granted.size = get_le(r, 8), sum = 0;
+	uint64_t chunks = size / PROTO_CHUNK + (size % PROTO_CHUNK != 0);
+
+	m->u.granted.first = get_le(r, 8);
+	m->u.granted.nhash = (uint32_t)get_le(r, 4);
+	if (r->err || size > (UINT64_MAX >> 2) || m->u.granted.nhash > PROTO_GRANT_HASHES ||
+	    m->u.granted.first > chunks || m->u.granted.nhash > chunks - m->u.granted.first) {
+		r->err = 1;
+		return;
+	}
+	m->u.granted.hash = get(r, (size_t)m->u.granted.nhash * 8);
+	m->u.granted.next = (uint32_t)get_le(r, 4);
+	if (r->err || m->u.granted.next > PROTO_GRANT_EXTENTS || !m->u.granted.next != !size) {
+		r->err = 1;
+		return;
+	}
+	m->u.granted.ext = get(r, (size_t)m->u.granted.next * PROTO_GRANT_EXT);
+	for (uint32_t i = 0; !r->err && i < m->u.granted.next; i++) {
+		struct proto_extent e = proto_granted_ext(m, i);
+		if (!e.len || e.len > size - sum || e.addr > UINT64_MAX - e.len)
+			r->err = 1;
+		sum += e.len;
+	}
+	if (sum != size)
+		r->err = 1;
+}
+
+int proto_encode_granted(uint64_t size, uint64_t first, const uint64_t *hash, uint32_t nhash,
+			 const struct proto_extent *ext, uint32_t next, uint8_t *buf, size_t cap)
+{
+	struct wr w = { buf, 0, cap, 0 };
+
+	put_le(&w, size, 8);
+	put_le(&w, first, 8);
+	put_le(&w, nhash, 4);
+	for (uint32_t i = 0; i < nhash; i++)
+		put_le(&w, hash[i], 8);
+	put_le(&w, next, 4);
+	for (uint32_t i = 0; i < next; i++) {
+		put_le(&w, ext[i].addr, 8);
+		put_le(&w, ext[i].len, 8);
+		put_le(&w, ext[i].rkey, 4);
+	}
+	return w.err ? -EMSGSIZE : (int)w.len;
+}
+
 int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg *m)
 {
 	struct rd r = { body, len, 0, 0 };
@@ -310,6 +395,8 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		m->u.welcome.caps = (uint32_t)get_le(&r, 4);
 		get_bytes(&r, m->u.welcome.mac, PROTO_MAC);
 		get_str(&r, m->u.welcome.name, PROTO_NAME_MAX, 1, 0);
+		m->u.welcome.rdma_port = (uint16_t)get_le(&r, 2);
+		get_bytes(&r, m->u.welcome.token, PROTO_TOKEN);
 		break;
 	case PT_PING: case PT_PONG:
 		break;
@@ -351,6 +438,18 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		break;
 	case PT_RELEASE:
 		m->u.release.lease = get_le(&r, 8);
+		break;
+	case PT_GRANT:
+		m->u.grant.oid = get_le(&r, 8);
+		m->u.grant.lease = get_le(&r, 8);
+		m->u.grant.first = get_le(&r, 8);
+		m->u.grant.n = (uint32_t)get_le(&r, 4);
+		if (!m->u.grant.lease || m->u.grant.n > PROTO_GRANT_HASHES ||
+		    m->u.grant.first > (UINT64_MAX >> 24))
+			r.err = 1;
+		break;
+	case PT_GRANTED:
+		get_granted(&r, m);
 		break;
 	case PT_STATUS:
 		m->u.status.err = (int32_t)get_le(&r, 4);
@@ -395,7 +494,7 @@ const char *proto_type_name(unsigned type)
 	static const char *const names[] = {
 		"?", "HELLO", "CHALLENGE", "AUTH", "WELCOME", "PING", "PONG",
 		"ANNOUNCE", "GONE", "CONSUMED", "LOOKUP", "LIST", "REMOVE", "PULL",
-		"STATUS", "OBJECT", "LISTING", "DATA", "RELEASE",
+		"STATUS", "OBJECT", "LISTING", "DATA", "RELEASE", "GRANT", "GRANTED",
 	};
 	return type <= PT_MAX_TYPE ? names[type] : "?";
 }

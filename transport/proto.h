@@ -21,7 +21,7 @@
 #define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
 #define PROTO_KEY_MAX    255            /* a key */
 #define PROTO_MAGIC      0x4d4fu
-#define PROTO_VERSION    2              /* 2: PULL's lease, RELEASE */
+#define PROTO_VERSION    3              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -30,6 +30,10 @@
 #define PROTO_INLINE_MAX (64u << 10)    /* objects this small travel in their announce */
 #define PROTO_KVHDR_MAX  (512u << 10)   /* a KV payload's header (kvfmt's KV_HDR_MAX) */
 #define PROTO_PULL_PIECES (1u << 24)    /* pieces of one strided pull */
+#define PROTO_TOKEN      16             /* names a connection to its RDMA queue pair */
+#define PROTO_GRANT_HASHES 16384        /* chunk hashes in one GRANTED (16 GiB) */
+#define PROTO_GRANT_EXTENTS 2048        /* extents in one GRANTED */
+#define PROTO_GRANT_EXT  20             /* bytes of one: addr u64, len u64, rkey u32 */
 
 /* What a side's transports can do, exchanged in the handshake. */
 #define PROTO_CAP_TCP  1u
@@ -55,7 +59,11 @@ enum proto_type {
 	PT_LISTING,     /* reply: names (dirs) or objects, and whether more follow */
 	PT_DATA,        /* reply: off, len, chunk hash, then len raw bytes */
 	PT_RELEASE,     /* one-way: a lease the sender's pulls no longer need */
-	PT_MAX_TYPE = PT_RELEASE,
+	PT_GRANT,       /* request: oid, lease, first, n: read oid directly under
+			   lease; reply GRANTED or STATUS */
+	PT_GRANTED,     /* reply: size, the hashes of chunks first.., and the
+			   object's extents as the sender's RDMA device lets them be read */
+	PT_MAX_TYPE = PT_GRANTED,
 };
 
 struct proto_hdr {
@@ -85,8 +93,12 @@ struct proto_msg {
 			 char name[PROTO_NAME_MAX + 1]; } hello;
 		struct { uint16_t version; uint8_t nonce[PROTO_NONCE]; } challenge;
 		struct { uint8_t mac[PROTO_MAC]; } auth;
+		/* rdma_port 0: the server offers no RDMA on this connection;
+		 * else its rdma_cm port, and the token that names this
+		 * connection when the client connects its queue pair there. */
 		struct { uint32_t caps; uint8_t mac[PROTO_MAC];
-			 char name[PROTO_NAME_MAX + 1]; } welcome;
+			 char name[PROTO_NAME_MAX + 1];
+			 uint16_t rdma_port; uint8_t token[PROTO_TOKEN]; } welcome;
 		struct proto_obj obj;   /* ANNOUNCE GONE LOOKUP REMOVE OBJECT */
 		struct { uint64_t oid; uint32_t first, n, of; } consumed;  /* of 0: whole */
 		struct { char from[PROTO_NAME_MAX + 1], to[PROTO_NAME_MAX + 1]; } list;
@@ -99,8 +111,26 @@ struct proto_msg {
 		struct { uint32_t n; uint8_t more, objects; struct proto_obj *obj;
 			 char (*name)[PROTO_NAME_MAX + 1]; } listing;
 		struct { uint64_t off, xxh3; uint32_t len; } data;
+		/* A grant of oid under lease (never 0), with the hashes of
+		 * chunks [first, first+n) (n may be 0: the reader checks the
+		 * bytes itself). */
+		struct { uint64_t oid, lease, first; uint32_t n; } grant;
+		/* The object's size, nhash hashes of chunks from first on, and
+		 * next extents that cover [0, size) in order: little-endian
+		 * arrays in the body (read them with proto_granted_*), valid
+		 * as long as the body is. */
+		struct { uint64_t size, first; uint32_t nhash, next;
+			 const uint8_t *hash, *ext; } granted;
 	} u;
 };
+
+/* A GRANTED's i-th hash and extent (i below nhash, next). */
+struct proto_extent { uint64_t addr, len; uint32_t rkey; };
+uint64_t proto_granted_hash(const struct proto_msg *m, uint32_t i);
+struct proto_extent proto_granted_ext(const struct proto_msg *m, uint32_t i);
+/* Encodes a GRANTED from arrays: the body's length, or -EMSGSIZE. */
+int proto_encode_granted(uint64_t size, uint64_t first, const uint64_t *hash, uint32_t nhash,
+			 const struct proto_extent *ext, uint32_t next, uint8_t *buf, size_t cap);
 
 /* Encodes and decodes a frame header.  proto_frame_check: 0, or -EPROTO
  * (bad magic, version or type) or -EMSGSIZE (a body over the limit). */

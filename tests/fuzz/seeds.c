@@ -34,6 +34,8 @@ int main(int argc, char **argv)
 		memset(&m, 0, sizeof(m));
 		m.type = (enum proto_type)t;
 		strcpy(m.u.hello.name, "a");
+		if (t == PT_WELCOME)    /* its name is elsewhere in the union */
+			strcpy(m.u.welcome.name, "a");
 		if (t == PT_ANNOUNCE || t == PT_GONE || t == PT_LOOKUP || t == PT_REMOVE || t == PT_OBJECT) {
 			m.u.obj = objs[0];
 			if (t == PT_ANNOUNCE) {
@@ -47,6 +49,15 @@ int main(int argc, char **argv)
 			m.u.listing = (typeof(m.u.listing)){ 2, 0, 1, objs, NULL };
 		if (t == PT_DATA)
 			m.u.data.len = 8;
+		if (t == PT_PULL)       /* one piece of one byte */
+			m.u.pull = (typeof(m.u.pull)){ 1, 0, 1, 1, 1, 0 };
+		if (t == PT_GRANT)
+			m.u.grant = (typeof(m.u.grant)){ 1, 2, 0, 1 };
+		if (t == PT_GRANTED) {  /* 100 bytes: one hash, one extent at 0x1000 */
+			static const uint8_t hash[8] = { 1 }, ext[PROTO_GRANT_EXT] = {
+				0, 0x10, 0, 0, 0, 0, 0, 0, 100, 0, 0, 0, 0, 0, 0, 0, 7 };
+			m.u.granted = (typeof(m.u.granted)){ 100, 0, 1, 1, hash, ext };
+		}
 		rc |= put(argv[1], &m, t == PT_DATA ? 8 : 0);
 	}
 	return rc;

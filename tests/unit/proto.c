@@ -145,6 +145,64 @@ static void test_messages(void)
 	is(proto_decode(PT_PING, buf, 1, &r), -EPROTO, "a PING with a body: refused");
 }
 
+/* A GRANTED of a 3 MiB + 5 object in two extents, with the hashes of
+ * chunks 1..3; the body's length. */
+static int granted(uint64_t size, uint64_t first, uint32_t nhash, uint64_t len0)
+{
+	static const uint64_t hash[4] = { 11, 22, 33, 44 };
+	struct proto_extent ext[2] = { { 0x7f0000001000ull, len0, 0x1234 },
+				       { 0x7f0000900000ull, size - len0, 0x5678 } };
+
+	return proto_encode_granted(size, first, hash, nhash, ext, 2, buf, sizeof(buf));
+}
+
+static void test_grants(void)
+{
+	const uint64_t size = (3u << 20) + 5;
+	struct proto_msg g = { .type = PT_GRANT, .u.grant = { 7, 99, 1, 3 } }, r;
+
+	ok(roundtrip(&g, &r) > 0 && r.u.grant.oid == 7 && r.u.grant.lease == 99 &&
+	   r.u.grant.first == 1 && r.u.grant.n == 3, "GRANT round-trips");
+	g.u.grant.lease = 0;
+	is(roundtrip(&g, &r), -EPROTO, "a GRANT under no lease: refused");
+	g.u.grant.lease = 99;
+	g.u.grant.n = PROTO_GRANT_HASHES + 1;
+	is(roundtrip(&g, &r), -EPROTO, "a GRANT of too many hashes: refused");
+
+	int len = granted(size, 1, 3, 1u << 20);
+	ok(len > 0 && !proto_decode(PT_GRANTED, buf, (size_t)len, &r), "GRANTED decodes");
+	struct proto_extent e = proto_granted_ext(&r, 1);
+	ok(r.u.granted.size == size && r.u.granted.first == 1 && r.u.granted.nhash == 3 &&
+	   r.u.granted.next == 2 && proto_granted_hash(&r, 2) == 33 &&
+	   e.addr == 0x7f0000900000ull && e.len == size - (1u << 20) && e.rkey == 0x5678,
+	   "... every field, hashes and extents");
+	struct proto_msg again = r;
+	ok(roundtrip(&again, &r) == len, "... and encodes back to the same length");
+	len = granted(size, 2, 3, 1u << 20);
+	is(proto_decode(PT_GRANTED, buf, (size_t)len, &r), -EPROTO,
+	   "hashes of chunks past the object's last: refused");
+	len = granted(size, 0, 0, 0);
+	is(proto_decode(PT_GRANTED, buf, (size_t)len, &r), -EPROTO, "an empty extent: refused");
+	len = granted(size, 0, 0, 1u << 20);
+	buf[len - 12] ^= 1;             /* the last extent's length, one byte more or less */
+	is(proto_decode(PT_GRANTED, buf, (size_t)len, &r), -EPROTO,
+	   "extents that do not add up to the size: refused");
+	len = granted(size, 0, 0, 1u << 20);
+	is(proto_decode(PT_GRANTED, buf, (size_t)len - 1, &r), -EPROTO, "a GRANTED cut short: refused");
+	struct proto_extent wrap = { UINT64_MAX - 10, 100, 1 };
+	len = proto_encode_granted(100, 0, NULL, 0, &wrap, 1, buf, sizeof(buf));
+	is(proto_decode(PT_GRANTED, buf, (size_t)len, &r), -EPROTO,
+	   "an extent that wraps around the address space: refused");
+
+	struct proto_msg w = { .type = PT_WELCOME };
+	strcpy(w.u.welcome.name, "b");
+	w.u.welcome.rdma_port = 4791;
+	memcpy(w.u.welcome.token, "0123456789abcdef", PROTO_TOKEN);
+	ok(roundtrip(&w, &r) > 0 && r.u.welcome.rdma_port == 4791 &&
+	   !memcmp(r.u.welcome.token, "0123456789abcdef", PROTO_TOKEN),
+	   "WELCOME carries the RDMA port and the connection's token");
+}
+
 static void test_auth(void)
 {
 	uint8_t key[AUTH_KEY] = { 1 }, other[AUTH_KEY] = { 2 }, cn[PROTO_NONCE], sn[PROTO_NONCE];
@@ -168,6 +226,7 @@ int main(void)
 {
 	test_header();
 	test_messages();
+	test_grants();
 	test_auth();
 	return done_testing();
 }
