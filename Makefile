@@ -18,7 +18,7 @@ CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -Wall -Wextra -Werror -DFUSE_USE_VERSION=312 \
             -DOMNI_VERSION='"$(VERSION)"' -DOMNI_BINDIR='"$(PREFIX)/bin"' \
             -MMD -MP $(shell pkg-config --cflags $(LIBS_PC) 2>/dev/null)
-LDLIBS   += $(shell pkg-config --libs $(LIBS_PC) 2>/dev/null) -libverbs -lpthread
+LDLIBS   += $(shell pkg-config --libs $(LIBS_PC) 2>/dev/null) -lrdmacm -libverbs -lpthread
 ifneq ($(SAN),)
 BUILD    := build-san
 CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -28,7 +28,8 @@ endif
 KV_SRCS  := kvfmt/kvfmt.c kvfmt/vllm.c kvfmt/plan.c kvfmt/convert.c
 KV_OBJS  := $(KV_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_SRCS := $(KV_SRCS) transport/pool.c transport/rdma_probe.c transport/proto.c \
-            transport/auth.c transport/xport.c fs/cluster.c fs/lease.c \
+            transport/auth.c transport/xport.c transport/rdma.c transport/rdma_read.c \
+            transport/rdma_grant.c fs/cluster.c fs/lease.c \
             fs/names.c fs/htab.c fs/timerq.c fs/rangeset.c fs/stats.c \
             fs/ns.c fs/ns_hash.c fs/ns_remote.c fs/ns_stream.c fs/ns_xattr.c fs/view.c fs/caller.c fs/vfile.c fs/loop.c fs/ops.c mount/conf.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)

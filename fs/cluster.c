@@ -19,6 +19,7 @@
 #include "stats.h"
 #include "../kvfmt/kvfmt.h"
 #include "../transport/clock.h"
+#include "../transport/pool.h"
 
 _Static_assert(NS_CHUNK == PROTO_CHUNK, "chunk hashes are per DATA frame");
 _Static_assert(NS_INLINE_MAX == PROTO_INLINE_MAX, "inline objects fit an announce");
@@ -211,7 +212,9 @@ static void hook_consumed(void *ctx, int owner, uint64_t oid, const struct ns_co
 	xport_send(cl->x, owner, &m);
 }
 
-struct fetch { struct cluster *cl; void *token; uint64_t size; };
+/* A fetch runs under a lease of its own, so that its owner keeps the
+ * object until the last byte is in, whichever transport moves it. */
+struct fetch { struct cluster *cl; void *token; uint64_t size, lease; int owner; };
 
 /* The transport reports the end exactly once: an error, or all bytes in. */
 static void fetch_progress(void *arg, uint64_t upto, int err)
@@ -220,8 +223,10 @@ static void fetch_progress(void *arg, uint64_t upto, int err)
 	int end = err || upto >= f->size;
 
 	ns_fetch_progress(f->cl->ns, f->token, upto, err);
-	if (end)
+	if (end) {
+		xport_release(f->cl->x, f->owner, f->lease);
 		free(f);
+	}
 }
 
 static int hook_fetch(void *ctx, int owner, uint64_t oid, uint64_t size,
@@ -233,10 +238,13 @@ static int hook_fetch(void *ctx, int owner, uint64_t oid, uint64_t size,
 
 	if (!f)
 		return -ENOMEM;
-	*f = (struct fetch){ cl, token, size };
-	struct xport_range r = { .oid = oid, .len = size, .stride = 1, .count = 1 };
-	if ((rc = xport_pull(cl->x, owner, &r, dst, n, 0, fetch_progress, f)))
+	*f = (struct fetch){ cl, token, size, ns_lease_id(cl->ns), owner };
+	struct xport_range r = { .oid = oid, .len = size, .stride = 1, .lease = f->lease,
+				 .count = 1 };
+	if ((rc = xport_pull(cl->x, owner, &r, dst, n, 0, fetch_progress, f))) {
+		xport_release(cl->x, owner, f->lease);
 		free(f);
+	}
 	return rc;
 }
 
@@ -255,9 +263,8 @@ static int hook_pull(void *ctx, int owner, uint64_t oid, uint64_t lease, uint64_
 static void hook_release(void *ctx, int owner, uint64_t lease)
 {
 	struct cluster *cl = ctx;
-	struct proto_msg m = { .type = PT_RELEASE, .u.release.lease = lease };
 
-	xport_send(cl->x, owner, &m);   /* down: its end of the lease went with it */
+	xport_release(cl->x, owner, lease);
 }
 
 /* ---------------------------------------------------------------- views */
@@ -290,13 +297,31 @@ static void piece_progress(void *arg, uint64_t upto, int err)
 	pthread_mutex_unlock(&ps->lock);
 }
 
+/* One lease per owner and object among the pieces: lease[i] is piece i's,
+ * and first[i] says whether piece i is the first of its lease. */
+static void pull_leases(struct cluster *cl, const struct cluster_piece *pc, size_t n,
+			uint64_t *lease, char *first)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t j = 0;
+		while (j < i && (pc[j].owner != pc[i].owner || pc[j].oid != pc[i].oid))
+			j++;
+		first[i] = j == i;
+		lease[i] = j == i ? ns_lease_id(cl->ns) : lease[j];
+	}
+}
+
 int cluster_pull(struct cluster *cl, const struct cluster_piece *pc, size_t n)
 {
 	struct pullset ps = { .left = 0 };
-	int rc = 0;
+	uint64_t *lease = malloc((n ? n : 1) * sizeof(*lease));
+	char *first = malloc(n ? n : 1);
+	int rc = lease && first ? 0 : -ENOMEM;
 
 	pthread_mutex_init(&ps.lock, NULL);
 	pthread_cond_init(&ps.cond, NULL);
+	if (!rc)
+		pull_leases(cl, pc, n, lease, first);
 	/* All in flight at once: one round trip, however many pieces. */
 	for (size_t i = 0; i < n && !rc; i++) {
 		struct piece_ctx *c = malloc(sizeof(*c));
@@ -308,10 +333,10 @@ int cluster_pull(struct cluster *cl, const struct cluster_piece *pc, size_t n)
 		pthread_mutex_lock(&ps.lock);
 		ps.left++;
 		pthread_mutex_unlock(&ps.lock);
-		struct xport_range r = { pc[i].oid, pc[i].off, pc[i].len, pc[i].stride, 0,
+		struct xport_range r = { pc[i].oid, pc[i].off, pc[i].len, pc[i].stride, lease[i],
 					 pc[i].count };
-		if ((rc = xport_pull(cl->x, pc[i].owner, &r, pc[i].dst, pc[i].ndst, XPORT_CACHED,
-				     piece_progress, c))) {
+		if ((rc = xport_pull(cl->x, pc[i].owner, &r, pc[i].dst, pc[i].ndst,
+				     XPORT_CACHED | XPORT_CALLER_CHECKS, piece_progress, c))) {
 			free(c);
 			pthread_mutex_lock(&ps.lock);
 			ps.left--;
@@ -326,6 +351,11 @@ int cluster_pull(struct cluster *cl, const struct cluster_piece *pc, size_t n)
 	pthread_mutex_unlock(&ps.lock);
 	pthread_cond_destroy(&ps.cond);
 	pthread_mutex_destroy(&ps.lock);
+	for (size_t i = 0; lease && first && i < n; i++)
+		if (first[i])
+			xport_release(cl->x, pc[i].owner, lease[i]);
+	free(lease);
+	free(first);
 	return rc == -EHOSTDOWN ? -EIO : rc;
 }
 
@@ -608,6 +638,37 @@ static void op_peer_down(void *ctx, int peer)
 	ns_drop_owner(cl->ns, peer, 1);
 }
 
+/* A peer reads oid straight from our pool under lease (RDMA): its
+ * extents and chunk hashes.  The lease keeps the object for the peer as
+ * for a PULL's, until RELEASE or c's end. */
+static int op_grant(void *ctx, struct xport_conn *c, int peer, uint64_t oid, uint64_t lease,
+		    uint64_t first, uint32_t n, struct xport_grant *g)
+{
+	struct cluster *cl = ctx;
+	struct ns_extent *ext = malloc(PROTO_GRANT_EXTENTS * sizeof(*ext));
+	struct ns_handle *h;
+	struct lease *e;
+	int rc = ext ? leases_get(cl->leases, c, peer, lease, oid, &e, &h, &g->size) : -ENOMEM;
+
+	if (rc)
+		goto free_ext;
+	rc = ns_serve_map(cl->ns, h, ext, PROTO_GRANT_EXTENTS, &g->next, first, n, g->hash,
+			  &g->nhash);
+	leases_put(cl->leases, e);
+	if (rc == -E2BIG)
+		fprintf(stderr, "omnifs: an object of %llu bytes lies in more than %u pieces of "
+			"the pool: no grant can describe it\n", (unsigned long long)g->size,
+			PROTO_GRANT_EXTENTS);
+	for (uint32_t i = 0; !rc && i < g->next; i++)
+		g->ext[i] = (struct xport_extent){ ext[i].off, ext[i].len };
+	for (uint32_t i = 0; cl->corrupt && i < g->nhash; i++)
+		g->hash[i] ^= 1;        /* the reader must refuse these chunks */
+	g->first = first;
+free_ext:
+	free(ext);
+	return rc;
+}
+
 /* The peer's streamed reads of ours came on c: they ended with it. */
 static void op_conn_end(void *ctx, struct xport_conn *c)
 {
@@ -622,14 +683,16 @@ static void op_count(void *ctx, enum xport_count what, uint64_t n)
 	static const enum stat_id map[] = {
 		[XC_AUTH_FAILED] = ST_PEER_AUTH_FAILED, [XC_BAD_FRAMES] = ST_PEER_BAD_FRAMES,
 		[XC_PULLED] = ST_BYTES_PULLED, [XC_SERVED] = ST_BYTES_SERVED,
-		[XC_BAD_CHUNKS] = ST_CHECKSUM_FAILED,
+		[XC_BAD_CHUNKS] = ST_CHECKSUM_FAILED, [XC_PULLED_TCP] = ST_BYTES_PULLED_TCP,
+		[XC_PULLED_RDMA] = ST_BYTES_PULLED_RDMA, [XC_RDMA_READS] = ST_RDMA_READS,
+		[XC_RDMA_ERRORS] = ST_RDMA_ERRORS,
 	};
 	stat_add(cl->st, map[what], n);
 }
 
 static const struct xport_ops xops = {
 	.handle = op_handle, .peer_up = op_peer_up, .peer_down = op_peer_down,
-	.conn_end = op_conn_end, .count = op_count,
+	.conn_end = op_conn_end, .count = op_count, .grant = op_grant,
 };
 
 /* ---------------------------------------------------------------- asking */
@@ -712,8 +775,12 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 		cl->hosts[cl->npeers].n = n->nstages;
 		cl->npeers++;
 	}
+	struct pool_usage u = { 0 };
+	if (c->pool)
+		pool_usage(c->pool, &u);
 	struct xport_conf xc = { .self = c->self, .listen = listen, .peers = pc,
-				 .npeers = cl->npeers, .key = c->key, .caps = c->caps,
+				 .npeers = cl->npeers, .key = c->key, .mode = c->mode,
+				 .pool = c->pool ? pool_base(c->pool) : NULL, .pool_size = u.size,
 				 .dead_ms = c->dead_ms };
 	cl->st = st;
 	cl->corrupt = getenv("OMNIFS_TEST_CORRUPT") != NULL;
@@ -757,6 +824,21 @@ void cluster_destroy(struct cluster *cl)
 	pthread_mutex_destroy(&cl->lock);
 	free(cl->hosts);
 	free(cl);
+}
+
+void *cluster_buf_alloc(struct cluster *cl, size_t size)
+{
+	return xport_buf_alloc(cl->x, size);
+}
+
+void cluster_buf_free(struct cluster *cl, void *buf)
+{
+	xport_buf_free(cl->x, buf);
+}
+
+int cluster_rdma(const struct cluster *cl, const char **device, const char **grants)
+{
+	return xport_rdma(cl->x, device, grants);
 }
 
 size_t cluster_npeers(const struct cluster *cl) { return cl->npeers; }

@@ -19,6 +19,7 @@
 #include "../transport/xport.h"
 
 struct ns;
+struct pool;
 struct stats;
 struct cluster;
 
@@ -33,7 +34,8 @@ struct cluster_conf {
 	const struct cluster_node *nodes;       /* every node, self included */
 	size_t nnodes;
 	const uint8_t *key;                     /* AUTH_KEY bytes */
-	uint32_t caps;
+	enum xport_mode mode;                   /* transport=tcp|auto|rdma */
+	struct pool *pool;                      /* what peers read of ours */
 	unsigned dead_ms;                       /* 0: the transport's default */
 };
 
@@ -57,7 +59,10 @@ void cluster_refresh(struct cluster *cl, const char *from, const char *to);
 
 /* Brings pieces of objects from their owners, all pulls in flight at once
  * (each piece's done, if set, is called as it ends, on a peer's thread):
- * count pieces of len bytes at off + k*stride, into dst back to back.
+ * count pieces of len bytes at off + k*stride, into dst back to back
+ * (memory from cluster_buf_alloc).  The caller checks the bytes itself
+ * (a view, against its shards' per-head sums).  The pieces of one object
+ * share a lease, so its owner keeps it for all of them.
  * 0, or -EIO (owner lost, a chunk that fails its hash), -ENOENT (gone). */
 struct cluster_piece {
 	int owner;
@@ -69,6 +74,12 @@ struct cluster_piece {
 	void *arg;
 };
 int cluster_pull(struct cluster *cl, const struct cluster_piece *p, size_t n);
+
+/* Memory that pulls may land in (zeroed); NULL on failure. */
+void *cluster_buf_alloc(struct cluster *cl, size_t size);
+void cluster_buf_free(struct cluster *cl, void *buf);
+/* This node's RDMA device and its kind of grant: 0, or -ENODEV. */
+int cluster_rdma(const struct cluster *cl, const char **device, const char **grants);
 
 size_t cluster_npeers(const struct cluster *cl);
 void cluster_peer(struct cluster *cl, size_t i, struct xport_peer_info *out);

@@ -5,8 +5,10 @@
  * here as a served handle and the lease keeps it, as an open file keeps an
  * object, so `rm` or consumption elsewhere does not cut the read short;
  * RELEASE, or the end of the connection the lease came on (the reader's
- * node died, or went silent), lets go.  A peer may hold LEASE_MAX at once:
- * more is refused (EBUSY), so no peer can pin the pool at will.
+ * node died, or went silent), lets go.  A lease read by RDMA is the same
+ * lease: the grant (xport.h) opens the object as the first pull would.
+ * A peer may hold LEASE_MAX at once: more is refused (EBUSY), so no peer
+ * can pin the pool at will.
  * Thread-safe.
  */
 #ifndef OMNI_LEASE_H
@@ -15,7 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LEASE_MAX 256           /* per peer */
+/* Every pull runs under a lease (a fetch's, a view's, a stream's), so
+ * this bounds the reads one peer has in flight here, and the objects it
+ * can keep past their rm or consumption at once. */
+#define LEASE_MAX 4096          /* per peer */
 
 struct ns;
 struct ns_handle;

@@ -788,6 +788,7 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	ns->uid = getuid();
 	ns->gid = getgid();
 	ns->start_ns = clock_wall_ns();
+	ns->next_lease = ns->start_ns;  /* so lease ids differ across restarts */
 	ns->handles.next = ns->handles.prev = &ns->handles;
 	ns->next_ino = NS_ROOT_INO;     /* the root takes 1; the rest count on */
 	timerq_init(&ns->tq);

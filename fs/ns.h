@@ -248,6 +248,16 @@ void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
 int ns_serve_open(struct ns *ns, uint64_t oid, struct ns_handle **h, uint64_t *size);
 int ns_serve_chunk(struct ns *ns, struct ns_handle *h, uint64_t idx,
 		   struct iovec *iov, int *n, int max, uint64_t *xxh3);
+/* Serving a grant (a peer reads the object straight from the pool): its
+ * extents, pool offsets in order and adjacent ones merged (-E2BIG if more
+ * than max), and the publish-time hashes of chunks [first, first+n) that
+ * it has (*nhash of them). */
+struct ns_extent { uint64_t off, len; };
+int ns_serve_map(struct ns *ns, struct ns_handle *h, struct ns_extent *ext, uint32_t max,
+		 uint32_t *next, uint64_t first, uint32_t n, uint64_t *hash, uint32_t *nhash);
+/* A name for one read of another node's object, under which its owner
+ * keeps it (lease.h); unlike any this node used before a restart. */
+uint64_t ns_lease_id(struct ns *ns);
 /* The names along a directory (or key's edge): its kind, with from and to
  * filled as far as they go. */
 int ns_dir_names(struct ns *ns, uint64_t ino, char from[NAME_STAGE_MAX + 1],

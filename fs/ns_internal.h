@@ -9,6 +9,7 @@
 #define OMNIFS_NS_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/uio.h>
 #define XXH_STATIC_LINKING_ONLY         /* XXH3_state_t in struct object */
@@ -120,7 +121,7 @@ struct ns {
 	uint64_t next_oid;
 	pthread_cond_t fcond;           /* a fetch moved on */
 	struct object *lru_head, *lru_tail;     /* least recently opened first */
-	uint64_t next_lease;            /* streams' (ns_stream.c) */
+	_Atomic uint64_t next_lease;    /* ns_lease_id() */
 	pthread_mutex_t ev_lock;        /* one thread delivers events at a time */
 	struct ns_event *ev_head, *ev_tail;
 };

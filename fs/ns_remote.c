@@ -543,6 +543,41 @@ int ns_serve_open(struct ns *ns, uint64_t oid, struct ns_handle **h, uint64_t *s
 	return rc;
 }
 
+int ns_serve_map(struct ns *ns, struct ns_handle *h, struct ns_extent *ext, uint32_t max,
+		 uint32_t *next, uint64_t first, uint32_t n, uint64_t *hash, uint32_t *nhash)
+{
+	struct object *o = h->obj;
+	uint32_t k = 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	for (unsigned i = 0; h->served && i < o->next && o->ext[i].lstart < o->size && !rc; i++) {
+		uint64_t len = o->ext[i].len < o->size - o->ext[i].lstart ? o->ext[i].len
+									 : o->size - o->ext[i].lstart;
+		if (k && ext[k - 1].off + ext[k - 1].len == o->ext[i].off)
+			ext[k - 1].len += len;
+		else if (k < max)
+			ext[k++] = (struct ns_extent){ o->ext[i].off, len };
+		else
+			rc = -E2BIG;
+	}
+	/* nchunks may count a writer's reserve past the end: the object's own. */
+	uint64_t chunks = (o->size + NS_CHUNK - 1) / NS_CHUNK;
+	*next = k;
+	*nhash = 0;
+	for (uint64_t c = first; h->served && c < chunks && c < o->nchunks && *nhash < n; c++)
+		hash[(*nhash)++] = o->chunks[c];
+	if (!h->served)
+		rc = -EINVAL;
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+uint64_t ns_lease_id(struct ns *ns)
+{
+	return atomic_fetch_add(&ns->next_lease, 1) + 1;
+}
+
 int ns_serve_chunk(struct ns *ns, struct ns_handle *h, uint64_t idx,
 		   struct iovec *iov, int *n, int max, uint64_t *xxh3)
 {

@@ -78,10 +78,8 @@ int stream_new(struct ns *ns, struct object *o, struct stream **out)
 		free(s);
 		return rc;
 	}
-	if (!ns->next_lease)            /* unlike any this node used before a restart */
-		ns->next_lease = clock_wall_ns();
 	*s = (struct stream){ .ns = ns, .owner = o->owner, .oid = o->oid, .size = o->size,
-			      .lease = ++ns->next_lease, .poff = poff, .refs = 1 };
+			      .lease = ns_lease_id(ns), .poff = poff, .refs = 1 };
 	for (int i = 0; i < STREAM_SLOTS; i++)
 		s->slot[i].s = s;
 	*out = s;

@@ -20,6 +20,8 @@ static const struct {
 	[ST_BYTES_WRITTEN] = { "bytes_written", "Bytes written into the pool", 0 },
 	[ST_BYTES_READ] = { "bytes_read", "Bytes returned to readers", 0 },
 	[ST_BYTES_PULLED] = { "bytes_pulled", "Bytes received from peers", 0 },
+	[ST_BYTES_PULLED_TCP] = { "bytes_pulled_tcp", "Bytes pulled from peers over TCP", 0 },
+	[ST_BYTES_PULLED_RDMA] = { "bytes_pulled_rdma", "Bytes pulled from peers by RDMA READ", 0 },
 	[ST_BYTES_SERVED] = { "bytes_served", "Bytes sent to peers", 0 },
 	[ST_WAITERS] = { "waiters", "Opens waiting for a key now", 1 },
 	[ST_WAITS] = { "waits", "Opens that had to wait for a key", 0 },
@@ -31,6 +33,8 @@ static const struct {
 	[ST_PEER_BAD_FRAMES] = { "peer_bad_frames", "Connections dropped for a malformed frame", 0 },
 	[ST_CHECKSUM_FAILED] = { "checksum_failures", "Pulled chunks or payloads that failed their XXH3", 0 },
 	[ST_EVICTED] = { "evicted", "Unused copies of other nodes' objects dropped to make room in the pool", 0 },
+	[ST_RDMA_READS] = { "rdma_reads", "RDMA READs completed", 0 },
+	[ST_RDMA_ERRORS] = { "rdma_errors", "RDMA READs that failed, and queue pairs that stalled", 0 },
 };
 
 static const char *hist_name[H__COUNT] = {

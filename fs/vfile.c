@@ -30,6 +30,8 @@ static json_object *render_peers(const struct vfile_ctx *c)
 		json_object_object_add(p, "addr", json_object_new_string(pi.addr));
 		json_object_object_add(p, "state", json_object_new_string(pi.state));
 		json_object_object_add(p, "transport", json_object_new_string(pi.transport));
+		if (*pi.why)
+			json_object_object_add(p, "transport_why", json_object_new_string(pi.why));
 		json_object_object_add(p, "since_ns", json_object_new_uint64(pi.since_ns));
 		json_object_array_add(arr, p);
 	}
@@ -56,6 +58,11 @@ static char *render_health(const struct vfile_ctx *c)
 	json_object_object_add(pool, "locked", json_object_new_boolean(u.locked));
 	json_object_object_add(root, "pool", pool);
 	json_object_object_add(root, "transport", json_object_new_string(c->transport));
+	const char *dev, *grants;
+	if (c->cl && !cluster_rdma(c->cl, &dev, &grants)) {
+		json_object_object_add(root, "rdma_device", json_object_new_string(dev));
+		json_object_object_add(root, "rdma_grants", json_object_new_string(grants));
+	}
 	json_object_object_add(root, "peers", render_peers(c));
 	json_object_object_add(root, "objects", json_object_new_uint64(objects));
 	json_object_object_add(root, "inflight", json_object_new_uint64(inflight));

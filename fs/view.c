@@ -351,7 +351,10 @@ static void view_free(struct view *v)
 			ns_release(v->env.ns, v->src[k]);
 	free(v->src);
 	free(v->cover);
-	free(v->buf);
+	if (v->env.cl)
+		cluster_buf_free(v->env.cl, v->buf);
+	else
+		free(v->buf);
 	kv_free(&v->kv);
 	rangeset_fini(&v->seen);
 	rangeset_fini(&v->ready);
@@ -413,7 +416,9 @@ static int prepare(const struct view_env *env, uint64_t ino, struct view **out,
 		rc = source_headers(env, w, v->src, si);
 	if (!rc && (rc = plan(w, si, p, err, sizeof(err))) == -EINVAL)
 		fprintf(stderr, "omnifs: %s: not a view: %s\n", w->self, err);
-	if (!rc && !(v->buf = calloc(1, p->size ? p->size : 1)))
+	/* Pulls land in it: memory the transport can write (RDMA: registered). */
+	if (!rc && !(v->buf = env->cl ? cluster_buf_alloc(env->cl, p->size)
+				      : calloc(1, p->size ? p->size : 1)))
 		rc = -ENOMEM;
 	if (!rc) {
 		v->size = p->size;

@@ -149,11 +149,6 @@ static int configure(struct conf *c, const struct args *a, uint8_t key[AUTH_KEY]
 			 "on this node (use transport=tcp or auto)");
 		goto fail;
 	}
-	if (c->transport == TRANSPORT_RDMA) {   /* never a silent TCP instead */
-		snprintf(err, sizeof(err), "option 'transport=rdma': this omnifs moves bytes "
-			 "over TCP only so far (use transport=tcp or auto)");
-		goto fail;
-	}
 	if (c->nnodes > 1 && auth_load(c->secret_file, key, err, sizeof(err)))
 		goto fail;
 	return 0;
@@ -229,10 +224,11 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 		.max_threads = c->threads, .spin_us = c->spin_us,
 	};
 	struct cluster_node *nodes = NULL;
+	static const enum xport_mode mode[] = {
+		[TRANSPORT_AUTO] = XPORT_AUTO, [TRANSPORT_TCP] = XPORT_TCP, [TRANSPORT_RDMA] = XPORT_RDMA,
+	};
 	struct cluster_conf cc = { .self = c->node, .listen = c->listen, .key = key,
-				   .nnodes = c->nnodes,
-				   .caps = PROTO_CAP_TCP |
-					   (rdma_active_devices() > 0 ? PROTO_CAP_RDMA : 0) };
+				   .nnodes = c->nnodes, .mode = mode[c->transport] };
 	int rc = 1;
 
 	if (!text)
@@ -248,6 +244,7 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 		goto free_text;
 	}
 	p.pool = pool;
+	cc.pool = pool;         /* registered with the RDMA device, if one is used */
 	int mrc = fs_mount(&fs, &p, fargs);
 	if (mrc) {
 		rc = mrc == -EINVAL ? EXIT_USAGE : 1;

@@ -1,4 +1,5 @@
-/* xport.c - peer connections over TCP: handshake, requests, pulls, pings.
+/* xport.c - peer connections over TCP: handshake, requests, pulls, pings;
+ * and which transport moves each peer's bytes (TCP here, RDMA in rdma.c).
  *
  * Threads: an acceptor; one server thread per accepted connection, which
  * authenticates the peer and then reads its requests in order; one
@@ -16,6 +17,7 @@
 #include "xport.h"
 #include "clock.h"
 #include "copy.h"
+#include "rdma.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,6 +49,7 @@ _Static_assert(RX_BOUNCE <= PROTO_MAX_BODY, "the bounce buffer is a connection's
 
 struct xport_conn {
 	struct xport *x;
+	struct rdma_srv *srv;           /* a peer's connection that offered it RDMA */
 	int fd, peer, outgoing, refs;
 	pthread_mutex_t send_lock;
 	uint64_t last_rx;               /* monotonic ns of the last bytes in */
@@ -77,23 +80,33 @@ struct ratelog {
 	unsigned long quiet;
 };
 
+/* How a peer's bytes move, chosen when our connection to it comes up. */
+enum { XP_TCP, XP_RDMA, XP_NONE };
+static const char *const xp_name[] = { "tcp", "rdma", "none" };
+
 struct peer {
 	char name[PROTO_NAME_MAX + 1], addr[128];
 	struct sockaddr_storage sa;
 	socklen_t salen;
 	int connecting;
 	uint32_t caps;
+	int xp;
+	char why[160];                  /* why not RDMA, where we have it */
 	uint64_t since_ns;
 	struct xport_conn *out;         /* our connection, while up */
 	pthread_t rx;
 	int rx_joinable;
 	struct ratelog bad_frames;      /* its connections to us */
+	struct ratelog refused, unread; /* its pulls we refused; reads of it we
+					   did not make (transport=rdma) */
 };
 
 struct xport {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct xport_conf c;
+	struct rdma *rdma;              /* NULL: every byte moves over TCP */
+	uint32_t caps;                  /* PROTO_CAP_* we can do */
 	char self[PROTO_NAME_MAX + 1];
 	uint8_t key[AUTH_KEY];
 	const struct xport_ops *ops;
@@ -233,6 +246,13 @@ static int conn_send(struct xport_conn *c, uint64_t reqid, const struct proto_ms
 	int len = proto_encode(m, buf, sizeof(buf));
 
 	return len < 0 ? len : conn_sendv(c, (uint8_t)m->type, reqid, buf, (size_t)len, NULL, 0);
+}
+
+/* A body too large for conn_send's stack (a GRANTED). */
+static int conn_send_body(struct xport_conn *c, uint8_t type, uint64_t reqid,
+			  const uint8_t *body, int len)
+{
+	return len < 0 ? len : conn_sendv(c, type, reqid, body, (size_t)len, NULL, 0);
 }
 
 /* Reads exactly the bytes of iov.  A silence of dead_ms, between frames
@@ -527,6 +547,7 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 	p->got += m->u.data.len;
 	p->last_ns = clock_mono_ns();
 	count(x, XC_PULLED, m->u.data.len);
+	count(x, XC_PULLED_TCP, m->u.data.len);
 	if (p->got == p->len)
 		pull_end(x, p, 0);
 	else
@@ -580,6 +601,8 @@ static void peer_down(struct xport *x, int i, const char *why)
 	shutdown(c->fd, SHUT_RDWR);
 	if (!x->stopping)
 		fprintf(stderr, "omnifs: peer %s (%s) down: %s\n", p->name, p->addr, why);
+	if (x->rdma)            /* its READs fail; the owner forgot its grants */
+		rdma_link_down(x->rdma, i);
 	pending_fail(x, i);
 	if (x->ops->peer_down)
 		x->ops->peer_down(x->ctx, i);
@@ -603,7 +626,8 @@ static void *rx_thread(void *arg)
 			break;
 		if (h.type == PT_DATA) {
 			rc = rx_data(c, &h, &m);
-		} else if (h.type == PT_STATUS || h.type == PT_OBJECT || h.type == PT_LISTING) {
+		} else if (h.type == PT_STATUS || h.type == PT_OBJECT || h.type == PT_LISTING ||
+			   h.type == PT_GRANTED) {
 			rx_reply(c, &h, &m);
 		} else if (h.type != PT_PONG) {
 			rc = -EPROTO;   /* a request has no business here */
@@ -646,8 +670,11 @@ fail:
 	return err;
 }
 
+/* What a WELCOME offered besides the name: caps, and RDMA (port 0: none). */
+struct offer { uint32_t caps; uint16_t port; uint8_t token[PROTO_TOKEN]; };
+
 /* The client's half of the handshake (auth.h). */
-static int handshake_client(struct xport *x, struct xport_conn *c, uint32_t *caps)
+static int handshake_client(struct xport *x, struct xport_conn *c, struct offer *o)
 {
 	struct peer *p = &x->peers[c->peer];
 	struct proto_msg m = { .type = PT_HELLO }, r;
@@ -657,7 +684,7 @@ static int handshake_client(struct xport *x, struct xport_conn *c, uint32_t *cap
 
 	auth_nonce(cnonce);
 	m.u.hello.version = PROTO_VERSION;
-	m.u.hello.caps = x->c.caps;
+	m.u.hello.caps = x->caps;
 	memcpy(m.u.hello.nonce, cnonce, PROTO_NONCE);
 	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "%s", x->self);
 	if ((rc = conn_send(c, 0, &m)) || (rc = conn_recv(c, &h, &r, NULL)))
@@ -673,7 +700,9 @@ static int handshake_client(struct xport *x, struct xport_conn *c, uint32_t *cap
 	if (h.type != PT_WELCOME || strcmp(r.u.welcome.name, p->name) ||
 	    !auth_check(x->key, AUTH_SERVER, cnonce, snonce, r.u.welcome.name, r.u.welcome.mac))
 		return -EACCES;
-	*caps = r.u.welcome.caps;
+	o->caps = r.u.welcome.caps;
+	o->port = r.u.welcome.rdma_port;
+	memcpy(o->token, r.u.welcome.token, PROTO_TOKEN);
 	return 0;
 }
 
@@ -699,7 +728,7 @@ static int connect_claim(struct xport *x, struct peer *p)
 }
 
 /* A new connection to peer i, through the handshake.  0, or -errno. */
-static int conn_open(struct xport *x, int i, struct xport_conn **out, uint32_t *caps)
+static int conn_open(struct xport *x, int i, struct xport_conn **out, struct offer *o)
 {
 	struct peer *p = &x->peers[i];
 	int fd, rc;
@@ -710,7 +739,7 @@ static int conn_open(struct xport *x, int i, struct xport_conn **out, uint32_t *
 		close(fd);
 		return -ENOMEM;
 	}
-	if ((rc = handshake_client(x, *out, caps))) {
+	if ((rc = handshake_client(x, *out, o))) {
 		if (rc == -EACCES)
 			fprintf(stderr, "omnifs: peer %s (%s) refused the handshake: "
 				"is the secret the same?\n", p->name, p->addr);
@@ -721,21 +750,59 @@ static int conn_open(struct xport *x, int i, struct xport_conn **out, uint32_t *
 	return rc;
 }
 
+/* Which transport moves peer i's bytes, now that its WELCOME is in: RDMA
+ * where both ends have it and its queue pair connects; else TCP, or none
+ * at all with transport=rdma.  Said in one line, as SPEC §2 wants. */
+static int peer_transport(struct xport *x, int i, const struct offer *o, char *why, size_t len)
+{
+	struct peer *p = &x->peers[i];
+	int xp = x->c.mode == XPORT_RDMA ? XP_NONE : XP_TCP;
+
+	why[0] = 0;
+	if (x->rdma && o->port) {
+		char e[96];
+		if (!rdma_link_up(x->rdma, i, (struct sockaddr *)&p->sa, o->port, o->token,
+				  e, sizeof(e)))
+			xp = XP_RDMA;
+		else
+			snprintf(why, len, "its RDMA queue pair did not connect: %s", e);
+	} else if (x->rdma) {
+		snprintf(why, len, "%s offers no RDMA", p->name);
+	} else if (x->c.mode == XPORT_AUTO && (o->caps & PROTO_CAP_RDMA)) {
+		snprintf(why, len, "this node has no RDMA");
+	}
+	if (xp == XP_RDMA)
+		fprintf(stderr, "omnifs: peer %s (%s) up, transport rdma (%s, grants by %s)\n",
+			p->name, p->addr, rdma_device(x->rdma), rdma_grants(x->rdma));
+	else if (xp == XP_NONE)
+		fprintf(stderr, "omnifs: peer %s (%s) up, transport none: %s, and transport=rdma "
+			"moves no byte over TCP; reads of its objects fail with EIO\n",
+			p->name, p->addr, why);
+	else
+		fprintf(stderr, "omnifs: peer %s (%s) up, transport tcp%s%s%s\n", p->name, p->addr,
+			*why ? " (" : "", why, *why ? ")" : "");
+	return xp;
+}
+
 /* Connects to peer i and starts its receiver.  0, or -errno. */
 static int peer_connect(struct xport *x, int i)
 {
 	struct peer *p = &x->peers[i];
 	struct xport_conn *c;
-	uint32_t caps = 0;
-	int rc;
+	struct offer o = { 0 };
+	char why[sizeof(p->why)];
+	int rc, xp;
 
 	if ((rc = connect_claim(x, p)) <= 0)
 		return rc;
-	if ((rc = conn_open(x, i, &c, &caps)))
+	if ((rc = conn_open(x, i, &c, &o)))
 		goto unclaim;
+	xp = peer_transport(x, i, &o, why, sizeof(why));
 	pthread_mutex_lock(&x->lock);
 	p->out = c;
-	p->caps = caps;
+	p->caps = o.caps;
+	p->xp = xp;
+	snprintf(p->why, sizeof(p->why), "%s", why);
 	p->since_ns = clock_wall_ns();
 	if (pthread_create(&p->rx, NULL, rx_thread, c)) {
 		p->out = NULL;
@@ -745,13 +812,10 @@ static int peer_connect(struct xport *x, int i)
 		p->rx_joinable = 1;
 	}
 	pthread_mutex_unlock(&x->lock);
-	if (!rc) {
-		fprintf(stderr, "omnifs: peer %s (%s) up, transport tcp%s\n", p->name, p->addr,
-			(caps & x->c.caps & PROTO_CAP_RDMA) ? " (both ends have RDMA; "
-			"this build moves bytes over TCP)" : "");
-		if (x->ops->peer_up)
-			x->ops->peer_up(x->ctx, i);
-	}
+	if (!rc && x->ops->peer_up)
+		x->ops->peer_up(x->ctx, i);
+	else if (rc && x->rdma)
+		rdma_link_down(x->rdma, i);
 unclaim:
 	pthread_mutex_lock(&x->lock);
 	p->connecting = 0;
@@ -845,6 +909,27 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 	return rc;
 }
 
+/* A pull from a peer whose bytes move by RDMA, or by nothing at all. */
+static int pull_other(struct xport *x, int peer, int xp, const struct xport_range *r,
+		      const struct iovec *dst, int ndst, unsigned flags,
+		      xport_progress_fn progress, void *arg)
+{
+	struct peer *p = &x->peers[peer];
+	int rc;
+
+	if (xp == XP_NONE) {
+		log_limited(x, &p->unread, "peer %s: not read from: %s (transport=rdma)",
+			    p->name, p->why);
+		return -EIO;
+	}
+	rc = rdma_pull(x->rdma, peer, r, dst, ndst, flags, progress, arg);
+	if (rc == -ENOTCONN) {  /* its pair cannot be had again: choose anew */
+		peer_down(x, peer, "its RDMA queue pair failed and does not reconnect");
+		rc = -EHOSTDOWN;
+	}
+	return rc;
+}
+
 int xport_pull(struct xport *x, int peer, const struct xport_range *r,
 	       const struct iovec *dst, int ndst, unsigned flags,
 	       xport_progress_fn progress, void *arg)
@@ -856,19 +941,23 @@ int xport_pull(struct xport *x, int peer, const struct xport_range *r,
 	struct xport_conn *c;
 	struct pending *p;
 	uint64_t room = 0;
-	int rc = -ENOMEM;
+	int rc = -ENOMEM, xp;
 
 	for (int i = 0; i < ndst; i++)
 		room += dst[i].iov_len;
 	if (!len || !count || ndst <= 0 || len > UINT64_MAX / count || room < len * count)
 		return -EINVAL;
 	len *= count;           /* the pieces arrive back to back */
-	c = peer_conn(x, peer);
-	p = calloc(1, sizeof(*p));
-	if (!c) {
-		free(p);
+	if (!(c = peer_conn(x, peer)))
 		return -EHOSTDOWN;
+	pthread_mutex_lock(&x->lock);
+	xp = x->peers[peer].xp;
+	pthread_mutex_unlock(&x->lock);
+	if (xp != XP_TCP) {
+		conn_unref(x, c);
+		return pull_other(x, peer, xp, r, dst, ndst, flags, progress, arg);
 	}
+	p = calloc(1, sizeof(*p));
 	if (!p || !(p->dst = malloc((size_t)ndst * sizeof(*dst))))
 		goto fail;
 	memcpy(p->dst, dst, (size_t)ndst * sizeof(*dst));
@@ -890,6 +979,28 @@ fail:
 	free(p);
 	conn_unref(x, c);
 	return rc;
+}
+
+void xport_release(struct xport *x, int peer, uint64_t lease)
+{
+	struct proto_msg m = { .type = PT_RELEASE, .u.release.lease = lease };
+
+	if (x->rdma && !rdma_release(x->rdma, peer, lease))
+		return;         /* its READs are in flight: it goes after them */
+	xport_send(x, peer, &m);        /* down: its end of the lease went with it */
+}
+
+void *xport_buf_alloc(struct xport *x, size_t size)
+{
+	return x->rdma ? rdma_buf_alloc(x->rdma, size) : calloc(1, size ? size : 1);
+}
+
+void xport_buf_free(struct xport *x, void *buf)
+{
+	if (x->rdma)
+		rdma_buf_free(x->rdma, buf);
+	else
+		free(buf);
 }
 
 /* ---------------------------------------------------------------- their side */
@@ -926,12 +1037,14 @@ static int handshake_server(struct xport *x, struct xport_conn *c)
 	struct proto_hdr h;
 	uint8_t cnonce[PROTO_NONCE], snonce[PROTO_NONCE];
 	char name[PROTO_NAME_MAX + 1];
+	uint32_t caps;
 	int rc, peer;
 
 	if ((rc = conn_recv(c, &h, &r, NULL)))
 		return rc;
 	if (h.type != PT_HELLO || r.u.hello.version != PROTO_VERSION)
 		return -EPROTO;
+	caps = r.u.hello.caps;
 	memcpy(cnonce, r.u.hello.nonce, PROTO_NONCE);
 	snprintf(name, sizeof(name), "%s", r.u.hello.name);
 	auth_nonce(snonce);
@@ -944,9 +1057,13 @@ static int handshake_server(struct xport *x, struct xport_conn *c)
 	    !auth_check(x->key, AUTH_CLIENT, cnonce, snonce, name, r.u.auth.mac))
 		return -EACCES;
 	m = (struct proto_msg){ .type = PT_WELCOME };
-	m.u.welcome.caps = x->c.caps;
+	m.u.welcome.caps = x->caps;
 	snprintf(m.u.welcome.name, sizeof(m.u.welcome.name), "%s", x->self);
 	auth_mac(x->key, AUTH_SERVER, cnonce, snonce, x->self, m.u.welcome.mac);
+	/* Only now, to a peer that proved it holds the secret: where to
+	 * connect its queue pair, and the token that ties it to us. */
+	if (x->rdma && (caps & PROTO_CAP_RDMA) && (c->srv = rdma_srv_new(x->rdma, m.u.welcome.token)))
+		m.u.welcome.rdma_port = rdma_port(x->rdma);
 	if ((rc = conn_send(c, 0, &m)))
 		return rc;
 	c->peer = peer;
@@ -957,7 +1074,80 @@ static int is_request(unsigned t)
 {
 	return t == PT_PING || t == PT_ANNOUNCE || t == PT_GONE || t == PT_CONSUMED ||
 	       t == PT_LOOKUP || t == PT_LIST || t == PT_REMOVE || t == PT_PULL ||
-	       t == PT_RELEASE;
+	       t == PT_RELEASE || t == PT_GRANT;
+}
+
+static int reply_status(struct xport_conn *c, uint64_t reqid, int err)
+{
+	struct proto_msg st = { .type = PT_STATUS, .u.status.err = err };
+	return xport_reply(c, reqid, &st);
+}
+
+/* A GRANT: the object's extents and hashes from ops->grant, readable by
+ * the peer's queue pair (windows bound by rdma_srv_grant).  A connection
+ * that was offered no RDMA gets EPROTONOSUPPORT. */
+#define GRANTED_MAX (28 + 8 * PROTO_GRANT_HASHES + PROTO_GRANT_EXT * PROTO_GRANT_EXTENTS)
+static void serve_grant(struct xport *x, struct xport_conn *c, uint64_t reqid,
+			const struct proto_msg *m)
+{
+	struct xport_grant g = { 0 };
+	struct proto_extent *pe = NULL;
+	uint8_t *body = NULL;
+	int rc = -EPROTONOSUPPORT;
+
+	if (!c->srv || !x->ops->grant)
+		goto status;
+	g.hash = malloc(PROTO_GRANT_HASHES * sizeof(*g.hash));
+	g.ext = malloc(PROTO_GRANT_EXTENTS * sizeof(*g.ext));
+	pe = malloc(PROTO_GRANT_EXTENTS * sizeof(*pe));
+	body = malloc(GRANTED_MAX);
+	rc = g.hash && g.ext && pe && body ? 0 : -ENOMEM;
+	if (!rc)
+		rc = x->ops->grant(x->ctx, c, c->peer, m->u.grant.oid, m->u.grant.lease,
+				   m->u.grant.first, m->u.grant.n, &g);
+	if (!rc)
+		rc = rdma_srv_grant(c->srv, m->u.grant.lease, g.ext, g.next, pe);
+	if (!rc)
+		rc = conn_send_body(c, PT_GRANTED, reqid, body,
+				    proto_encode_granted(g.size, g.first, g.hash, g.nhash, pe, g.next,
+							 body, GRANTED_MAX)) ? 1 : 0;
+status:
+	if (rc < 0)
+		reply_status(c, reqid, -rc);
+	free(g.hash);
+	free(g.ext);
+	free(pe);
+	free(body);
+}
+
+/* A request the transport answers itself, or hands to ops->handle. */
+static int serve_one(struct xport *x, struct xport_conn *c, const struct proto_hdr *h,
+		     const struct proto_msg *m)
+{
+	struct peer *p = &x->peers[c->peer];
+
+	switch (h->type) {
+	case PT_PING: {
+		struct proto_msg pong = { .type = PT_PONG };
+		return conn_send(c, h->reqid, &pong);
+	}
+	case PT_GRANT:
+		serve_grant(x, c, h->reqid, m);
+		return 0;
+	case PT_PULL:
+		if (x->c.mode != XPORT_RDMA)
+			break;
+		log_limited(x, &p->refused, "peer %s asked to pull over TCP; refused "
+			    "(transport=rdma)", p->name);
+		reply_status(c, h->reqid, EPROTONOSUPPORT);
+		return 0;
+	case PT_RELEASE:        /* its windows go before its object may */
+		if (c->srv)
+			rdma_srv_release(c->srv, m->u.release.lease);
+		break;
+	}
+	x->ops->handle(x->ctx, c, c->peer, h->reqid, m);
+	return 0;
 }
 
 static void server_detach(struct xport *x, struct xport_conn *c)
@@ -997,12 +1187,7 @@ static void *server_thread(void *arg)
 			rc = -EPROTO;
 			break;
 		}
-		if (h.type == PT_PING) {
-			struct proto_msg pong = { .type = PT_PONG };
-			rc = conn_send(c, h.reqid, &pong);
-		} else {
-			x->ops->handle(x->ctx, c, c->peer, h.reqid, &m);
-		}
+		rc = serve_one(x, c, &h, &m);
 		proto_msg_free(&m);
 		if (rc)
 			break;
@@ -1012,9 +1197,13 @@ static void *server_thread(void *arg)
 		log_limited(x, &x->peers[c->peer].bad_frames,
 			    "peer %s sent a bad frame; disconnected", x->peers[c->peer].name);
 	}
-	if (x->ops->conn_end)
-		x->ops->conn_end(x->ctx, c);
 out:
+	if (c->srv) {           /* its windows go before the leases they read */
+		rdma_srv_end(c->srv);
+		c->srv = NULL;
+	}
+	if (c->peer >= 0 && x->ops->conn_end)
+		x->ops->conn_end(x->ctx, c);
 	server_detach(x, c);
 	return NULL;
 }
@@ -1107,6 +1296,70 @@ static int listen_on(struct xport *x, char *err, size_t errlen)
 	return 0;
 }
 
+/* RDMA's calls back into the control connection. */
+struct grant_call { void (*got)(void *arg, const struct proto_msg *m); void *arg; };
+
+static int grant_reply(void *arg, const struct proto_msg *m)
+{
+	struct grant_call *g = arg;
+
+	if (m->type == PT_GRANTED)
+		g->got(g->arg, m);
+	return 0;
+}
+
+static int rdma_grant_call(void *ctx, int peer, uint64_t oid, uint64_t lease, uint64_t first,
+			   uint32_t n, void (*got)(void *arg, const struct proto_msg *m), void *arg)
+{
+	struct proto_msg m = { .type = PT_GRANT, .u.grant = { oid, lease, first, n } };
+	struct grant_call g = { got, arg };
+
+	return xport_call(ctx, peer, &m, grant_reply, &g);
+}
+
+static void rdma_release_call(void *ctx, int peer, uint64_t lease)
+{
+	struct proto_msg m = { .type = PT_RELEASE, .u.release.lease = lease };
+
+	xport_send(ctx, peer, &m);
+}
+
+static void rdma_count_call(void *ctx, enum xport_count what, uint64_t n)
+{
+	count(ctx, what, n);
+}
+
+/* transport=auto and rdma open the device behind the listen address;
+ * auto goes on without one, saying so, and rdma fails. */
+static int open_rdma(struct xport *x, char *err, size_t errlen)
+{
+	struct rdma_conf rc = {
+		.listen = x->c.listen, .pool = x->c.pool, .pool_size = x->c.pool_size,
+		.npeers = x->npeers, .dead_ms = x->c.dead_ms, .ctx = x,
+		.grant = rdma_grant_call, .release = rdma_release_call, .count = rdma_count_call,
+	};
+	char why[384];
+	int rc_;
+
+	x->caps = PROTO_CAP_TCP;
+	if (x->c.mode == XPORT_TCP)
+		return 0;
+	if ((rc_ = rdma_open(&x->rdma, &rc, why, sizeof(why)))) {
+		x->rdma = NULL;
+		if (x->c.mode == XPORT_RDMA) {
+			snprintf(err, errlen, "transport=rdma: %s", why);
+			return rc_ == -ENODEV ? -EINVAL : rc_;  /* asked of a machine without */
+		}
+		fprintf(stderr, "omnifs: %s; every peer's bytes move over tcp\n", why);
+		return 0;
+	}
+	x->caps |= PROTO_CAP_RDMA;
+	fprintf(stderr, "omnifs: rdma: %s, the %llu MiB pool registered, grants by %s, "
+		"rdma_cm port %u\n", rdma_device(x->rdma), (unsigned long long)(x->c.pool_size >> 20),
+		rdma_grants(x->rdma), rdma_port(x->rdma));
+	return 0;
+}
+
 int xport_create(struct xport **out, const struct xport_conf *c,
 		 const struct xport_ops *ops, void *ctx, char *err, size_t errlen)
 {
@@ -1140,6 +1393,12 @@ int xport_create(struct xport **out, const struct xport_conf *c,
 		goto free_x;
 	pthread_mutex_init(&x->lock, NULL);
 	pthread_cond_init(&x->cond, NULL);
+	if ((rc = open_rdma(x, err, errlen))) {
+		pthread_cond_destroy(&x->cond);
+		pthread_mutex_destroy(&x->lock);
+		close(x->lfd);
+		goto free_x;
+	}
 	*out = x;
 	return 0;
 free_x:
@@ -1188,6 +1447,7 @@ void xport_destroy(struct xport *x)
 	while (x->nservers)
 		pthread_cond_wait(&x->cond, &x->lock);
 	pthread_mutex_unlock(&x->lock);
+	rdma_close(x->rdma);    /* its pulls end; every connection is gone */
 	close(x->lfd);
 	pthread_cond_destroy(&x->cond);
 	pthread_mutex_destroy(&x->lock);
@@ -1218,6 +1478,15 @@ int xport_peer_up(struct xport *x, int peer)
 	return up;
 }
 
+int xport_rdma(const struct xport *x, const char **device, const char **grants)
+{
+	if (!x->rdma)
+		return -ENODEV;
+	*device = rdma_device(x->rdma);
+	*grants = rdma_grants(x->rdma);
+	return 0;
+}
+
 void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out)
 {
 	struct peer *p = &x->peers[peer];
@@ -1226,7 +1495,8 @@ void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out)
 	out->name = p->name;
 	out->addr = p->addr;
 	out->state = p->out ? "up" : "down";
-	out->transport = p->out ? "tcp" : "";
+	out->transport = p->out ? xp_name[p->xp] : "";
+	out->why = p->out ? p->why : "";
 	out->since_ns = p->since_ns;
 	pthread_mutex_unlock(&x->lock);
 }

@@ -12,10 +12,12 @@
  * requests and pulls fail with EIO, and ops->peer_down says so.
  *
  * A pull is the transport's one data path: "bring bytes [off, off+len) of
- * object oid on peer into this local buffer".  TCP implements it with DATA
- * frames read straight into the buffer; RDMA READ will implement the same
- * call.  Each chunk arrives with the hash the owner took at publish and is
- * checked before progress() reports it.
+ * object oid on peer into this local buffer".  Over TCP, DATA frames are
+ * read straight into the buffer; over RDMA (rdma.h), the owner grants the
+ * read once per lease and the bytes come by one-sided READs.  Each chunk
+ * is checked against the hash the owner took at publish before progress()
+ * reports it.  Which transport a peer uses is chosen when its connection
+ * comes up (mode below), said in the log and in xport_peer_info().
  */
 #ifndef OMNI_XPORT_H
 #define OMNI_XPORT_H
@@ -32,16 +34,37 @@ struct xport_conn;
 
 struct xport_peer_conf { const char *name, *addr; };
 
+/* TCP: never touch an RDMA device.  AUTO: RDMA with every peer where both
+ * ends have it, TCP with the others.  RDMA: no byte over TCP: a node
+ * without a device is an error, a peer without RDMA is read from by no
+ * one (EIO) and served nothing. */
+enum xport_mode { XPORT_TCP, XPORT_AUTO, XPORT_RDMA };
+
 struct xport_conf {
 	const char *self, *listen;              /* our name and "host:port" */
 	const struct xport_peer_conf *peers;    /* every other node */
 	size_t npeers;
 	const uint8_t *key;                     /* AUTH_KEY bytes */
-	uint32_t caps;                          /* PROTO_CAP_* we can do */
+	enum xport_mode mode;
+	void *pool;                             /* what peers read from, and we into */
+	uint64_t pool_size;
 	unsigned ping_ms, dead_ms, call_ms;     /* 0: 500, 3000, 5000 */
 };
 
-enum xport_count { XC_AUTH_FAILED, XC_BAD_FRAMES, XC_PULLED, XC_SERVED, XC_BAD_CHUNKS };
+enum xport_count { XC_AUTH_FAILED, XC_BAD_FRAMES, XC_PULLED, XC_SERVED, XC_BAD_CHUNKS,
+		   XC_PULLED_TCP, XC_PULLED_RDMA, XC_RDMA_READS, XC_RDMA_ERRORS };
+
+/* What a peer may read of one object directly (ops->grant fills it): its
+ * size, its extents in the pool in order (room for PROTO_GRANT_EXTENTS),
+ * and the publish-time hashes of its chunks from first on (room for
+ * PROTO_GRANT_HASHES). */
+struct xport_extent { uint64_t off, len; };
+struct xport_grant {
+	uint64_t size, first;
+	uint32_t nhash, next;
+	uint64_t *hash;
+	struct xport_extent *ext;
+};
 
 struct xport_ops {
 	/* A request or one-way message from peer, on one of the transport's
@@ -55,6 +78,12 @@ struct xport_ops {
 	/* A connection a peer made to us, one that handle() was given, has
 	 * ended (closed, failed, or silent for dead_ms). */
 	void (*conn_end)(void *ctx, struct xport_conn *c);
+	/* peer, on connection c, will read object oid directly under lease,
+	 * which keeps the object as a PULL's lease does (until RELEASE or
+	 * c's end): fill g, with the hashes of chunks [first, first+n).
+	 * 0, or -errno for the peer (ENOENT: no such object). */
+	int (*grant)(void *ctx, struct xport_conn *c, int peer, uint64_t oid, uint64_t lease,
+		     uint64_t first, uint32_t n, struct xport_grant *g);
 	void (*count)(void *ctx, enum xport_count what, uint64_t n);
 };
 
@@ -71,11 +100,15 @@ const char *xport_peer_name(const struct xport *x, int peer);
 struct xport_peer_info {
 	const char *name, *addr;
 	const char *state;              /* "up", "down" */
-	const char *transport;          /* in use: "tcp"; "" while down */
+	const char *transport;          /* in use: "rdma", "tcp", "none"; "" while down */
+	const char *why;                /* why not "rdma" where we have it, or "" */
 	uint64_t since_ns;              /* of the last change, wall clock */
 };
 void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out);
 int xport_peer_up(struct xport *x, int peer);
+/* This node's RDMA device and how it grants reads ("window" or "pool"):
+ * 0, or -ENODEV if it moves no byte by RDMA. */
+int xport_rdma(const struct xport *x, const char **device, const char **grants);
 
 /* A one-way message on our connection to peer: 0, or -EHOSTDOWN. */
 int xport_send(struct xport *x, int peer, const struct proto_msg *m);
@@ -101,11 +134,23 @@ typedef void (*xport_progress_fn)(void *arg, uint64_t upto, int err);
 /* flags: by default the bytes are stored around the cache (copy.h), for
  * a fetch that someone reads later.  XPORT_CACHED: the caller reads them
  * as soon as they land (a view checks them, a stream hands them on), so
- * they stay in cache. */
+ * they stay in cache.  XPORT_CALLER_CHECKS: the caller checks the bytes
+ * against sums of its own (a view: its shards' per-head sums), so a
+ * transport that has no publish-time hash for an arbitrary range (RDMA)
+ * need not; without it, a pull is of whole chunks (off a multiple of
+ * PROTO_CHUNK, len too or up to the end).  dst must be pool memory or
+ * from xport_buf_alloc.  Over RDMA, a pull names a lease. */
 #define XPORT_CACHED 1u
+#define XPORT_CALLER_CHECKS 2u
 int xport_pull(struct xport *x, int peer, const struct xport_range *r,
 	       const struct iovec *dst, int ndst, unsigned flags,
 	       xport_progress_fn progress, void *arg);
+/* The reads under lease on peer are over: its RELEASE goes out, once no
+ * byte of them is still in flight. */
+void xport_release(struct xport *x, int peer, uint64_t lease);
+/* Memory pulls may land in besides the pool (zeroed): NULL on failure. */
+void *xport_buf_alloc(struct xport *x, size_t size);
+void xport_buf_free(struct xport *x, void *buf);
 
 /* Replies, from ops->handle. */
 int xport_reply(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m);

@@ -126,7 +126,7 @@ rogue() {  # rogue MODE: talks to a's peer port; prints what came back
 import os, socket, struct, sys
 port, mode = int(sys.argv[1]), sys.argv[2]
 s = socket.create_connection(("127.0.0.1", port), timeout=5)
-def frame(t, body, ver=2, magic=0x4d4f, length=None):
+def frame(t, body, ver=3, magic=0x4d4f, length=None):
     return struct.pack("<HBBIQ", magic, ver, t, len(body) if length is None else length, 0) + body
 def recv_all():
     got = b""
@@ -141,7 +141,7 @@ def recv_all():
         pass
     return got
 if mode == "wrongmac":
-    s.sendall(frame(1, struct.pack("<HI", 2, 1) + os.urandom(32) + b"\x01b"))
+    s.sendall(frame(1, struct.pack("<HI", 3, 1) + os.urandom(32) + b"\x01b"))
     ch = s.recv(16 + 34)
     s.sendall(frame(3, os.urandom(32)))
     rest = recv_all()

@@ -41,6 +41,7 @@
 
 #include <xxhash.h>
 
+#include "../../fs/lease.h"
 #include "../../transport/auth.h"
 #include "../../transport/proto.h"
 
@@ -140,12 +141,19 @@ static void fill_obj(struct proto_obj *o, uint8_t *scratch)
 	}
 }
 
+/* A lease id: often one of a few, to be reused; else one of more than a
+ * peer may hold at once. */
+static uint64_t pick_lease(void)
+{
+	return 1 + (rnd(2) ? rnd(300) : rnd(LEASE_MAX + 100));
+}
+
 /* A request with hostile fields; 0, or -1 if the encoder refused it. */
 static int build(uint8_t *body, size_t cap, uint8_t *type, uint8_t *scratch)
 {
 	static const uint8_t types[] = { PT_ANNOUNCE, PT_GONE, PT_CONSUMED, PT_LOOKUP,
 					 PT_LIST, PT_REMOVE, PT_PULL, PT_PULL, PT_PING,
-					 PT_RELEASE };
+					 PT_RELEASE, PT_GRANT };
 	struct proto_msg m = { .type = types[rnd(sizeof(types))] };
 	uint64_t oid = 1, size = 1 << 20;
 
@@ -174,10 +182,16 @@ static int build(uint8_t *body, size_t cap, uint8_t *type, uint8_t *scratch)
 		m.u.pull.stride = rnd(2) ? m.u.pull.len + rnd(4096) : pick_u64(size);
 		/* Leases from a few ids, so that they are reused (for another
 		 * object, too), released, and pile up past a peer's limit. */
-		m.u.pull.lease = rnd(3) ? 0 : rnd(2) ? 1 + rnd(300) : pick_u64(1);
+		m.u.pull.lease = rnd(3) ? 0 : rnd(2) ? pick_lease() : pick_u64(1);
 		break;
 	case PT_RELEASE:
-		m.u.release.lease = rnd(2) ? 1 + rnd(300) : pick_u64(1);
+		m.u.release.lease = rnd(2) ? pick_lease() : pick_u64(1);
+		break;
+	case PT_GRANT:          /* refused here, a connection with no RDMA; decoded first */
+		m.u.grant.oid = rnd(4) ? oid : pick_u64(oid);
+		m.u.grant.lease = pick_lease();
+		m.u.grant.first = rnd(2) ? rnd(4) : pick_u64(1);
+		m.u.grant.n = (uint32_t)rnd(PROTO_GRANT_HASHES + 2);
 		break;
 	default:
 		break;

@@ -1,0 +1,388 @@
+/* rdma.c - the RDMA device: opened by address, the pool registered once,
+ * rdma_cm's events, and memory that READs may land in.
+ *
+ * The device is the one rdma_cm finds behind the node's listen address,
+ * so an operator picks it as they pick the address peers reach.  The
+ * whole pool is registered once at start: with windows, for binding them
+ * (its own rkey then reads nothing); without, for remote READ.  One
+ * thread takes rdma_cm's events for every queue pair, ours and peers',
+ * and hands each to the half it belongs to (rdma_read.c, rdma_grant.c).
+ */
+#define _GNU_SOURCE
+#include "rdma_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define RDMA_RING 64            /* READs posted per queue pair */
+#define RDMA_WR_MAX (1u << 20)  /* bytes per READ */
+
+const char *rdma_device(const struct rdma *rd) { return rd->dev; }
+const char *rdma_grants(const struct rdma *rd) { return rd->windows ? "window" : "pool"; }
+uint16_t rdma_port(const struct rdma *rd) { return rd->port; }
+
+void rdma_wake(struct rdma *rd)
+{
+	uint64_t one = 1;
+
+	if (write(rd->wake_fd, &one, sizeof(one)) < 0) {
+		/* full: the thread has a wake-up pending anyway */
+	}
+}
+
+struct ibv_qp_init_attr rdma_qp_attr(struct rdma *rd, struct ibv_cq *cq, unsigned send_wr)
+{
+	(void)rd;
+	return (struct ibv_qp_init_attr){
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = send_wr, .max_recv_wr = 1, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+	};
+}
+
+void rdma_id_destroy(struct rdma_cm_id *id)
+{
+	if (!id)
+		return;
+	if (id->qp)
+		rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+}
+
+/* The listen option's host, as an address with port 0. */
+static int src_addr(const char *listen, struct sockaddr_storage *sa)
+{
+	char host[128];
+	const char *colon = strrchr(listen, ':');
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai;
+	size_t n = colon ? (size_t)(colon - listen) : strlen(listen);
+
+	if (n >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, listen, n);
+	host[n] = 0;
+	if (n > 1 && host[0] == '[' && host[n - 1] == ']') {
+		memmove(host, host + 1, n - 2);
+		host[n - 2] = 0;
+	}
+	if (getaddrinfo(host, NULL, &hints, &ai))
+		return -EINVAL;
+	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- cm events */
+
+static void *cm_thread(void *arg)
+{
+	struct rdma *rd = arg;
+	struct pollfd pf = { .fd = rd->ch->fd, .events = POLLIN };
+	struct rdma_cm_event *e;
+
+	pthread_setname_np(pthread_self(), "omni-rdma-cm");
+	while (!rd->stopping) {
+		if (poll(&pf, 1, RDMA_TICK_MS) <= 0)
+			continue;
+		while (!rdma_get_cm_event(rd->ch, &e)) {
+			struct rdma_cm_id *destroy = NULL;
+			int kind = e->id->context ? *(int *)e->id->context : 0;
+			if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+				srv_connect_request(rd, e, &destroy);
+			else if (kind == CM_LINK)
+				link_cm_event(rd, e->id->context, e, &destroy);
+			else if (kind == CM_SRV)
+				srv_cm_event(rd, e->id->context, e, &destroy);
+			else if (e->event == RDMA_CM_EVENT_DEVICE_REMOVAL)
+				fprintf(stderr, "omnifs: rdma: %s was removed\n", rd->dev);
+			rdma_ack_cm_event(e);
+			rdma_id_destroy(destroy);       /* after its last event's ack */
+		}
+	}
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+int rdma_lkey(struct rdma *rd, const void *p, size_t len, uint32_t *lkey)
+{
+	const uint8_t *a = p, *pool = rd->c.pool;
+
+	if (a >= pool && len <= rd->c.pool_size && (uint64_t)(a - pool) <= rd->c.pool_size - len) {
+		*lkey = rd->pool_mr->lkey;
+		return 1;
+	}
+	for (struct rbuf *b = rd->bufs; b; b = b->next)
+		if (a >= (uint8_t *)b->base && len <= b->size &&
+		    (size_t)(a - (uint8_t *)b->base) <= b->size - len) {
+			*lkey = b->mr->lkey;
+			return 1;
+		}
+	return 0;
+}
+
+void *rdma_buf_alloc(struct rdma *rd, size_t size)
+{
+	struct rbuf *b = calloc(1, sizeof(*b));
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+
+	if (!b)
+		return NULL;
+	b->size = (size ? size + pg - 1 : pg) / pg * pg;
+	b->base = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b->base == MAP_FAILED)
+		goto free_b;
+	if (!(b->mr = ibv_reg_mr(rd->pd, b->base, b->size, IBV_ACCESS_LOCAL_WRITE)))
+		goto unmap;
+	pthread_mutex_lock(&rd->lock);
+	b->next = rd->bufs;
+	rd->bufs = b;
+	pthread_mutex_unlock(&rd->lock);
+	return b->base;
+unmap:
+	munmap(b->base, b->size);
+free_b:
+	free(b);
+	return NULL;
+}
+
+void rdma_buf_free(struct rdma *rd, void *buf)
+{
+	struct rbuf *b = NULL;
+
+	if (!buf)
+		return;
+	pthread_mutex_lock(&rd->lock);
+	for (struct rbuf **pp = &rd->bufs; *pp; pp = &(*pp)->next)
+		if ((*pp)->base == buf) {
+			b = *pp;
+			*pp = b->next;
+			break;
+		}
+	pthread_mutex_unlock(&rd->lock);
+	if (!b)
+		return;
+	ibv_dereg_mr(b->mr);
+	munmap(b->base, b->size);
+	free(b);
+}
+
+/* ---------------------------------------------------------------- open */
+
+/* Binds rdma_cm to the listen address's host: the device it names. */
+static int open_device(struct rdma *rd, char *err, size_t errlen)
+{
+	struct ibv_port_attr pa;
+	int rc;
+
+	if (src_addr(rd->c.listen, &rd->src)) {
+		snprintf(err, errlen, "rdma: listen=%s: not an address", rd->c.listen);
+		return -EINVAL;
+	}
+	if (!(rd->ch = rdma_create_event_channel()) ||
+	    rdma_create_id(rd->ch, &rd->listen, rd, RDMA_PS_TCP)) {
+		rc = -errno;
+		snprintf(err, errlen, "rdma: rdma_cm: %s (is rdma_ucm loaded?)", strerror(errno));
+		return rc;
+	}
+	fcntl(rd->ch->fd, F_SETFL, fcntl(rd->ch->fd, F_GETFL) | O_NONBLOCK);
+	if (rdma_bind_addr(rd->listen, (struct sockaddr *)&rd->src) || !rd->listen->verbs) {
+		snprintf(err, errlen, "rdma: no RDMA device has the listen address %s", rd->c.listen);
+		return -ENODEV;
+	}
+	rd->verbs = rd->listen->verbs;
+	snprintf(rd->dev, sizeof(rd->dev), "%s", ibv_get_device_name(rd->verbs->device));
+	if (ibv_query_port(rd->verbs, rd->listen->port_num, &pa) || pa.state != IBV_PORT_ACTIVE) {
+		snprintf(err, errlen, "rdma: %s port %u is not active", rd->dev, rd->listen->port_num);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+/* Type-2 windows, if the device binds them (OMNIFS_TEST_RDMA_GRANTS=pool:
+ * never, so that the tests cover both kinds of grant). */
+static int windows_work(struct rdma *rd, const struct ibv_device_attr *da)
+{
+	const char *t = getenv("OMNIFS_TEST_RDMA_GRANTS");
+	struct ibv_mw *mw;
+
+	if ((t && !strcmp(t, "pool")) ||
+	    !(da->device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)))
+		return 0;
+	if (!(mw = ibv_alloc_mw(rd->pd, IBV_MW_TYPE_2)))
+		return 0;
+	ibv_dealloc_mw(mw);
+	return 1;
+}
+
+static unsigned env_uint(const char *name, unsigned dflt, unsigned lo, unsigned hi)
+{
+	const char *v = getenv(name);
+	unsigned long n = v ? strtoul(v, NULL, 10) : dflt;
+
+	return n < lo ? lo : n > hi ? hi : (unsigned)n;
+}
+
+/* The pool, once: a failure here is nearly always the memlock limit. */
+static int register_pool(struct rdma *rd, char *err, size_t errlen)
+{
+	int access = IBV_ACCESS_LOCAL_WRITE | (rd->windows ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_READ);
+	struct rlimit rl;
+	int e;
+
+	if ((rd->pool_mr = ibv_reg_mr(rd->pd, rd->c.pool, rd->c.pool_size, access)))
+		return 0;
+	e = errno;
+	getrlimit(RLIMIT_MEMLOCK, &rl);
+	if (rl.rlim_cur == RLIM_INFINITY)
+		snprintf(err, errlen, "rdma: cannot register the %" PRIu64 " MiB pool with %s: %s",
+			 rd->c.pool_size >> 20, rd->dev, strerror(e));
+	else
+		snprintf(err, errlen, "rdma: cannot register the %" PRIu64 " MiB pool with %s: %s; "
+			 "the memlock limit is %llu KiB (raise ulimit -l or LimitMEMLOCK= to the pool's size)",
+			 rd->c.pool_size >> 20, rd->dev, strerror(e),
+			 (unsigned long long)rl.rlim_cur >> 10);
+	return -e;
+}
+
+/* Protection domain, pool registration, completion queue, depths. */
+static int open_verbs(struct rdma *rd, char *err, size_t errlen)
+{
+	struct ibv_device_attr da;
+	int rc;
+
+	if (ibv_query_device(rd->verbs, &da) || !(rd->pd = ibv_alloc_pd(rd->verbs))) {
+		snprintf(err, errlen, "rdma: %s: %s", rd->dev, strerror(errno));
+		return -EIO;
+	}
+	rd->windows = windows_work(rd, &da);
+	if ((rc = register_pool(rd, err, errlen)))
+		return rc;
+	/* Tunable for the benchmark that chose them (tests/bench/rdma.sh). */
+	rd->ring = env_uint("OMNIFS_TEST_RDMA_DEPTH", RDMA_RING, 1, 1024);
+	rd->wr_max = env_uint("OMNIFS_TEST_RDMA_READ_KIB", RDMA_WR_MAX >> 10, 4, 65536) << 10;
+	if ((unsigned)da.max_qp_wr < rd->ring + 2)
+		rd->ring = (unsigned)da.max_qp_wr - 2;
+	rd->init_depth = (unsigned)da.max_qp_init_rd_atom;
+	rd->resp_depth = (unsigned)da.max_qp_rd_atom;
+	int cqe = (int)((rd->c.npeers ? rd->c.npeers : 1) * (rd->ring + 2) + 16);
+	if (cqe > da.max_cqe)
+		cqe = da.max_cqe;
+	if (!(rd->cch = ibv_create_comp_channel(rd->verbs)) ||
+	    !(rd->cq = ibv_create_cq(rd->verbs, cqe, NULL, rd->cch, 0)) ||
+	    ibv_req_notify_cq(rd->cq, 0)) {
+		snprintf(err, errlen, "rdma: %s: completion queue: %s", rd->dev, strerror(errno));
+		return -EIO;
+	}
+	fcntl(rd->cch->fd, F_SETFL, fcntl(rd->cch->fd, F_GETFL) | O_NONBLOCK);
+	return 0;
+}
+
+static int open_links(struct rdma *rd)
+{
+	if (!(rd->links = calloc(rd->c.npeers ? rd->c.npeers : 1, sizeof(*rd->links))))
+		return -ENOMEM;
+	for (size_t i = 0; i < rd->c.npeers; i++) {
+		struct rlink *l = &rd->links[i];
+		l->kind = CM_LINK;
+		l->rd = rd;
+		l->peer = (int)i;
+		pthread_cond_init(&l->cond, NULL);
+		if (!(l->ring = calloc(rd->ring + 1, sizeof(*l->ring))))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t errlen)
+{
+	struct rdma *rd = calloc(1, sizeof(*rd));
+	int rc = -ENOMEM;
+
+	if (!rd)
+		return -ENOMEM;
+	rd->kind = CM_LISTEN;
+	rd->c = *c;
+	rd->wake_fd = -1;
+	rd->test_stale = getenv("OMNIFS_TEST_STALE_RKEY") != NULL;
+	pthread_mutex_init(&rd->lock, NULL);
+	if ((rc = open_device(rd, err, errlen)) || (rc = open_verbs(rd, err, errlen)))
+		goto close;
+	if ((rc = open_links(rd)) || (rd->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		snprintf(err, errlen, "rdma: out of memory or descriptors");
+		rc = rc ? rc : -errno;
+		goto close;
+	}
+	if (rdma_listen(rd->listen, 64)) {
+		rc = -errno;
+		snprintf(err, errlen, "rdma: rdma_cm listen on %s: %s", rd->dev, strerror(errno));
+		goto close;
+	}
+	rd->port = ntohs(rdma_get_src_port(rd->listen));
+	if (pthread_create(&rd->cm_thread, NULL, cm_thread, rd))
+		goto no_thread;
+	if (pthread_create(&rd->cq_thread, NULL, rdma_cq_thread, rd)) {
+		rd->stopping = 1;
+		pthread_join(rd->cm_thread, NULL);
+		goto no_thread;
+	}
+	rd->threads = 1;
+	if (rd->test_stale)
+		rd->scratch = rdma_buf_alloc(rd, 4096);
+	*out = rd;
+	return 0;
+no_thread:
+	rc = -EAGAIN;
+	snprintf(err, errlen, "rdma: cannot start a thread");
+close:
+	rdma_close(rd);
+	return rc;
+}
+
+void rdma_close(struct rdma *rd)
+{
+	if (!rd)
+		return;
+	if (rd->threads)
+		links_close(rd);        /* every pull ends, every pair goes */
+	rd->stopping = 1;
+	if (rd->threads) {
+		rdma_wake(rd);
+		pthread_join(rd->cq_thread, NULL);
+		pthread_join(rd->cm_thread, NULL);
+	}
+	for (size_t i = 0; rd->links && i < rd->c.npeers; i++) {
+		rdma_id_destroy(rd->links[i].id);
+		free(rd->links[i].ring);
+		pthread_cond_destroy(&rd->links[i].cond);
+	}
+	free(rd->links);
+	while (rd->bufs)
+		rdma_buf_free(rd, rd->bufs->base);
+	if (rd->listen)
+		rdma_destroy_id(rd->listen);
+	if (rd->cq)
+		ibv_destroy_cq(rd->cq);
+	if (rd->cch)
+		ibv_destroy_comp_channel(rd->cch);
+	if (rd->pool_mr)
+		ibv_dereg_mr(rd->pool_mr);
+	if (rd->pd)
+		ibv_dealloc_pd(rd->pd);
+	if (rd->ch)
+		rdma_destroy_event_channel(rd->ch);
+	if (rd->wake_fd >= 0)
+		close(rd->wake_fd);
+	pthread_mutex_destroy(&rd->lock);
+	free(rd);
+}

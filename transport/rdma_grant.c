@@ -1,0 +1,369 @@
+/* rdma_grant.c - the owner's side: the queue pair a peer connects to us
+ * and the windows through which it reads what it was granted.
+ *
+ * A peer's TCP connection to us gets a token in its WELCOME; the queue
+ * pair that comes with that token in its connect request is accepted as
+ * that connection's, and one that comes with none we gave is rejected.
+ * A grant binds a type-2 memory window over each extent of the leased
+ * object on that queue pair: its rkey reads those bytes, through that
+ * pair only, until the lease's RELEASE invalidates it, or the connection
+ * or the pair ends.  Binds and invalidations are posted on the pair and
+ * waited for here, on the connection's serving thread, which serves its
+ * requests one at a time; the pair's completion queue is its own.
+ */
+#define _GNU_SOURCE
+#include "rdma_internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "clock.h"
+
+#define SRV_WR 64               /* binds or invalidations posted at once */
+
+struct srv_grant {
+	struct srv_grant *next;
+	int listed;               /* in s->grants */
+	uint64_t lease;
+	uint32_t n;
+	struct ibv_mw **mw;             /* windows: one per extent */
+	struct proto_extent *out;       /* what the peer was given */
+};
+
+struct rdma_srv {
+	int kind;                       /* CM_SRV */
+	struct rdma *rd;
+	struct rdma_srv *next;          /* rd->srvs */
+	unsigned refs;                  /* under rd->lock */
+	pthread_mutex_t lock;           /* all below */
+	uint8_t token[PROTO_TOKEN];
+	struct rdma_cm_id *id;          /* the peer's pair, once it connects */
+	struct ibv_comp_channel *cch;
+	struct ibv_cq *cq;
+	uint64_t seq;                   /* wr_ids of our posts */
+	struct srv_grant *grants;       /* bound on id's pair */
+	int ended;
+};
+
+struct rdma_srv *rdma_srv_new(struct rdma *rd, uint8_t token[PROTO_TOKEN])
+{
+	struct rdma_srv *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->kind = CM_SRV;
+	s->rd = rd;
+	s->refs = 1;
+	if (getrandom(s->token, PROTO_TOKEN, 0) != PROTO_TOKEN ||
+	    !(s->cch = ibv_create_comp_channel(rd->verbs)) ||
+	    !(s->cq = ibv_create_cq(rd->verbs, SRV_WR + 2, NULL, s->cch, 0))) {
+		if (s->cch)
+			ibv_destroy_comp_channel(s->cch);
+		free(s);
+		return NULL;
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	memcpy(token, s->token, PROTO_TOKEN);
+	pthread_mutex_lock(&rd->lock);
+	s->next = rd->srvs;
+	rd->srvs = s;
+	pthread_mutex_unlock(&rd->lock);
+	return s;
+}
+
+static void srv_put(struct rdma_srv *s)
+{
+	struct rdma *rd = s->rd;
+
+	pthread_mutex_lock(&rd->lock);
+	int last = !--s->refs;
+	pthread_mutex_unlock(&rd->lock);
+	if (!last)
+		return;
+	ibv_destroy_cq(s->cq);
+	ibv_destroy_comp_channel(s->cch);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+static void grant_free(struct srv_grant *g)
+{
+	for (uint32_t i = 0; g->mw && i < g->n; i++)
+		if (g->mw[i])
+			ibv_dealloc_mw(g->mw[i]);
+	free(g->mw);
+	free(g->out);
+	free(g);
+}
+
+/* Under s->lock: the pair is gone or replaced, and its windows with it. */
+static void grants_drop(struct rdma_srv *s)
+{
+	while (s->grants) {
+		struct srv_grant *g = s->grants;
+		s->grants = g->next;
+		grant_free(g);
+	}
+}
+
+/* ---------------------------------------------------------------- cm events */
+
+/* A connect request: accepted if it names a connection we gave a token. */
+void srv_connect_request(struct rdma *rd, struct rdma_cm_event *e, struct rdma_cm_id **destroy)
+{
+	const struct rdma_conn_param *req = &e->param.conn;
+	struct rdma_srv *s = NULL;
+	struct rdma_cm_id *old = NULL;
+
+	pthread_mutex_lock(&rd->lock);
+	for (s = rd->srvs; s && req->private_data_len >= PROTO_TOKEN; s = s->next)
+		if (!memcmp(s->token, req->private_data, PROTO_TOKEN))
+			break;
+	if (s && req->private_data_len >= PROTO_TOKEN)
+		s->refs++;
+	else
+		s = NULL;
+	pthread_mutex_unlock(&rd->lock);
+	if (!s) {
+		rdma_reject(e->id, NULL, 0);
+		*destroy = e->id;
+		return;
+	}
+	struct ibv_qp_init_attr qa = rdma_qp_attr(rd, s->cq, SRV_WR + 2);
+	/* rdma_cm gives the request's depths as the acceptor sees them: the
+	 * READs the reader wants in flight are our responder_resources. */
+	struct rdma_conn_param cp = {
+		.responder_resources = (uint8_t)(req->responder_resources < rd->resp_depth ?
+						 req->responder_resources : rd->resp_depth),
+	};
+	pthread_mutex_lock(&s->lock);
+	if (!s->ended) {        /* a pair again: the old one and its windows go */
+		old = s->id;
+		s->id = NULL;
+		grants_drop(s);
+	}
+	e->id->context = s;
+	if (s->ended || rdma_create_qp(e->id, rd->pd, &qa) || rdma_accept(e->id, &cp)) {
+		rdma_reject(e->id, NULL, 0);
+		*destroy = e->id;
+	} else {
+		s->id = e->id;
+	}
+	pthread_mutex_unlock(&s->lock);
+	rdma_id_destroy(old);   /* its events were all handled and acked */
+	srv_put(s);
+}
+
+void srv_cm_event(struct rdma *rd, struct rdma_srv *s, struct rdma_cm_event *e,
+		  struct rdma_cm_id **destroy)
+{
+	(void)rd;
+	pthread_mutex_lock(&s->lock);
+	if (s->id == e->id && (e->event == RDMA_CM_EVENT_DISCONNECTED ||
+			       e->event == RDMA_CM_EVENT_DEVICE_REMOVAL)) {
+		grants_drop(s);
+		s->id = NULL;
+		*destroy = e->id;
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void rdma_srv_end(struct rdma_srv *s)
+{
+	struct rdma *rd = s->rd;
+
+	pthread_mutex_lock(&s->lock);
+	struct rdma_cm_id *id = s->id;
+	s->id = NULL;
+	s->ended = 1;
+	grants_drop(s);
+	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_lock(&rd->lock);
+	for (struct rdma_srv **pp = &rd->srvs; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	pthread_mutex_unlock(&rd->lock);
+	if (id) {
+		rdma_disconnect(id);
+		rdma_id_destroy(id);
+	}
+	srv_put(s);
+}
+
+/* ---------------------------------------------------------------- windows */
+
+/* Under s->lock: waits for the completions of posts [from, s->seq).
+ * 0 if all succeeded. */
+static int srv_wait(struct rdma_srv *s, uint64_t from)
+{
+	uint64_t until = clock_mono_ns() + (uint64_t)RDMA_WAIT_MS * 1000000u;
+	int left = (int)(s->seq - from), rc = 0;
+	struct ibv_wc wc[8];
+
+	while (left > 0) {
+		int n = ibv_poll_cq(s->cq, 8, wc);
+		for (int i = 0; i < n; i++) {
+			if (wc[i].wr_id < from)
+				continue;       /* of an earlier wait that gave up */
+			left--;
+			if (wc[i].status != IBV_WC_SUCCESS)
+				rc = -EIO;
+		}
+		if (n || left <= 0)
+			continue;
+		struct pollfd pf = { .fd = s->cch->fd, .events = POLLIN };
+		struct ibv_cq *cq;
+		void *ctx;
+		uint64_t now = clock_mono_ns();
+		if (now >= until)
+			return -ETIMEDOUT;
+		ibv_req_notify_cq(s->cq, 0);
+		if ((n = ibv_poll_cq(s->cq, 8, wc)) > 0) {      /* came before the arming */
+			for (int i = 0; i < n; i++)
+				if (wc[i].wr_id >= from) {
+					left--;
+					rc = wc[i].status == IBV_WC_SUCCESS ? rc : -EIO;
+				}
+			continue;
+		}
+		if (poll(&pf, 1, (int)((until - now) / 1000000u) + 1) == 1 &&
+		    !ibv_get_cq_event(s->cch, &cq, &ctx))
+			ibv_ack_cq_events(cq, 1);
+	}
+	return rc;
+}
+
+/* Under s->lock: posts wr (a chain of k) and waits for all of them. */
+static int srv_post(struct rdma_srv *s, struct ibv_send_wr *wr, int k)
+{
+	uint64_t from = s->seq;
+	struct ibv_send_wr *bad;
+
+	for (int i = 0; i < k; i++)
+		wr[i].wr_id = s->seq++;
+	if (ibv_post_send(s->id->qp, wr, &bad)) {
+		s->seq = from + (uint64_t)(bad - wr);   /* those never went */
+		return -EIO;
+	}
+	return srv_wait(s, from);
+}
+
+/* Under s->lock: g's windows bound over its extents, SRV_WR at a time. */
+static int bind_windows(struct rdma_srv *s, struct srv_grant *g)
+{
+	struct rdma *rd = s->rd;
+	struct ibv_send_wr wr[SRV_WR];
+
+	for (uint32_t i = 0; i < g->n;) {
+		int k = 0;
+		for (; k < SRV_WR && i < g->n; k++, i++) {
+			if (!(g->mw[i] = ibv_alloc_mw(rd->pd, IBV_MW_TYPE_2)))
+				return -EIO;
+			g->out[i].rkey = ibv_inc_rkey(g->mw[i]->rkey);
+			wr[k] = (struct ibv_send_wr){
+				.next = k + 1 < SRV_WR && i + 1 < g->n ? &wr[k + 1] : NULL,
+				.opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED,
+				.bind_mw = { .mw = g->mw[i], .rkey = g->out[i].rkey, .bind_info = {
+					.mr = rd->pool_mr, .addr = g->out[i].addr,
+					.length = g->out[i].len,
+					.mw_access_flags = IBV_ACCESS_REMOTE_READ } },
+			};
+		}
+		if (srv_post(s, wr, k))
+			return -EIO;
+	}
+	return 0;
+}
+
+/* A grant for lease's extents: windows bound over them, or the pool's rkey. */
+static struct srv_grant *grant_make(struct rdma_srv *s, uint64_t lease,
+				    const struct xport_extent *ext, uint32_t n)
+{
+	struct rdma *rd = s->rd;
+	struct srv_grant *g = calloc(1, sizeof(*g));
+
+	if (!g || !(g->out = calloc(n ? n : 1, sizeof(*g->out))) ||
+	    (rd->windows && !(g->mw = calloc(n ? n : 1, sizeof(*g->mw)))))
+		goto fail;
+	g->lease = lease;
+	g->n = n;
+	for (uint32_t i = 0; i < n; i++)
+		g->out[i] = (struct proto_extent){ (uintptr_t)rd->c.pool + ext[i].off, ext[i].len,
+						   rd->pool_mr->rkey };
+	if (rd->windows && bind_windows(s, g))
+		goto fail;
+	return g;
+fail:
+	if (g)
+		grant_free(g);
+	return NULL;
+}
+
+int rdma_srv_grant(struct rdma_srv *s, uint64_t lease, const struct xport_extent *ext,
+		   uint32_t n, struct proto_extent *out)
+{
+	struct srv_grant *g;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	for (g = s->grants; g && g->lease != lease; g = g->next)
+		;
+	if (!s->id) {
+		rc = -ENOTCONN;
+	} else if (g && g->n != n) {
+		rc = -EINVAL;   /* a lease names one object, whose extents stay */
+	} else if (!g && !(g = grant_make(s, lease, ext, n))) {
+		rc = -EIO;
+	} else if (!g->listed) {
+		g->listed = 1;
+		g->next = s->grants;
+		s->grants = g;
+	}
+	if (!rc)
+		memcpy(out, g->out, n * sizeof(*out));
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+/* Invalidates g's windows on the pair, if it still works; a pair in error
+ * takes no READs, and dealloc ends them either way. */
+static void unbind_windows(struct rdma_srv *s, struct srv_grant *g)
+{
+	struct ibv_send_wr wr[SRV_WR];
+
+	for (uint32_t i = 0; s->id && g->mw && i < g->n;) {
+		int k = 0;
+		for (; k < SRV_WR && i < g->n; k++, i++)
+			wr[k] = (struct ibv_send_wr){
+				.next = k + 1 < SRV_WR && i + 1 < g->n ? &wr[k + 1] : NULL,
+				.opcode = IBV_WR_LOCAL_INV, .send_flags = IBV_SEND_SIGNALED,
+				.invalidate_rkey = g->out[i].rkey,
+			};
+		if (srv_post(s, wr, k))
+			break;
+	}
+}
+
+void rdma_srv_release(struct rdma_srv *s, uint64_t lease)
+{
+	struct srv_grant *g = NULL;
+
+	pthread_mutex_lock(&s->lock);
+	for (struct srv_grant **pp = &s->grants; *pp; pp = &(*pp)->next)
+		if ((*pp)->lease == lease) {
+			g = *pp;
+			*pp = g->next;
+			break;
+		}
+	if (g) {
+		unbind_windows(s, g);
+		grant_free(g);
+	}
+	pthread_mutex_unlock(&s->lock);
+}

@@ -1,0 +1,901 @@
+/* rdma_read.c - the reader's side: a queue pair to each owner, the grants
+ * its reads run under, and the READs themselves.
+ *
+ * A pull names its lease.  The first pull under a lease asks the owner
+ * for a grant (rdma.h) and later ones reuse it, so a streamed read costs
+ * the owner one message per lease, not one per piece.  A pull's READs are
+ * queued on its owner's pair and posted as the pair has room (rd->ring at
+ * once, rd->wr_max bytes each); every READ is signalled, so completions
+ * come in the order of posting and a pull's bytes land in order.  The
+ * completion thread, woken by the completion channel, checks each chunk
+ * the pull has landed against the owner's hash before reporting it.
+ *
+ * A pull ends only when none of its READs is in flight, so the caller may
+ * reuse its buffer at once; a pair that fails is put in the error state,
+ * which flushes every READ on it, and connected again by the next pull.
+ * Grants belong to one connection of the pair (type-2 windows are bound
+ * to the owner's end of it): a new connection asks again.
+ */
+#define _GNU_SOURCE
+#include "rdma_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY         /* XXH3_state_t on the stack */
+#include <xxhash.h>
+#if defined(__x86_64__)
+#include <xxh_x86dispatch.h>      /* libxxhash's AVX2/AVX-512 paths, chosen at run time */
+#endif
+
+#include "clock.h"
+
+/* One GRANTED, as the owner sent it; never changed once made. */
+struct rgrant {
+	unsigned refs;                  /* its lease's, and each pull's */
+	unsigned gen;                   /* the pair's connection it is for */
+	uint64_t size, first;
+	uint32_t nhash, next;
+	uint64_t *hash;
+	struct proto_extent *ext;
+	uint64_t *lstart;               /* where each extent starts in the object */
+};
+
+struct rlease {
+	struct rlease *next;
+	uint64_t id, oid;
+	unsigned pulls;                 /* in flight */
+	int released;                   /* RELEASE once pulls drop to 0 */
+	int gone;                       /* the owner let go with the connection */
+	struct rgrant *g;               /* the newest */
+};
+
+struct rpull {
+	struct rlink *l;
+	struct rlease *ls;
+	struct rgrant *g;
+	uint64_t off, len, stride, total;
+	int checks;                     /* chunks checked against the grant's hashes */
+	uint64_t posted, landed, verified;      /* positions in the pull's stream */
+	unsigned inflight;              /* READs posted, not completed */
+	int err, queued, bad, touched;
+	struct iovec *dst;
+	uint32_t *lkey;
+	int ndst, di, vi;               /* cursors into dst: posting, verifying */
+	uint64_t dskip, vskip;
+	xport_progress_fn progress;
+	void *arg;
+	struct rpull *qnext, *tnext;
+};
+
+/* ---------------------------------------------------------------- grants */
+
+static void grant_put(struct rgrant *g)
+{
+	if (g && !--g->refs) {
+		free(g->hash);
+		free(g->ext);
+		free(g->lstart);
+		free(g);
+	}
+}
+
+/* A GRANTED, on the control connection's receiving thread. */
+static void grant_got(void *arg, const struct proto_msg *m)
+{
+	struct rgrant **out = arg, *g;
+	uint32_t nh = m->u.granted.nhash, ne = m->u.granted.next;
+
+	if (m->type != PT_GRANTED || !(g = calloc(1, sizeof(*g))))
+		return;
+	g->refs = 1;
+	g->size = m->u.granted.size;
+	g->first = m->u.granted.first;
+	g->nhash = nh;
+	g->next = ne;
+	g->hash = malloc((nh ? nh : 1) * sizeof(*g->hash));
+	g->ext = malloc((ne ? ne : 1) * sizeof(*g->ext));
+	g->lstart = malloc((ne ? ne : 1) * sizeof(*g->lstart));
+	if (!g->hash || !g->ext || !g->lstart) {
+		grant_put(g);
+		return;
+	}
+	for (uint32_t i = 0; i < nh; i++)
+		g->hash[i] = proto_granted_hash(m, i);
+	for (uint64_t i = 0, at = 0; i < ne; at += g->ext[i++].len) {
+		g->ext[i] = proto_granted_ext(m, (uint32_t)i);
+		g->lstart[i] = at;
+	}
+	grant_put(*out);                /* a frame twice: the second wins */
+	*out = g;
+}
+
+static uint32_t ext_find(const struct rgrant *g, uint64_t off)
+{
+	uint32_t lo = 0, hi = g->next;
+
+	while (hi - lo > 1) {
+		uint32_t mid = (lo + hi) / 2;
+		if (g->lstart[mid] <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static struct rlease *lease_find(struct rlink *l, uint64_t id)
+{
+	for (struct rlease *ls = l->leases; ls; ls = ls->next)
+		if (ls->id == id)
+			return ls;
+	return NULL;
+}
+
+static void lease_unlink(struct rlink *l, struct rlease *ls)
+{
+	for (struct rlease **pp = &l->leases; *pp; pp = &(*pp)->next)
+		if (*pp == ls) {
+			*pp = ls->next;
+			return;
+		}
+}
+
+/* A lease is over (released, no pull in flight): under the lock.  With
+ * OMNIFS_TEST_STALE_RKEY the link remembers its first extent, and posts
+ * one READ of it once the owner has had the RELEASE (see grant_fresh). */
+static void lease_free(struct rdma *rd, struct rlink *l, struct rlease *ls)
+{
+	if (!ls->gone)
+		lease_unlink(l, ls);
+	if (rd->test_stale && ls->g && ls->g->next && !ls->gone) {
+		l->stale.addr = ls->g->ext[0].addr;
+		l->stale.rkey = ls->g->ext[0].rkey;
+		l->stale.armed = 1;
+	}
+	grant_put(ls->g);
+	free(ls);
+}
+
+/* Whether g holds the hashes of chunks [first, last]. */
+static int grant_covers(const struct rgrant *g, uint64_t first, uint64_t last)
+{
+	return first >= g->first && last < g->first + g->nhash;
+}
+
+/* The chunks [*first, *last] a pull of r checks, or 0 if it checks none. */
+static int pull_chunks(const struct xport_range *r, int checks, uint64_t *first, uint64_t *last)
+{
+	if (!checks)
+		return 0;
+	*first = r->off / PROTO_CHUNK;
+	*last = (r->off + r->len - 1) / PROTO_CHUNK;
+	return 1;
+}
+
+/* A grant for r under its lease that this connection of the pair can
+ * use: cached, or asked for (the lock is dropped meanwhile).  Both the
+ * lease and the grant are held for the pull. */
+static int lease_grant(struct rdma *rd, struct rlink *l, const struct xport_range *r, int checks,
+		       struct rlease **lsp, struct rgrant **gp)
+{
+	uint64_t first = 0, last = 0;
+	int want = pull_chunks(r, checks, &first, &last);
+	struct rgrant *ng = NULL;
+	struct rlease *ls;
+	int rc;
+
+	pthread_mutex_lock(&rd->lock);
+	if (!(ls = lease_find(l, r->lease))) {
+		if (!(ls = calloc(1, sizeof(*ls)))) {
+			pthread_mutex_unlock(&rd->lock);
+			return -ENOMEM;
+		}
+		*ls = (struct rlease){ .next = l->leases, .id = r->lease, .oid = r->oid };
+		l->leases = ls;
+	}
+	if (ls->oid != r->oid || ls->released) {
+		pthread_mutex_unlock(&rd->lock);
+		return -EINVAL;         /* one lease is one read of one object */
+	}
+	ls->pulls++;
+	unsigned gen = l->gen;
+	if (ls->g && ls->g->gen == gen && (!want || grant_covers(ls->g, first, last))) {
+		ls->g->refs++;
+		*lsp = ls;
+		*gp = ls->g;
+		pthread_mutex_unlock(&rd->lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&rd->lock);
+	rc = rd->c.grant(rd->c.ctx, l->peer, r->oid, r->lease, first,
+			 want ? PROTO_GRANT_HASHES : 0, grant_got, &ng);
+	pthread_mutex_lock(&rd->lock);
+	if (!rc && (!ng || l->gen != gen || l->state != L_UP))
+		rc = -EIO;      /* no answer we can use, or the pair reconnected */
+	if (!rc && want && !grant_covers(ng, first, last))
+		rc = -EIO;      /* it did not give the hashes asked for */
+	if (rc) {
+		ls->pulls--;
+		pthread_mutex_unlock(&rd->lock);
+		grant_put(ng);
+		return rc;
+	}
+	ng->gen = gen;
+	grant_put(ls->g);
+	ls->g = ng;
+	ng->refs++;             /* the pull's; the first is the lease's */
+	*lsp = ls;
+	*gp = ng;
+	pthread_mutex_unlock(&rd->lock);
+	return 0;
+}
+
+/* A pull let go of its lease: under the lock.  1 if RELEASE must go now. */
+static int lease_unpull(struct rdma *rd, struct rlink *l, struct rlease *ls)
+{
+	if (--ls->pulls || !ls->released)
+		return 0;
+	int send = !ls->gone;
+	lease_free(rd, l, ls);
+	return send;
+}
+
+int rdma_release(struct rdma *rd, int peer, uint64_t lease)
+{
+	struct rlink *l = &rd->links[peer];
+	int now = 1;
+
+	pthread_mutex_lock(&rd->lock);
+	struct rlease *ls = lease_find(l, lease);
+	if (ls) {
+		ls->released = 1;
+		if (ls->pulls)
+			now = 0;
+		else
+			lease_free(rd, l, ls);
+	}
+	pthread_mutex_unlock(&rd->lock);
+	return now;
+}
+
+/* ---------------------------------------------------------------- links */
+
+/* Under the lock: a connected pair failed.  Its READs flush (the thread
+ * sees them complete in error), then it is torn down. */
+static void link_break(struct rdma *rd, struct rlink *l, const char *why)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+	if (l->state == L_CONNECTING) {
+		l->state = L_FAILED;
+		snprintf(l->why, sizeof(l->why), "%s", why);
+		pthread_cond_broadcast(&l->cond);
+		return;
+	}
+	if (l->state != L_UP)
+		return;
+	l->state = L_BROKEN;
+	l->last_ns = clock_mono_ns();
+	snprintf(l->why, sizeof(l->why), "%s", why);
+	if (l->id && l->id->qp)
+		ibv_modify_qp(l->id->qp, &a, IBV_QP_STATE);
+	if (!rd->stopping)
+		fprintf(stderr, "omnifs: rdma: queue pair to peer %d failed: %s\n", l->peer, why);
+	rdma_wake(rd);
+}
+
+void link_cm_event(struct rdma *rd, struct rlink *l, struct rdma_cm_event *e,
+		   struct rdma_cm_id **destroy)
+{
+	struct ibv_qp_init_attr qa = rdma_qp_attr(rd, rd->cq, rd->ring + 2);
+	struct rdma_conn_param cp = {
+		.private_data = l->token, .private_data_len = PROTO_TOKEN,
+		.initiator_depth = (uint8_t)(rd->init_depth > 255 ? 255 : rd->init_depth),
+		.retry_count = 7, .rnr_retry_count = 7,
+	};
+	char why[160];
+
+	(void)destroy;          /* the thread that connected, or the tender, destroys */
+	pthread_mutex_lock(&rd->lock);
+	if (l->id != e->id) {
+		pthread_mutex_unlock(&rd->lock);
+		return;         /* a connection this link has left */
+	}
+	switch (e->event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		if (rdma_resolve_route(e->id, RDMA_CONNECT_MS / 2))
+			link_break(rd, l, "resolving the route failed");
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		if (rdma_create_qp(e->id, rd->pd, &qa) || rdma_connect(e->id, &cp)) {
+			snprintf(why, sizeof(why), "queue pair: %s", strerror(errno));
+			link_break(rd, l, why);
+		}
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		l->state = L_UP;
+		l->gen++;
+		l->why[0] = 0;
+		pthread_cond_broadcast(&l->cond);
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR: case RDMA_CM_EVENT_ROUTE_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE: case RDMA_CM_EVENT_REJECTED:
+	case RDMA_CM_EVENT_CONNECT_ERROR: case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		snprintf(why, sizeof(why), "%s", rdma_event_str(e->event));
+		link_break(rd, l, why);
+		break;
+	default:
+		break;
+	}
+	pthread_mutex_unlock(&rd->lock);
+}
+
+/* Connects l's pair if it is down, or waits for whoever is at it.
+ * 0 once it is up, or -errno with l->why. */
+static int link_connect(struct rdma *rd, struct rlink *l)
+{
+	struct timespec ts;
+	struct rdma_cm_id *id = NULL;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (RDMA_CONNECT_MS + rd->c.dead_ms) / 1000 + 1;
+	pthread_mutex_lock(&rd->lock);
+	while ((l->state == L_CONNECTING || l->state == L_BROKEN || l->state == L_FAILED) && !rc)
+		rc = pthread_cond_timedwait(&l->cond, &rd->lock, &ts);
+	if (rc || l->state == L_UP || !l->dst.ss_family) {
+		rc = l->state == L_UP ? 0 : -ENOTCONN;
+		pthread_mutex_unlock(&rd->lock);
+		return rc;
+	}
+	if (rdma_create_id(rd->ch, &id, l, RDMA_PS_TCP)) {
+		snprintf(l->why, sizeof(l->why), "rdma_cm: %s", strerror(errno));
+		pthread_mutex_unlock(&rd->lock);
+		return -ENOTCONN;
+	}
+	l->id = id;
+	l->state = L_CONNECTING;
+	if (rdma_resolve_addr(id, (struct sockaddr *)&rd->src, (struct sockaddr *)&l->dst,
+			      RDMA_CONNECT_MS / 2))
+		link_break(rd, l, "resolving the address failed");
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += RDMA_CONNECT_MS / 1000;
+	while (l->state == L_CONNECTING)
+		if (pthread_cond_timedwait(&l->cond, &rd->lock, &ts) == ETIMEDOUT &&
+		    l->state == L_CONNECTING)
+			link_break(rd, l, "timed out");
+	if (l->state == L_UP) {
+		pthread_mutex_unlock(&rd->lock);
+		return 0;
+	}
+	l->id = NULL;           /* failed: ours to tear down */
+	l->state = L_DOWN;
+	pthread_cond_broadcast(&l->cond);
+	pthread_mutex_unlock(&rd->lock);
+	rdma_id_destroy(id);
+	return -ENOTCONN;
+}
+
+int rdma_link_up(struct rdma *rd, int peer, const struct sockaddr *ip, uint16_t port,
+		 const uint8_t token[PROTO_TOKEN], char *why, size_t whylen)
+{
+	struct rlink *l = &rd->links[peer];
+	socklen_t len = ip->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						  : sizeof(struct sockaddr_in);
+	int rc;
+
+	pthread_mutex_lock(&rd->lock);
+	memset(&l->dst, 0, sizeof(l->dst));
+	memcpy(&l->dst, ip, len);
+	if (ip->sa_family == AF_INET6)
+		((struct sockaddr_in6 *)&l->dst)->sin6_port = htons(port);
+	else
+		((struct sockaddr_in *)&l->dst)->sin_port = htons(port);
+	memcpy(l->token, token, PROTO_TOKEN);
+	pthread_mutex_unlock(&rd->lock);
+	if ((rc = link_connect(rd, l)))
+		snprintf(why, whylen, "%s", l->why);
+	return rc;
+}
+
+void rdma_link_down(struct rdma *rd, int peer)
+{
+	struct rlink *l = &rd->links[peer];
+
+	pthread_mutex_lock(&rd->lock);
+	memset(&l->dst, 0, sizeof(l->dst));     /* no reconnects: no connection to name */
+	for (struct rlease *ls = l->leases, *next; ls; ls = next) {
+		next = ls->next;
+		ls->gone = 1;   /* the owner dropped them with the connection */
+		if (!ls->pulls)
+			lease_free(rd, l, ls);
+	}
+	l->leases = NULL;
+	l->stale.armed = 0;
+	link_break(rd, l, "the peer's connection ended");
+	pthread_mutex_unlock(&rd->lock);
+}
+
+/* ---------------------------------------------------------------- posting */
+
+static void ring_push(struct rdma *rd, struct rlink *l, struct rpull *p, uint32_t len)
+{
+	if (!l->count)
+		l->last_ns = clock_mono_ns();
+	l->ring[(l->head + l->count) % (rd->ring + 1)] = (struct ring_ent){ p, len };
+	l->count++;
+}
+
+static void dequeue(struct rlink *l, struct rpull *p)
+{
+	struct rpull *prev = NULL;
+
+	if (!p->queued)
+		return;
+	for (struct rpull *q = l->q_head; q; prev = q, q = q->qnext)
+		if (q == p) {
+			*(prev ? &prev->qnext : &l->q_head) = p->qnext;
+			if (l->q_tail == p)
+				l->q_tail = prev;
+			break;
+		}
+	p->queued = 0;
+}
+
+/* p's next READ into wr: at most wr_max bytes, within one piece of the
+ * range, one extent of the owner's and one buffer of ours. */
+static void next_read(struct rdma *rd, struct rlink *l, struct rpull *p,
+		      struct ibv_send_wr *wr, struct ibv_sge *sge)
+{
+	uint64_t k = p->posted / p->len, in = p->posted % p->len;
+	uint64_t obj = p->off + k * p->stride + in, n = p->len - in;
+	uint32_t e = ext_find(p->g, obj);
+	uint64_t ein = obj - p->g->lstart[e];
+
+	if (n > p->g->ext[e].len - ein)
+		n = p->g->ext[e].len - ein;
+	if (n > p->dst[p->di].iov_len - p->dskip)
+		n = p->dst[p->di].iov_len - p->dskip;
+	if (n > rd->wr_max)
+		n = rd->wr_max;
+	*sge = (struct ibv_sge){ (uintptr_t)p->dst[p->di].iov_base + p->dskip, (uint32_t)n,
+				 p->lkey[p->di] };
+	*wr = (struct ibv_send_wr){ .wr_id = (uintptr_t)l, .sg_list = sge, .num_sge = 1,
+				    .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED,
+				    .wr.rdma = { p->g->ext[e].addr + ein, p->g->ext[e].rkey } };
+	p->posted += n;
+	if ((p->dskip += n) == p->dst[p->di].iov_len) {
+		p->di++;
+		p->dskip = 0;
+	}
+	p->inflight++;
+	ring_push(rd, l, p, (uint32_t)n);
+	if (p->posted == p->total)
+		dequeue(l, p);
+}
+
+/* Under the lock: posts what the queued pulls have left, as far as the
+ * ring has room.  A post that fails breaks the pair. */
+#define POST_BATCH 32
+static void link_fill(struct rdma *rd, struct rlink *l)
+{
+	struct ibv_send_wr wr[POST_BATCH], *bad = NULL;
+	struct ibv_sge sge[POST_BATCH];
+
+	while (l->state == L_UP && l->q_head && l->count < rd->ring) {
+		int n = 0;
+		while (n < POST_BATCH && l->q_head && l->count < rd->ring) {
+			next_read(rd, l, l->q_head, &wr[n], &sge[n]);
+			if (n)
+				wr[n - 1].next = &wr[n];
+			n++;
+		}
+		if (!ibv_post_send(l->id->qp, wr, &bad))
+			continue;
+		/* Those from bad on never went: out of the ring, failed, and
+		 * queued again, so that the tender of the broken pair ends them. */
+		for (int i = (int)(bad - wr); i < n; i++) {
+			struct rpull *p = l->ring[(l->head + l->count - 1) % (rd->ring + 1)].p;
+			l->count--;
+			p->inflight--;
+			p->err = -EIO;
+			if (!p->queued) {
+				p->queued = 1;
+				p->qnext = NULL;
+				*(l->q_tail ? &l->q_tail->qnext : &l->q_head) = p;
+				l->q_tail = p;
+			}
+		}
+		link_break(rd, l, "posting a READ failed");
+	}
+}
+
+/* The test's READ under a released lease's rkey (OMNIFS_TEST_STALE_RKEY),
+ * posted before a fresh grant's first READ: the owner had the RELEASE
+ * before it answered the GRANT, on the same connection. */
+static void post_stale(struct rdma *rd, struct rlink *l)
+{
+	struct ibv_sge sge = { (uintptr_t)rd->scratch, 64, 0 };
+	struct ibv_send_wr wr = { .wr_id = (uintptr_t)l, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED,
+				  .wr.rdma = { l->stale.addr, l->stale.rkey } }, *bad;
+
+	l->stale.armed = 0;
+	if (rd->scratch && rdma_lkey(rd, rd->scratch, 64, &sge.lkey) && l->count < rd->ring &&
+	    !ibv_post_send(l->id->qp, &wr, &bad))
+		ring_push(rd, l, NULL, 0);
+}
+
+/* ---------------------------------------------------------------- pulls */
+
+static int pull_check_range(const struct rpull *p, const struct rgrant *g)
+{
+	uint64_t last = p->off + (p->total / p->len - 1) * p->stride;
+
+	if (p->off >= g->size || last > g->size || p->len > g->size - last)
+		return -EINVAL;
+	/* A checked pull is of whole chunks: each has its publish-time hash. */
+	if (p->checks && p->off + p->len != g->size && p->len % PROTO_CHUNK)
+		return -EINVAL;
+	return 0;
+}
+
+static struct rpull *pull_new(struct rdma *rd, const struct xport_range *r,
+			      const struct iovec *dst, int ndst, int checks)
+{
+	struct rpull *p = calloc(1, sizeof(*p));
+	uint64_t room = 0;
+
+	if (!p)
+		return NULL;
+	p->dst = malloc((size_t)ndst * sizeof(*dst));
+	p->lkey = malloc((size_t)ndst * sizeof(*p->lkey));
+	if (!p->dst || !p->lkey)
+		goto free_p;
+	memcpy(p->dst, dst, (size_t)ndst * sizeof(*dst));
+	p->ndst = ndst;
+	p->off = r->off;
+	p->len = r->len;
+	p->stride = r->count > 1 ? r->stride : r->len;
+	p->total = r->len * r->count;
+	p->checks = checks;
+	pthread_mutex_lock(&rd->lock);
+	for (int i = 0; i < ndst; i++) {
+		room += dst[i].iov_len;
+		if (dst[i].iov_len && !rdma_lkey(rd, dst[i].iov_base, dst[i].iov_len, &p->lkey[i]))
+			room = 0;       /* not memory a READ may land in */
+	}
+	pthread_mutex_unlock(&rd->lock);
+	if (room >= p->total)
+		return p;
+free_p:
+	free(p->dst);
+	free(p->lkey);
+	free(p);
+	return NULL;
+}
+
+static void pull_free(struct rpull *p)
+{
+	free(p->dst);
+	free(p->lkey);
+	free(p);
+}
+
+int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
+	      const struct iovec *dst, int ndst, unsigned flags,
+	      xport_progress_fn progress, void *arg)
+{
+	struct rlink *l = &rd->links[peer];
+	int checks = !(flags & XPORT_CALLER_CHECKS);
+	struct rpull *p;
+	int rc;
+
+	if (!r->lease || !r->len || !r->count || r->len > UINT64_MAX / r->count ||
+	    (checks && (r->count != 1 || r->off % PROTO_CHUNK)))
+		return -EINVAL;
+	if (!(p = pull_new(rd, r, dst, ndst, checks)))
+		return -EINVAL;
+	p->l = l;
+	p->progress = progress;
+	p->arg = arg;
+	if ((rc = link_connect(rd, l))) {
+		pull_free(p);
+		return rc;
+	}
+	if ((rc = lease_grant(rd, l, r, checks, &p->ls, &p->g))) {
+		/* The owner's answer (ENOENT: gone) reaches the caller as a
+		 * TCP pull's would: through progress, from the thread. */
+		pthread_mutex_lock(&rd->lock);
+		p->err = rc == -ENOENT ? -ENOENT : -EIO;
+		p->tnext = rd->failed;
+		rd->failed = p;
+		pthread_mutex_unlock(&rd->lock);
+		rdma_wake(rd);
+		return 0;
+	}
+	pthread_mutex_lock(&rd->lock);
+	if ((rc = pull_check_range(p, p->g)) || l->state != L_UP || l->gen != p->g->gen) {
+		int send = lease_unpull(rd, l, p->ls);
+		grant_put(p->g);
+		pthread_mutex_unlock(&rd->lock);
+		if (send)
+			rd->c.release(rd->c.ctx, peer, r->lease);
+		pull_free(p);
+		return rc ? rc : -EIO;
+	}
+	if (l->stale.armed)
+		post_stale(rd, l);
+	p->queued = 1;
+	*(l->q_tail ? &l->q_tail->qnext : &l->q_head) = p;
+	l->q_tail = p;
+	link_fill(rd, l);
+	pthread_mutex_unlock(&rd->lock);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- completions */
+
+/* Unlocked, on the completion thread: checks the chunks p has landed
+ * whole against the grant's hashes.  A chunk that fails marks p bad. */
+static void verify(struct rdma *rd, struct rpull *p)
+{
+	const struct rgrant *g = p->g;
+
+	while (p->verified < p->landed && !p->bad) {
+		uint64_t obj = p->off + p->verified, idx = obj / PROTO_CHUNK;
+		uint64_t end = (idx + 1) * PROTO_CHUNK < g->size ? (idx + 1) * PROTO_CHUNK : g->size;
+		uint64_t stop = end - p->off, left = stop - p->verified;
+		XXH3_state_t st;
+		if (stop > p->landed)
+			break;
+		XXH3_64bits_reset(&st);
+		while (left) {
+			uint64_t k = p->dst[p->vi].iov_len - p->vskip;
+			if (k > left)
+				k = left;
+			XXH3_64bits_update(&st, (uint8_t *)p->dst[p->vi].iov_base + p->vskip, k);
+			left -= k;
+			if ((p->vskip += k) == p->dst[p->vi].iov_len) {
+				p->vi++;
+				p->vskip = 0;
+			}
+		}
+		if (XXH3_64bits_digest(&st) != g->hash[idx - g->first]) {
+			p->bad = 1;
+			rdma_count(rd, XC_BAD_CHUNKS, 1);
+			fprintf(stderr, "omnifs: chunk at %" PRIu64 " read by RDMA from peer %d "
+				"fails its checksum\n", obj, p->l->peer);
+			break;
+		}
+		p->verified = stop;
+	}
+}
+
+static void pull_end(struct rdma *rd, struct rpull *p)
+{
+	struct rlink *l = p->l;
+	uint64_t lease = p->ls ? p->ls->id : 0;
+
+	p->progress(p->arg, p->err ? p->verified : p->total, p->err);
+	if (!p->ls) {           /* it failed before it had a grant */
+		pull_free(p);
+		return;
+	}
+	pthread_mutex_lock(&rd->lock);
+	int send = lease_unpull(rd, l, p->ls);
+	grant_put(p->g);
+	pthread_mutex_unlock(&rd->lock);
+	if (send)
+		rd->c.release(rd->c.ctx, l->peer, lease);
+	pull_free(p);
+}
+
+/* Unlocked, on the completion thread: what p's landed bytes come to. */
+static void pull_advance(struct rdma *rd, struct rpull *p)
+{
+	uint64_t before = p->verified;
+
+	if (p->checks)
+		verify(rd, p);
+	else
+		p->verified = p->landed;
+	if (p->verified > before) {
+		rdma_count(rd, XC_PULLED, p->verified - before);
+		rdma_count(rd, XC_PULLED_RDMA, p->verified - before);
+	}
+	pthread_mutex_lock(&rd->lock);
+	if (p->bad && !p->err) {
+		p->err = -EIO;
+		dequeue(p->l, p);
+	}
+	p->touched = 0;
+	int end = !p->queued && !p->inflight && (p->err || p->verified == p->total);
+	pthread_mutex_unlock(&rd->lock);
+	if (end)
+		pull_end(rd, p);
+	else if (p->verified > before)
+		p->progress(p->arg, p->verified, 0);
+}
+
+static void touch(struct rpull *p, struct rpull **list)
+{
+	if (!p->touched) {
+		p->touched = 1;
+		p->tnext = *list;
+		*list = p;
+	}
+}
+
+/* Under the lock: one completion.  A pair we have torn down since can
+ * still have some in the queue: they are not ours any more. */
+static void complete(struct rdma *rd, const struct ibv_wc *wc, struct rpull **touched)
+{
+	struct rlink *l = (struct rlink *)(uintptr_t)wc->wr_id;
+
+	if (!l || !l->count || !l->id || !l->id->qp || wc->qp_num != l->id->qp->qp_num)
+		return;
+	struct ring_ent re = l->ring[l->head];
+	l->head = (l->head + 1) % (rd->ring + 1);
+	l->count--;
+	l->last_ns = clock_mono_ns();
+	if (!re.p) {            /* the test's READ under a released lease */
+		fprintf(stderr, "omnifs: test: a READ under a released lease's rkey: %s\n",
+			ibv_wc_status_str(wc->status));
+	} else {
+		re.p->inflight--;
+		if (wc->status == IBV_WC_SUCCESS) {
+			re.p->landed += re.len;
+			rdma_count(rd, XC_RDMA_READS, 1);
+		} else if (!re.p->err) {
+			re.p->err = -EIO;
+		}
+		touch(re.p, touched);
+	}
+	if (wc->status != IBV_WC_SUCCESS && wc->status != IBV_WC_WR_FLUSH_ERR) {
+		rdma_count(rd, XC_RDMA_ERRORS, 1);
+		link_break(rd, l, ibv_wc_status_str(wc->status));
+	}
+}
+
+static void cq_drain(struct rdma *rd)
+{
+	struct ibv_wc wc[32];
+	int n;
+
+	do {
+		struct rpull *touched = NULL;
+		pthread_mutex_lock(&rd->lock);
+		n = ibv_poll_cq(rd->cq, 32, wc);
+		for (int i = 0; i < n; i++)
+			complete(rd, &wc[i], &touched);
+		for (size_t i = 0; i < rd->c.npeers; i++)
+			link_fill(rd, &rd->links[i]);
+		pthread_mutex_unlock(&rd->lock);
+		for (struct rpull *p = touched, *next; p; p = next) {
+			next = p->tnext;
+			pull_advance(rd, p);
+		}
+	} while (n == 32);
+}
+
+/* Under the lock: a broken pair's queued pulls fail; once nothing is in
+ * flight on it, it goes (its id into *gone, to destroy unlocked).  A pair
+ * whose READs make no progress for dead_ms is broken; one that stays
+ * broken that long with READs in flight is torn down anyway, which stops
+ * the device writing into them. */
+static void link_tend(struct rdma *rd, struct rlink *l, struct rpull **touched,
+		      struct rdma_cm_id **gone)
+{
+	uint64_t now = clock_mono_ns(), dead = (uint64_t)rd->c.dead_ms * 1000000u;
+	char why[64];
+
+	if (l->state == L_UP && l->count && now - l->last_ns > dead) {
+		snprintf(why, sizeof(why), "READs made no progress for %u ms", rd->c.dead_ms);
+		rdma_count(rd, XC_RDMA_ERRORS, 1);
+		link_break(rd, l, why);
+	}
+	if (l->state != L_BROKEN)
+		return;
+	while (l->q_head) {
+		struct rpull *p = l->q_head;
+		dequeue(l, p);
+		p->err = -EIO;
+		touch(p, touched);
+	}
+	if (l->count && now - l->last_ns <= dead)
+		return;
+	*gone = l->id;          /* destroying the pair flushes nothing more */
+	for (; l->count; l->count--, l->head = (l->head + 1) % (rd->ring + 1)) {
+		struct rpull *p = l->ring[l->head].p;
+		if (p) {
+			p->inflight--;
+			p->err = -EIO;
+			touch(p, touched);
+		}
+	}
+	l->id = NULL;
+	l->state = L_DOWN;
+	pthread_cond_broadcast(&l->cond);
+}
+
+static void links_tend(struct rdma *rd)
+{
+	struct rdma_cm_id *gone[64];
+	struct rpull *touched = NULL, *failed;
+	size_t ngone = 0;
+
+	pthread_mutex_lock(&rd->lock);
+	failed = rd->failed;
+	rd->failed = NULL;
+	for (size_t i = 0; i < rd->c.npeers && ngone < 64; i++) {
+		gone[ngone] = NULL;
+		link_tend(rd, &rd->links[i], &touched, &gone[ngone]);
+		ngone += gone[ngone] != NULL;
+	}
+	pthread_mutex_unlock(&rd->lock);
+	for (size_t i = 0; i < ngone; i++)
+		rdma_id_destroy(gone[i]);
+	for (struct rpull *p = failed, *next; p; p = next) {
+		next = p->tnext;
+		pull_end(rd, p);
+	}
+	for (struct rpull *p = touched, *next; p; p = next) {
+		next = p->tnext;
+		pull_advance(rd, p);
+	}
+}
+
+void *rdma_cq_thread(void *arg)
+{
+	struct rdma *rd = arg;
+	struct pollfd pf[2] = { { .fd = rd->cch->fd, .events = POLLIN },
+				{ .fd = rd->wake_fd, .events = POLLIN } };
+
+	pthread_setname_np(pthread_self(), "omni-rdma");
+	while (!rd->stopping) {
+		struct ibv_cq *cq;
+		void *ctx;
+		uint64_t v;
+		if (poll(pf, 2, RDMA_TICK_MS) > 0) {
+			if ((pf[1].revents & POLLIN) && read(rd->wake_fd, &v, sizeof(v)) < 0)
+				v = 0;
+			if ((pf[0].revents & POLLIN) && !ibv_get_cq_event(rd->cch, &cq, &ctx)) {
+				ibv_ack_cq_events(cq, 1);
+				ibv_req_notify_cq(cq, 0);
+			}
+		}
+		cq_drain(rd);   /* after re-arming: nothing slips between */
+		links_tend(rd);
+	}
+	return NULL;
+}
+
+/* At close: every pair broken, and given the time to flush its READs
+ * (the tender bounds that by dead_ms). */
+void links_close(struct rdma *rd)
+{
+	uint64_t until = clock_mono_ns() + ((uint64_t)rd->c.dead_ms + 2000) * 1000000u;
+	int busy = 1;
+
+	pthread_mutex_lock(&rd->lock);
+	for (size_t i = 0; i < rd->c.npeers; i++)
+		link_break(rd, &rd->links[i], "closing");
+	while (busy && clock_mono_ns() < until) {
+		busy = rd->failed != NULL;
+		for (size_t i = 0; i < rd->c.npeers; i++)
+			busy |= rd->links[i].state == L_BROKEN;
+		pthread_mutex_unlock(&rd->lock);
+		if (busy)
+			usleep(10000);
+		pthread_mutex_lock(&rd->lock);
+	}
+	pthread_mutex_unlock(&rd->lock);
+}
