@@ -39,7 +39,7 @@ BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/memcpy $(BUILD)/bench/tcpcei
             $(BUILD)/bench/wake
 INTEG    := $(sort $(wildcard tests/integ/*.t))
 
-.PHONY: all deps run check test bench fuzz install uninstall clean
+.PHONY: all deps run check test check-rdma bench fuzz install uninstall clean
 all: $(BUILD)/omnifs $(BUILD)/mount.omnifs $(BUILD)/omnikv
 
 deps:
@@ -156,8 +156,14 @@ run: deps
 test: all $(UNIT) $(TOOLS)
 	OMNIFS_BUILD=$(abspath $(BUILD)) prove --exec '' $(PROVE_FLAGS) $(UNIT) $(INTEG)
 
+# The RDMA suite runs in a soft-RoCE guest (../shared/rdma-vm), one boot for
+# all of tests/rdma/*.t; where no guest can be had it says SKIP and why.
+check-rdma: all $(TOOLS)
+	tests/rdma/suite $(abspath $(BUILD))
+
 check: deps
 	@$(MAKE) --no-print-directory test
+	@$(MAKE) --no-print-directory check-rdma
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECS=$(CHECK_FUZZ_SECS)
 
 bench: deps

@@ -110,6 +110,18 @@ except OSError as e:
 PYEOF
 }
 
+# read_later PATH WANT: a reader that opens PATH (which waits while the
+# key is not published) and reads it whole; "same" or "differs" (from the
+# file WANT) lands in $T/late.out.  Its pid is in LATE.
+read_later() {
+	$PY - "$1" "$2" >"$T/late.out" <<'PYEOF' &
+import sys
+data = open(sys.argv[1], "rb").read()       # waits: not published yet
+print("same" if data == open(sys.argv[2], "rb").read() else "differs")
+PYEOF
+	LATE=$!
+}
+
 # read_cut FILE CMD...: reads FILE's first MiB, runs CMD (a fault), reads on;
 # prints the error the reads ended with and 1 if it came within 10 s.
 read_cut() {

@@ -36,17 +36,12 @@ ok "... a complete read: consumed (readers: 1), so a frees it" wait_until 10 use
 is "$(stat_of b bytes_pulled)" $((200 << 20)) "... each byte pulled once"
 
 # --- a waiting open, a reader that stops early -------------------------------
-$PY - "$T/b/0/1/late" "$T/big" >"$T/late.out" <<'PYEOF' &
-import sys
-data = open(sys.argv[1], "rb").read()       # waits: not published yet
-print("same" if data == open(sys.argv[2], "rb").read() else "differs")
-PYEOF
-late=$!
+read_later "$T/b/0/1/late" "$T/big"
 waiting() { [ "$(stat_of b waiters)" = 1 ]; }
 ok "an open on b of a key not yet written waits" wait_until 10 waiting
 cp "$T/big" "$T/a/0/1/late"
-timeout -s KILL 120 tail --pid="$late" -f /dev/null
-kill -9 "$late" 2>/dev/null      # only if it outlived the bound
+timeout -s KILL 120 tail --pid="$LATE" -f /dev/null
+kill -9 "$LATE" 2>/dev/null      # only if it outlived the bound
 is "$(cat "$T/late.out")" same "... a's publish answers it, and it streams the object whole and right"
 ok "... and consumes it (readers: 1)" wait_until 10 used_is a 0
 
