@@ -52,6 +52,7 @@ struct rlease {
 	unsigned pulls;                 /* in flight */
 	int released;                   /* RELEASE once pulls drop to 0 */
 	int gone;                       /* the owner let go with the connection */
+	int failed;                     /* a pull under it failed */
 	struct rgrant *g;               /* the newest */
 };
 
@@ -147,13 +148,14 @@ static void lease_unlink(struct rlink *l, struct rlease *ls)
 }
 
 /* A lease is over (released, no pull in flight): under the lock.  With
- * OMNIFS_TEST_STALE_RKEY the link remembers its first extent, and posts
- * one READ of it once the owner has had the RELEASE (see grant_fresh). */
+ * OMNIFS_TEST_STALE_RKEY the link remembers the first extent of one that
+ * read all it asked, and posts one READ of it before the next pull's: the
+ * owner has had the RELEASE by then (see post_stale). */
 static void lease_free(struct rdma *rd, struct rlink *l, struct rlease *ls)
 {
 	if (!ls->gone)
 		lease_unlink(l, ls);
-	if (rd->test_stale && ls->g && ls->g->next && !ls->gone) {
+	if (rd->test_stale && ls->g && ls->g->next && !ls->gone && !ls->failed) {
 		l->stale.addr = ls->g->ext[0].addr;
 		l->stale.rkey = ls->g->ext[0].rkey;
 		l->stale.armed = 1;
@@ -690,6 +692,7 @@ static void pull_end(struct rdma *rd, struct rpull *p)
 		return;
 	}
 	pthread_mutex_lock(&rd->lock);
+	p->ls->failed |= p->err != 0;
 	int send = lease_unpull(rd, l, p->ls);
 	grant_put(p->g);
 	pthread_mutex_unlock(&rd->lock);
