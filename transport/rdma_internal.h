@@ -77,10 +77,12 @@ struct rdma {
 	struct rlink *links;            /* per peer */
 	struct rdma_srv *srvs;          /* owner-side connections, by token */
 	struct rbuf *bufs;
-	struct rpull *failed;           /* pulls to end before their first READ */
+	struct rpull *chk_head, *chk_tail;      /* pulls with news, for the checker */
+	pthread_cond_t chk_cond;
+	int chk_stop;
 	void *scratch;                  /* OMNIFS_TEST_STALE_RKEY's READs land here */
-	pthread_t cm_thread, cq_thread;
-	int threads;                    /* both started */
+	pthread_t cm_thread, cq_thread, chk_thread;
+	int threads;                    /* all started */
 	int wake_fd;                    /* eventfd: the threads have something to look at */
 	atomic_int stopping;
 	int test_stale;                 /* OMNIFS_TEST_STALE_RKEY (rdma_read.c) */
@@ -98,6 +100,7 @@ void rdma_wake(struct rdma *rd);        /* the completion thread looks again */
 void link_cm_event(struct rdma *rd, struct rlink *l, struct rdma_cm_event *e,
 		   struct rdma_cm_id **destroy);
 void *rdma_cq_thread(void *arg);
+void *rdma_chk_thread(void *arg);       /* checks, reports and ends pulls */
 void links_close(struct rdma *rd);      /* at close: every pair torn down */
 /* The key and lkey of the registered memory holding [p, p+len), or 0. */
 int rdma_lkey(struct rdma *rd, const void *p, size_t len, uint32_t *lkey);

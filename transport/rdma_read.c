@@ -6,9 +6,14 @@
  * the owner one message per lease, not one per piece.  A pull's READs are
  * queued on its owner's pair and posted as the pair has room (rd->ring at
  * once, rd->wr_max bytes each); every READ is signalled, so completions
- * come in the order of posting and a pull's bytes land in order.  The
- * completion thread, woken by the completion channel, checks each chunk
- * the pull has landed against the owner's hash before reporting it.
+ * come in the order of posting and a pull's bytes land in order.
+ *
+ * Two threads: the completion thread, woken by the completion channel,
+ * takes completions and posts the next READs at once; the checker checks
+ * each chunk a pull has landed against the owner's hash, reports it, and
+ * ends pulls.  Checking is the reader's one cost per byte, and apart from
+ * the posting it overlaps the device's work (with soft-RoCE, that work
+ * runs on the CPU of the thread that posts).
  *
  * A pull ends only when none of its READs is in flight, so the caller may
  * reuse its buffer at once; a pair that fails is put in the error state,
@@ -64,7 +69,7 @@ struct rpull {
 	int checks;                     /* chunks checked against the grant's hashes */
 	uint64_t posted, landed, verified;      /* positions in the pull's stream */
 	unsigned inflight;              /* READs posted, not completed */
-	int err, queued, bad, touched;
+	int err, queued, bad, touched;  /* touched: in rd's queue for the checker */
 	struct iovec *dst;
 	uint32_t *lkey;
 	int ndst, di, vi;               /* cursors into dst: posting, verifying */
@@ -451,6 +456,18 @@ static void dequeue(struct rlink *l, struct rpull *p)
 	p->queued = 0;
 }
 
+/* Under the lock: p has news (bytes landed, an error) for the checker. */
+static void touch(struct rdma *rd, struct rpull *p)
+{
+	if (p->touched)
+		return;
+	p->touched = 1;
+	p->tnext = NULL;
+	*(rd->chk_tail ? &rd->chk_tail->tnext : &rd->chk_head) = p;
+	rd->chk_tail = p;
+	pthread_cond_signal(&rd->chk_cond);
+}
+
 /* p's next READ into wr: at most wr_max bytes, within one piece of the
  * range, one extent of the owner's and one buffer of ours. */
 static void next_read(struct rdma *rd, struct rlink *l, struct rpull *p,
@@ -617,10 +634,8 @@ int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 		 * TCP pull's would: through progress, from the thread. */
 		pthread_mutex_lock(&rd->lock);
 		p->err = rc == -ENOENT ? -ENOENT : -EIO;
-		p->tnext = rd->failed;
-		rd->failed = p;
+		touch(rd, p);
 		pthread_mutex_unlock(&rd->lock);
-		rdma_wake(rd);
 		return 0;
 	}
 	pthread_mutex_lock(&rd->lock);
@@ -645,18 +660,18 @@ int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 
 /* ---------------------------------------------------------------- completions */
 
-/* Unlocked, on the completion thread: checks the chunks p has landed
- * whole against the grant's hashes.  A chunk that fails marks p bad. */
-static void verify(struct rdma *rd, struct rpull *p)
+/* Unlocked, on the checker: checks the chunks p has landed whole (up to
+ * landed) against the grant's hashes.  A chunk that fails marks p bad. */
+static void verify(struct rdma *rd, struct rpull *p, uint64_t landed)
 {
 	const struct rgrant *g = p->g;
 
-	while (p->verified < p->landed && !p->bad) {
+	while (p->verified < landed && !p->bad) {
 		uint64_t obj = p->off + p->verified, idx = obj / PROTO_CHUNK;
 		uint64_t end = (idx + 1) * PROTO_CHUNK < g->size ? (idx + 1) * PROTO_CHUNK : g->size;
 		uint64_t stop = end - p->off, left = stop - p->verified;
 		XXH3_state_t st;
-		if (stop > p->landed)
+		if (stop > landed)
 			break;
 		XXH3_64bits_reset(&st);
 		while (left) {
@@ -701,15 +716,22 @@ static void pull_end(struct rdma *rd, struct rpull *p)
 	pull_free(p);
 }
 
-/* Unlocked, on the completion thread: what p's landed bytes come to. */
+/* Unlocked, on the checker: what p's landed bytes come to.  Only the
+ * checker writes verified; landed grows under the lock meanwhile (then p
+ * is queued again). */
 static void pull_advance(struct rdma *rd, struct rpull *p)
 {
-	uint64_t before = p->verified;
+	uint64_t before = p->verified, landed;
 
-	if (p->checks)
-		verify(rd, p);
+	pthread_mutex_lock(&rd->lock);
+	landed = p->landed;
+	pthread_mutex_unlock(&rd->lock);
+	if (!p->ls)             /* it failed before it had a grant */
+		landed = 0;
+	else if (p->checks)
+		verify(rd, p, landed);
 	else
-		p->verified = p->landed;
+		p->verified = landed;
 	if (p->verified > before) {
 		rdma_count(rd, XC_PULLED, p->verified - before);
 		rdma_count(rd, XC_PULLED_RDMA, p->verified - before);
@@ -719,27 +741,18 @@ static void pull_advance(struct rdma *rd, struct rpull *p)
 		p->err = -EIO;
 		dequeue(p->l, p);
 	}
-	p->touched = 0;
-	int end = !p->queued && !p->inflight && (p->err || p->verified == p->total);
+	/* Queued again meanwhile (its last READ landed): its next turn ends it. */
+	int end = !p->queued && !p->inflight && !p->touched && (p->err || p->verified == p->total);
 	pthread_mutex_unlock(&rd->lock);
 	if (end)
 		pull_end(rd, p);
-	else if (p->verified > before)
+	else if (p->verified > before && p->verified < p->total)  /* all in: the end says so */
 		p->progress(p->arg, p->verified, 0);
-}
-
-static void touch(struct rpull *p, struct rpull **list)
-{
-	if (!p->touched) {
-		p->touched = 1;
-		p->tnext = *list;
-		*list = p;
-	}
 }
 
 /* Under the lock: one completion.  A pair we have torn down since can
  * still have some in the queue: they are not ours any more. */
-static void complete(struct rdma *rd, const struct ibv_wc *wc, struct rpull **touched)
+static void complete(struct rdma *rd, const struct ibv_wc *wc)
 {
 	struct rlink *l = (struct rlink *)(uintptr_t)wc->wr_id;
 
@@ -760,7 +773,7 @@ static void complete(struct rdma *rd, const struct ibv_wc *wc, struct rpull **to
 		} else if (!re.p->err) {
 			re.p->err = -EIO;
 		}
-		touch(re.p, touched);
+		touch(rd, re.p);
 	}
 	if (wc->status != IBV_WC_SUCCESS && wc->status != IBV_WC_WR_FLUSH_ERR) {
 		rdma_count(rd, XC_RDMA_ERRORS, 1);
@@ -774,18 +787,13 @@ static void cq_drain(struct rdma *rd)
 	int n;
 
 	do {
-		struct rpull *touched = NULL;
 		pthread_mutex_lock(&rd->lock);
 		n = ibv_poll_cq(rd->cq, 32, wc);
 		for (int i = 0; i < n; i++)
-			complete(rd, &wc[i], &touched);
+			complete(rd, &wc[i]);
 		for (size_t i = 0; i < rd->c.npeers; i++)
 			link_fill(rd, &rd->links[i]);
 		pthread_mutex_unlock(&rd->lock);
-		for (struct rpull *p = touched, *next; p; p = next) {
-			next = p->tnext;
-			pull_advance(rd, p);
-		}
 	} while (n == 32);
 }
 
@@ -794,8 +802,7 @@ static void cq_drain(struct rdma *rd)
  * whose READs make no progress for dead_ms is broken; one that stays
  * broken that long with READs in flight is torn down anyway, which stops
  * the device writing into them. */
-static void link_tend(struct rdma *rd, struct rlink *l, struct rpull **touched,
-		      struct rdma_cm_id **gone)
+static void link_tend(struct rdma *rd, struct rlink *l, struct rdma_cm_id **gone)
 {
 	uint64_t now = clock_mono_ns(), dead = (uint64_t)rd->c.dead_ms * 1000000u;
 	char why[64];
@@ -811,7 +818,7 @@ static void link_tend(struct rdma *rd, struct rlink *l, struct rpull **touched,
 		struct rpull *p = l->q_head;
 		dequeue(l, p);
 		p->err = -EIO;
-		touch(p, touched);
+		touch(rd, p);
 	}
 	if (l->count && now - l->last_ns <= dead)
 		return;
@@ -821,7 +828,7 @@ static void link_tend(struct rdma *rd, struct rlink *l, struct rpull **touched,
 		if (p) {
 			p->inflight--;
 			p->err = -EIO;
-			touch(p, touched);
+			touch(rd, p);
 		}
 	}
 	l->id = NULL;
@@ -832,28 +839,17 @@ static void link_tend(struct rdma *rd, struct rlink *l, struct rpull **touched,
 static void links_tend(struct rdma *rd)
 {
 	struct rdma_cm_id *gone[64];
-	struct rpull *touched = NULL, *failed;
 	size_t ngone = 0;
 
 	pthread_mutex_lock(&rd->lock);
-	failed = rd->failed;
-	rd->failed = NULL;
 	for (size_t i = 0; i < rd->c.npeers && ngone < 64; i++) {
 		gone[ngone] = NULL;
-		link_tend(rd, &rd->links[i], &touched, &gone[ngone]);
+		link_tend(rd, &rd->links[i], &gone[ngone]);
 		ngone += gone[ngone] != NULL;
 	}
 	pthread_mutex_unlock(&rd->lock);
 	for (size_t i = 0; i < ngone; i++)
 		rdma_id_destroy(gone[i]);
-	for (struct rpull *p = failed, *next; p; p = next) {
-		next = p->tnext;
-		pull_end(rd, p);
-	}
-	for (struct rpull *p = touched, *next; p; p = next) {
-		next = p->tnext;
-		pull_advance(rd, p);
-	}
 }
 
 void *rdma_cq_thread(void *arg)
@@ -881,6 +877,31 @@ void *rdma_cq_thread(void *arg)
 	return NULL;
 }
 
+void *rdma_chk_thread(void *arg)
+{
+	struct rdma *rd = arg;
+
+	pthread_setname_np(pthread_self(), "omni-rdma-chk");
+	pthread_mutex_lock(&rd->lock);
+	for (;;) {
+		struct rpull *p = rd->chk_head;
+		if (!p && rd->chk_stop)
+			break;
+		if (!p) {
+			pthread_cond_wait(&rd->chk_cond, &rd->lock);
+			continue;
+		}
+		if (!(rd->chk_head = p->tnext))
+			rd->chk_tail = NULL;
+		p->touched = 0;         /* news from now on queues it again */
+		pthread_mutex_unlock(&rd->lock);
+		pull_advance(rd, p);
+		pthread_mutex_lock(&rd->lock);
+	}
+	pthread_mutex_unlock(&rd->lock);
+	return NULL;
+}
+
 /* At close: every pair broken, and given the time to flush its READs
  * (the tender bounds that by dead_ms). */
 void links_close(struct rdma *rd)
@@ -892,7 +913,7 @@ void links_close(struct rdma *rd)
 	for (size_t i = 0; i < rd->c.npeers; i++)
 		link_break(rd, &rd->links[i], "closing");
 	while (busy && clock_mono_ns() < until) {
-		busy = rd->failed != NULL;
+		busy = rd->chk_head != NULL;
 		for (size_t i = 0; i < rd->c.npeers; i++)
 			busy |= rd->links[i].state == L_BROKEN;
 		pthread_mutex_unlock(&rd->lock);

@@ -185,3 +185,7 @@ for T_ in 4 1 2 8; do
 	printf '  T=%-2s pulled %9s B for views of %9s B (%9s data: %s) %5.2f GiB/s (%s of whole shards)\n' \
 		"$T_" "$pulled" "$size" "$data" "$(ratio "$pulled" "$data")" "$rate" "$(ratio "$rate" "$WHOLE")"
 done
+
+# --- RDMA: in the soft-RoCE guest, one boot (tests/bench/rdma.sh) -----------------
+printf '\nRDMA, in the soft-RoCE guest (its CPU is emulated: the ratios are the point):\n'
+"$(dirname "$0")/../rdma/vm" tests/bench/rdma.sh "$B" | sed 's/^/  /'

@@ -1,9 +1,10 @@
-/* handoff DIR N STATS [RDIR] - the latency of a 4 KiB hand-off between two
- * processes: the writer creates, writes and closes DIR/h<i> while the
- * reader is already waiting in open() of RDIR/h<i> (DIR by default; another
- * node's mount of the same edge for a cross-node hand-off; STATS is the
- * reader's node's .omni/stats); the time runs from the writer's open to the
- * reader's close.  Prints the median, p90 and p99 in microseconds. */
+/* handoff DIR N STATS [RDIR [SIZE]] - the latency of a hand-off of SIZE
+ * bytes (4 KiB by default) between two processes: the writer creates,
+ * writes and closes DIR/h<i> while the reader is already waiting in open()
+ * of RDIR/h<i> (DIR by default; another node's mount of the same edge for
+ * a cross-node hand-off; STATS is the reader's node's .omni/stats); the
+ * time runs from the writer's open to the reader's close.  Prints the
+ * median, p90 and p99 in microseconds. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -41,7 +42,7 @@ static int waiting(const char *stats)
 	return w && atoi(w + 10) > 0;
 }
 
-static void reader(const char *dir, int n, int ready, int done)
+static void reader(const char *dir, int n, ssize_t size, int ready, int done)
 {
 	static char buf[65536];
 	for (int i = 0; i < n; i++) {
@@ -56,7 +57,7 @@ static void reader(const char *dir, int n, int ready, int done)
 		if (fd >= 0)
 			close(fd);
 		long long t = now_ns();
-		if (got != 4096)
+		if (got != size)
 			t = -1;
 		if (write(done, &t, sizeof(t)) != sizeof(t))
 			_exit(1);
@@ -66,18 +67,21 @@ static void reader(const char *dir, int n, int ready, int done)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4 && argc != 5)
-		return fprintf(stderr, "usage: handoff DIR N STATSFILE [READER-DIR]\n"), 2;
-	const char *dir = argv[1], *rdir = argc == 5 ? argv[4] : dir;
+	if (argc < 4 || argc > 6)
+		return fprintf(stderr, "usage: handoff DIR N STATSFILE [READER-DIR [SIZE]]\n"), 2;
+	const char *dir = argv[1], *rdir = argc >= 5 ? argv[4] : dir;
 	int n = atoi(argv[2]), rp[2], dp[2];
+	ssize_t size = argc == 6 ? atol(argv[5]) : 4096;
 	long long *lat = calloc((size_t)n, sizeof(*lat));
-	static char data[4096];
+	char *data = size > 0 ? malloc((size_t)size) : NULL;
 
-	memset(data, 'h', sizeof(data));
+	if (!lat || !data || n <= 0)
+		return fprintf(stderr, "handoff: bad N or SIZE\n"), 2;
+	memset(data, 'h', (size_t)size);
 	if (pipe(rp) || pipe(dp))
 		return 1;
 	if (fork() == 0)
-		reader(rdir, n, rp[1], dp[1]);
+		reader(rdir, n, size, rp[1], dp[1]);
 	for (int i = 0; i < n; i++) {
 		char c, path[4096];
 		long long t1;
@@ -88,7 +92,7 @@ int main(int argc, char **argv)
 		snprintf(path, sizeof(path), "%s/h%d", dir, i);
 		long long t0 = now_ns();
 		int fd = open(path, O_CREAT | O_WRONLY, 0644);
-		if (fd < 0 || write(fd, data, sizeof(data)) != sizeof(data) || close(fd))
+		if (fd < 0 || write(fd, data, (size_t)size) != size || close(fd))
 			return perror(path), 1;
 		if (read(dp[0], &t1, sizeof(t1)) != sizeof(t1) || t1 < 0)
 			return fprintf(stderr, "reader failed at %d\n", i), 1;
