@@ -51,6 +51,7 @@ struct rdma_conf {
 	/* Sends peer the RELEASE of lease, now that no READ under it is in flight. */
 	void (*release)(void *ctx, int peer, uint64_t lease);
 	void (*count)(void *ctx, enum xport_count what, uint64_t n);
+	const char *(*peer_name)(void *ctx, int peer);  /* for the log */
 };
 
 /* Opens the device that conf->listen's address is on and registers the

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sodium.h>
 
 #include "clock.h"
 
@@ -121,8 +122,8 @@ void srv_connect_request(struct rdma *rd, struct rdma_cm_event *e, struct rdma_c
 
 	pthread_mutex_lock(&rd->lock);
 	for (s = rd->srvs; s && req->private_data_len >= PROTO_TOKEN; s = s->next)
-		if (!memcmp(s->token, req->private_data, PROTO_TOKEN))
-			break;
+		if (!sodium_memcmp(s->token, req->private_data, PROTO_TOKEN))
+			break;          /* in constant time: nothing to learn by guessing */
 	if (s && req->private_data_len >= PROTO_TOKEN)
 		s->refs++;
 	else

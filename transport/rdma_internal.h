@@ -85,6 +85,7 @@ struct rdma {
 	int threads;                    /* all started */
 	int wake_fd;                    /* eventfd: the threads have something to look at */
 	atomic_int stopping;
+	int closing;                    /* pairs fail now because we close: say nothing */
 	int test_stale;                 /* OMNIFS_TEST_STALE_RKEY (rdma_read.c) */
 };
 
@@ -95,6 +96,11 @@ static inline void rdma_count(struct rdma *rd, enum xport_count what, uint64_t n
 }
 
 void rdma_wake(struct rdma *rd);        /* the completion thread looks again */
+
+static inline const char *rdma_peer(const struct rdma *rd, int peer)
+{
+	return rd->c.peer_name ? rd->c.peer_name(rd->c.ctx, peer) : "?";
+}
 
 /* rdma_read.c: the reader's half of the cm events and the completion thread. */
 void link_cm_event(struct rdma *rd, struct rlink *l, struct rdma_cm_event *e,

@@ -292,8 +292,9 @@ static void link_break(struct rdma *rd, struct rlink *l, const char *why)
 	snprintf(l->why, sizeof(l->why), "%s", why);
 	if (l->id && l->id->qp)
 		ibv_modify_qp(l->id->qp, &a, IBV_QP_STATE);
-	if (!rd->stopping)
-		fprintf(stderr, "omnifs: rdma: queue pair to peer %d failed: %s\n", l->peer, why);
+	if (!rd->closing)
+		fprintf(stderr, "omnifs: rdma: queue pair to peer %s failed: %s\n",
+			rdma_peer(rd, l->peer), why);
 	rdma_wake(rd);
 }
 
@@ -688,8 +689,8 @@ static void verify(struct rdma *rd, struct rpull *p, uint64_t landed)
 		if (XXH3_64bits_digest(&st) != g->hash[idx - g->first]) {
 			p->bad = 1;
 			rdma_count(rd, XC_BAD_CHUNKS, 1);
-			fprintf(stderr, "omnifs: chunk at %" PRIu64 " read by RDMA from peer %d "
-				"fails its checksum\n", obj, p->l->peer);
+			fprintf(stderr, "omnifs: chunk at %" PRIu64 " read by RDMA from %s "
+				"fails its checksum\n", obj, rdma_peer(rd, p->l->peer));
 			break;
 		}
 		p->verified = stop;
@@ -910,6 +911,7 @@ void links_close(struct rdma *rd)
 	int busy = 1;
 
 	pthread_mutex_lock(&rd->lock);
+	rd->closing = 1;
 	for (size_t i = 0; i < rd->c.npeers; i++)
 		link_break(rd, &rd->links[i], "closing");
 	while (busy && clock_mono_ns() < until) {

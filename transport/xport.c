@@ -1329,6 +1329,11 @@ static void rdma_count_call(void *ctx, enum xport_count what, uint64_t n)
 	count(ctx, what, n);
 }
 
+static const char *rdma_name_call(void *ctx, int peer)
+{
+	return xport_peer_name(ctx, peer);
+}
+
 /* transport=auto and rdma open the device behind the listen address;
  * auto goes on without one, saying so, and rdma fails. */
 static int open_rdma(struct xport *x, char *err, size_t errlen)
@@ -1337,6 +1342,7 @@ static int open_rdma(struct xport *x, char *err, size_t errlen)
 		.listen = x->c.listen, .pool = x->c.pool, .pool_size = x->c.pool_size,
 		.npeers = x->npeers, .dead_ms = x->c.dead_ms, .ctx = x,
 		.grant = rdma_grant_call, .release = rdma_release_call, .count = rdma_count_call,
+		.peer_name = rdma_name_call,
 	};
 	char why[384];
 	int rc_;

@@ -28,6 +28,9 @@ is "$(stat_of b bytes_pulled_rdma)" 5000000 "... its bytes came by RDMA"
 is "$(stat_of b bytes_pulled_tcp)" 0 "... and none of them over TCP"
 is "$(stat_of b bytes_pulled)" 5000000 "... bytes_pulled counts them once"
 ok "... in READs (rdma_reads)" test "$(stat_of b rdma_reads)" -ge 5
+metric() { awk -v k="omnifs_$2_total" '$1 == k { print $2 }' "$T/$1/.omni/metrics"; }
+is "$(metric b bytes_pulled_rdma) $(metric b bytes_pulled_tcp) $(metric b rdma_errors)" "5000000 0 0" \
+   "... and .omni/metrics says the same"
 is "$(stat_of a bytes_served)" 0 "the owner sent no byte itself"
 used_is() { [ "$(health "$1" "d['pool']['used']")" = "$2" ]; }
 ok "a complete read consumed it: a frees it" wait_until 10 used_is a 0
@@ -47,6 +50,32 @@ head -c 3000001 /dev/urandom >"$T/k"
 cp "$T/k" "$T/a/0/2/k"
 ok "an object kept by its owner (readers: 0) reads right" cmp "$T/k" "$T/b/0/2/k"
 ok "... and right again" cmp "$T/k" "$T/b/0/2/k"
+
+# --- many at once --------------------------------------------------------------
+mkdir -p "$T/many"
+for i in $(seq 40); do
+	head -c $((70000 + RANDOM * 90)) /dev/urandom >"$T/many/m$i"
+	cp "$T/many/m$i" "$T/a/0/2/m$i"
+done
+ok "b hears of 40 objects" wait_until 20 test -e "$T/b/0/2/m40"
+is "$(timeout -s KILL 300 $PY - "$T/b/0/2" "$T/many" <<'PYEOF'
+import os, random, sys, threading
+src, want = sys.argv[1], sys.argv[2]
+names = sorted(os.listdir(want))
+bad = []
+def reader(seed):
+    order = names[:]
+    random.Random(seed).shuffle(order)
+    for n in order:
+        if open(os.path.join(src, n), "rb").read() != open(os.path.join(want, n), "rb").read():
+            bad.append(n)
+ts = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("same" if not bad else "differs: %s" % sorted(set(bad)))
+PYEOF
+)" same "8 readers on b, each reading 40 objects of a in its own order, all at once: every byte right"
+is "$(stat_of b bytes_pulled_tcp)" 0 "... none of them over TCP"
 
 # --- views --------------------------------------------------------------------
 out=$("$B/tools/kvgen" 21 "${KV_CASES:-40}" "$T/b/0/2" "$T/a/0/2" 2>&1); rc=$?

@@ -75,6 +75,49 @@ is "$(check "$T/b/0/2/r" 200 0 $((5 * M)) $M $((2 * M - 100)) $((150 * M + 7)) \
       $((3 * M)) $((199 * M)) $((64 * M)))" same \
    "reads that jump back and forth, across the window's pieces, get the right bytes"
 is "$(used b)" 0 "... and leave nothing in b's pool"
+two() {
+	timeout -s KILL 300 $PY - "$T/b/0/2/r" "$PAT" <<'PYEOF'
+import sys, threading
+blk, M = open(sys.argv[2], "rb").read(), 1 << 20
+got = []
+def read():
+    ok, i = True, 0
+    with open(sys.argv[1], "rb", buffering=0) as f:
+        while (b := f.read(M)):
+            ok &= b == i.to_bytes(8, "little") + blk[8:]
+            i += 1
+    got.append("same" if ok and i == 200 else "differs")
+ts = [threading.Thread(target=read) for _ in range(2)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(*got)
+PYEOF
+}
+is "$(two)" "same same" "two readers on b at once each read it whole and right"
+three() {
+	timeout -s KILL 300 $PY - "$T/b/0/2/r" "$PAT" <<'PYEOF'
+import os, random, sys, threading
+blk, M = open(sys.argv[2], "rb").read(), 1 << 20
+fd = os.open(sys.argv[1], os.O_RDONLY)
+bad = []
+def want(off):
+    i, o = divmod(off, M)
+    a = i.to_bytes(8, "little") + blk[8:]
+    b = (i + 1).to_bytes(8, "little") + blk[8:]
+    return (a + b)[o:o + M]
+def reads(seed):
+    rnd = random.Random(seed)
+    for _ in range(60):
+        off = rnd.randrange(0, 199 * M)
+        if os.pread(fd, M, off) != want(off):
+            bad.append(off)
+ts = [threading.Thread(target=reads, args=(i,)) for i in range(3)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("same" if not bad else "differs at %d offsets" % len(bad))
+PYEOF
+}
+is "$(three)" same "three threads reading one open file at random places at once get the right bytes"
 
 $PY - "$T/b/0/2/r" "$T" "$PAT" >"$T/held.out" <<'PYEOF' &
 import os, sys, time
