@@ -84,6 +84,11 @@ $(BUILD)/tools/peerfuzz: $(BUILD)/obj/tests/tools/peerfuzz.o $(BUILD)/obj/transp
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# ... and the stranger that connects a queue pair, the verbs libraries.
+$(BUILD)/tools/rdmaconnect: $(BUILD)/obj/tests/tools/rdmaconnect.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -lrdmacm -libverbs -o $@
+
 $(BUILD)/bench/ceilingfs: $(BUILD)/obj/tests/bench/ceilingfs.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@

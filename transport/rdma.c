@@ -38,13 +38,18 @@ const char *rdma_device(const struct rdma *rd) { return rd->dev; }
 const char *rdma_grants(const struct rdma *rd) { return rd->windows ? "window" : "pool"; }
 uint16_t rdma_port(const struct rdma *rd) { return rd->port; }
 
-void rdma_wake(struct rdma *rd)
+static void wake_fd(int fd)
 {
 	uint64_t one = 1;
 
-	if (write(rd->wake_fd, &one, sizeof(one)) < 0) {
+	if (write(fd, &one, sizeof(one)) < 0) {
 		/* full: the thread has a wake-up pending anyway */
 	}
+}
+
+void rdma_wake(struct rdma *rd)
+{
+	wake_fd(rd->wake_fd);
 }
 
 struct ibv_qp_init_attr rdma_qp_attr(struct rdma *rd, struct ibv_cq *cq, unsigned send_wr)
@@ -94,13 +99,14 @@ static int src_addr(const char *listen, struct sockaddr_storage *sa)
 static void *cm_thread(void *arg)
 {
 	struct rdma *rd = arg;
-	struct pollfd pf = { .fd = rd->ch->fd, .events = POLLIN };
+	struct pollfd pf[2] = { { .fd = rd->ch->fd, .events = POLLIN },
+				{ .fd = rd->cm_wake_fd, .events = POLLIN } };
 	struct rdma_cm_event *e;
 
 	pthread_setname_np(pthread_self(), "omni-rdma-cm");
 	while (!rd->stopping) {
-		if (poll(&pf, 1, RDMA_TICK_MS) <= 0)
-			continue;
+		if (poll(pf, 2, -1) <= 0 || !(pf[0].revents & POLLIN))
+			continue;       /* woken to stop */
 		while (!rdma_get_cm_event(rd->ch, &e)) {
 			struct rdma_cm_id *destroy = NULL;
 			int kind = e->id->context ? *(int *)e->id->context : 0;
@@ -330,13 +336,14 @@ int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t er
 		return -ENOMEM;
 	rd->kind = CM_LISTEN;
 	rd->c = *c;
-	rd->wake_fd = -1;
+	rd->wake_fd = rd->cm_wake_fd = -1;
 	rd->test_stale = getenv("OMNIFS_TEST_STALE_RKEY") != NULL;
 	pthread_mutex_init(&rd->lock, NULL);
 	pthread_cond_init(&rd->chk_cond, NULL);
 	if ((rc = open_device(rd, err, errlen)) || (rc = open_verbs(rd, err, errlen)))
 		goto close;
-	if ((rc = open_links(rd)) || (rd->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+	if ((rc = open_links(rd)) || (rd->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
+	    (rd->cm_wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
 		snprintf(err, errlen, "rdma: out of memory or descriptors");
 		rc = rc ? rc : -errno;
 		goto close;
@@ -355,6 +362,7 @@ int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t er
 	}
 	if (pthread_create(&rd->cq_thread, NULL, rdma_cq_thread, rd)) {
 		rd->stopping = 1;
+		wake_fd(rd->cm_wake_fd);
 		pthread_join(rd->cm_thread, NULL);
 		stop_checker(rd);
 		goto no_thread;
@@ -381,6 +389,7 @@ void rdma_close(struct rdma *rd)
 	rd->stopping = 1;
 	if (rd->threads) {
 		rdma_wake(rd);
+		wake_fd(rd->cm_wake_fd);
 		pthread_join(rd->cq_thread, NULL);
 		pthread_join(rd->cm_thread, NULL);
 		stop_checker(rd);       /* after the last news of a pull */
@@ -407,6 +416,8 @@ void rdma_close(struct rdma *rd)
 		rdma_destroy_event_channel(rd->ch);
 	if (rd->wake_fd >= 0)
 		close(rd->wake_fd);
+	if (rd->cm_wake_fd >= 0)
+		close(rd->cm_wake_fd);
 	pthread_cond_destroy(&rd->chk_cond);
 	pthread_mutex_destroy(&rd->lock);
 	free(rd);

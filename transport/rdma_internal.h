@@ -83,7 +83,8 @@ struct rdma {
 	void *scratch;                  /* OMNIFS_TEST_STALE_RKEY's READs land here */
 	pthread_t cm_thread, cq_thread, chk_thread;
 	int threads;                    /* all started */
-	int wake_fd;                    /* eventfd: the threads have something to look at */
+	int wake_fd;                    /* eventfd: the completion thread has news */
+	int cm_wake_fd;                 /* eventfd: the cm thread is to stop */
 	atomic_int stopping;
 	int closing;                    /* pairs fail now because we close: say nothing */
 	int test_stale;                 /* OMNIFS_TEST_STALE_RKEY (rdma_read.c) */

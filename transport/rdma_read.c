@@ -435,8 +435,10 @@ void rdma_link_down(struct rdma *rd, int peer)
 
 static void ring_push(struct rdma *rd, struct rlink *l, struct rpull *p, uint32_t len)
 {
-	if (!l->count)
+	if (!l->count) {        /* the thread sleeps while idle: it must tick now */
 		l->last_ns = clock_mono_ns();
+		rdma_wake(rd);
+	}
 	l->ring[(l->head + l->count) % (rd->ring + 1)] = (struct ring_ent){ p, len };
 	l->count++;
 }
@@ -837,20 +839,25 @@ static void link_tend(struct rdma *rd, struct rlink *l, struct rdma_cm_id **gone
 	pthread_cond_broadcast(&l->cond);
 }
 
-static void links_tend(struct rdma *rd)
+/* Tends every pair; 1 if one has READs in flight or is broken, so that
+ * the thread must look again within a tick (else it sleeps until woken). */
+static int links_tend(struct rdma *rd)
 {
 	struct rdma_cm_id *gone[64];
 	size_t ngone = 0;
+	int busy = 0;
 
 	pthread_mutex_lock(&rd->lock);
 	for (size_t i = 0; i < rd->c.npeers && ngone < 64; i++) {
 		gone[ngone] = NULL;
 		link_tend(rd, &rd->links[i], &gone[ngone]);
 		ngone += gone[ngone] != NULL;
+		busy |= rd->links[i].count || rd->links[i].state == L_BROKEN;
 	}
 	pthread_mutex_unlock(&rd->lock);
 	for (size_t i = 0; i < ngone; i++)
 		rdma_id_destroy(gone[i]);
+	return busy || ngone == 64;
 }
 
 void *rdma_cq_thread(void *arg)
@@ -859,12 +866,15 @@ void *rdma_cq_thread(void *arg)
 	struct pollfd pf[2] = { { .fd = rd->cch->fd, .events = POLLIN },
 				{ .fd = rd->wake_fd, .events = POLLIN } };
 
+	int busy = 0;
+
 	pthread_setname_np(pthread_self(), "omni-rdma");
 	while (!rd->stopping) {
 		struct ibv_cq *cq;
 		void *ctx;
 		uint64_t v;
-		if (poll(pf, 2, RDMA_TICK_MS) > 0) {
+		/* Idle (nothing in flight), it sleeps until a completion or a wake. */
+		if (poll(pf, 2, busy ? RDMA_TICK_MS : -1) > 0) {
 			if ((pf[1].revents & POLLIN) && read(rd->wake_fd, &v, sizeof(v)) < 0)
 				v = 0;
 			if ((pf[0].revents & POLLIN) && !ibv_get_cq_event(rd->cch, &cq, &ctx)) {
@@ -873,7 +883,7 @@ void *rdma_cq_thread(void *arg)
 			}
 		}
 		cq_drain(rd);   /* after re-arming: nothing slips between */
-		links_tend(rd);
+		busy = links_tend(rd);
 	}
 	return NULL;
 }

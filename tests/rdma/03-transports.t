@@ -31,6 +31,13 @@ ok "c, transport=tcp, reads a by tcp" wait_until 20 peer_is c a tcp
 is "$(health c "d.get('rdma_device', 'none')")" none "c has no RDMA device in use"
 ok "c never opened an RDMA device" sh -c "! grep -E 'infiniband|rdma_cm|uverbs' '$T/c.strace'"
 
+# A queue pair comes with the token of an authenticated connection, or not at all.
+cm_port=$(sed -n 's/.*rdma_cm port \([0-9]*\)$/\1/p' "$T/a.log")
+is "$("$B/tools/rdmaconnect" "$IP" "$cm_port")" rejected "a stranger's queue pair with no token: rejected"
+is "$("$B/tools/rdmaconnect" "$IP" "$cm_port" "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')")" \
+   rejected "... and with a token a never gave: rejected"
+ok "a still reads b by rdma" peer_is a b rdma
+
 head -c 3000000 /dev/urandom >"$T/x"
 cp "$T/x" "$T/b/1/0/x"          # owned by b, announced to a (stage 0)
 cp "$T/x" "$T/c/2/0/y"          # owned by c
@@ -41,6 +48,21 @@ is "$(stat_of a bytes_pulled_rdma) $(stat_of a bytes_pulled_tcp)" "3000000 30000
 cp "$T/x" "$T/a/0/2/z"
 ok "c reads a's object right, over TCP" cmp "$T/x" "$T/c/0/2/z"
 is "$(stat_of c bytes_pulled_tcp)" 3000000 "... counted as such"
+# The CPU time of a's RDMA threads (omni-rdma*), in ms: they wait on the
+# completion channel and rdma_cm's events, and spin no core while idle.
+rdma_ms() {
+	local t ms=0
+	for t in /proc/"${NODE_PID[a]}"/task/*; do
+		case $(cat "$t/comm") in omni-rdma*)
+			ms=$((ms + $(awk '{ print ($14 + $15) * 10 }' "$t/stat")));;
+		esac
+	done
+	echo $ms
+}
+c0=$(rdma_ms)
+sleep 10        # the measurement itself: a's daemon left idle, its queue pairs up
+used_ms=$(( $(rdma_ms) - c0 ))
+ok "idle, a's RDMA threads spin no core: $used_ms ms of CPU in 10 s" test "$used_ms" -le 20
 
 # --- transport=rdma: a peer without RDMA is refused, both ways ------------------
 stop_node a
