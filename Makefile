@@ -25,7 +25,7 @@ CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 LDFLAGS  += -fsanitize=address,undefined
 endif
 
-KV_SRCS  := kvfmt/kvfmt.c kvfmt/vllm.c kvfmt/plan.c kvfmt/convert.c
+KV_SRCS  := kvfmt/kvfmt.c kvfmt/vllm.c kvfmt/pyjson.c kvfmt/plan.c kvfmt/convert.c
 KV_OBJS  := $(KV_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_SRCS := $(KV_SRCS) transport/pool.c transport/rdma_probe.c transport/proto.c \
             transport/auth.c transport/xport.c transport/rdma.c transport/rdma_read.c \

@@ -623,7 +623,8 @@ static const void *obj_at(void *arg, uint64_t off, uint64_t *len)
 }
 
 /* A payload that calls itself KV (SPEC §6) must match its own header:
- * else it is torn and not published (EIO).  Keeps the header.  Unlocked. */
+ * else it is torn and not published (EIO).  Keeps the header (not for a
+ * payload of missing layers only: it publishes as plain bytes).  Unlocked. */
 static int kv_check(struct ns *ns, struct object *o)
 {
 	struct obj_at a = { ns, o };
@@ -646,6 +647,10 @@ static int kv_check(struct ns *ns, struct object *o)
 	if (!rc)
 		rc = kv_verify(&kv, obj_at, &a, err, sizeof(err));
 	kv_free(&kv);
+	if (rc == -ENODATA) {   /* no layer at all: whole, but no views of it */
+		free(hdr);
+		return 0;
+	}
 	if (rc) {
 		free(hdr);
 		if (rc == -ENOMEM)

@@ -3,7 +3,12 @@
  * A vllm header's own keys (rid, bids, meta, anything else) travel in the
  * native metadata blob as a JSON object, with "tn" listing the tensor
  * names when they are not the defaults; converting back restores them in
- * their order, so vllm -> native -> vllm gives the same bytes.
+ * their order, spelled as Python spells them (pyjson.c), so vllm -> native
+ * -> vllm gives the same bytes.  The other way, a native payload's layout
+ * rides in the vllm header's "omni" (vllm-omni ignores it) and an empty
+ * blob stands for vllm's empty rid, bids and meta, so native -> vllm ->
+ * native gives the same bytes too.  (A blob that is not a JSON object has
+ * no place in vllm's header and does not survive the trip.)
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -24,7 +29,7 @@ static json_object *td_names(json_object *root, uint32_t layers)
 		return names;
 	for (size_t j = 0; j < json_object_array_length(td); j++) {
 		char dflt[32];
-		snprintf(dflt, sizeof(dflt), "%s_cache.%zu", j < layers ? "key" : "value", j % layers);
+		kv_vllm_name(dflt, sizeof(dflt), (uint32_t)j, layers);
 		json_object_object_get_ex(json_object_array_get_idx(td, j), "n", &n);
 		custom |= strcmp(json_object_get_string(n), dflt) != 0;
 		json_object_array_add(names, json_object_get(n));
@@ -36,25 +41,47 @@ static json_object *td_names(json_object *root, uint32_t layers)
 	return names;
 }
 
+/* vllm's keys for a native blob that had none: {"rid":"","bids":[],"meta":{}}. */
+static void empty_keys(json_object *root)
+{
+	json_object_object_add(root, "rid", json_object_new_string(""));
+	json_object_object_add(root, "bids", json_object_new_array());
+	json_object_object_add(root, "meta", json_object_new_object());
+}
+
+/* A native blob for a vllm header's own keys: "" when they are the empty ones. */
+static char *native_blob(json_object *root, uint32_t layers)
+{
+	json_object *m = json_object_new_object(), *e = json_object_new_object(), *names;
+	char *blob, *empty;
+
+	json_object_object_foreach(root, key, val)
+		if (strcmp(key, "td") && strcmp(key, "nl") && strcmp(key, "omni"))
+			json_object_object_add(m, key, json_object_get(val));
+	if ((names = td_names(root, layers)))
+		json_object_object_add(m, "tn", names);
+	empty_keys(e);
+	blob = kv_pyjson(m);
+	empty = kv_pyjson(e);
+	if (blob && empty && !strcmp(blob, empty))
+		blob[0] = 0;
+	free(empty);
+	json_object_put(e);
+	json_object_put(m);
+	return blob;
+}
+
 static int to_native(const struct kv_info *kv, const void *hdr, const void *const *t,
-		     uint8_t **out, uint64_t *len)
+		     enum kv_layout lay, uint8_t **out, uint64_t *len)
 {
 	struct kv_spec s;
 	char *blob = NULL;
 	int rc;
 
 	kv_spec_of(kv, hdr, &s);
+	s.layout = lay;
 	if (kv->format == KV_FMT_VLLM) {
-		json_object *m = json_object_new_object(), *names = td_names(kv->json, kv->layers);
-		json_object_object_foreach((json_object *)kv->json, key, val)
-			if (strcmp(key, "td") && strcmp(key, "nl") && strcmp(key, "omni"))
-				json_object_object_add(m, key, json_object_get(val));
-		if (names)
-			json_object_object_add(m, "tn", names);
-		const char *js = json_object_to_json_string_ext(m, JSON_C_TO_STRING_PLAIN);
-		blob = js ? strdup(js) : NULL;
-		json_object_put(m);
-		if (!blob)
+		if (!(blob = native_blob(kv->json, kv->layers)))
 			return -ENOMEM;
 		s.meta = blob;
 		s.meta_len = strlen(blob);
@@ -89,16 +116,15 @@ static int to_vllm(const struct kv_info *kv, const void *hdr, const void *const 
 				json_object_object_add(root, key, json_object_get(val));
 		}
 	} else {
-		json_object_object_add(root, "rid", json_object_new_string(""));
-		json_object_object_add(root, "bids", json_object_new_array());
-		json_object_object_add(root, "meta", json_object_new_object());
+		empty_keys(root);
 	}
 	struct kv_info v = *kv;
 	v.layout = KV_NHD;
 	for (uint32_t i = 0; present && i < kv->ntensors; i++)
 		present[i] = t[i] != NULL;
-	int heads = kv->head_first || kv->heads_total != kv->head_count;
-	char *js = present ? kv_vllm_header(root, &v, present, names, heads) : NULL;
+	int omni = (kv->head_first || kv->heads_total != kv->head_count ? KVH_HEADS : 0) |
+		   (kv->layout == KV_HND ? KVH_HND : 0);
+	char *js = present ? kv_vllm_header(root, &v, present, names, omni) : NULL;
 	json_object_put(root);
 	json_object_put(m);
 	if (js) {
@@ -130,6 +156,13 @@ int kv_convert(const struct kv_info *kv, const void *hdr, kv_at_fn at, void *arg
 	       enum kv_format to, uint8_t **out, uint64_t *len)
 {
 	enum kv_layout lay = to == KV_FMT_VLLM ? KV_NHD : kv->layout;
+	json_object *om, *l;
+
+	if (to == KV_FMT_NATIVE && kv->format == KV_FMT_VLLM &&     /* it was native HND */
+	    json_object_object_get_ex(kv->json, "omni", &om) &&
+	    json_object_object_get_ex(om, "layout", &l) &&
+	    !strcmp(json_object_get_string(l), "HND"))
+		lay = KV_HND;
 	uint64_t tb = (uint64_t)kv->head_count * kv->tokens * kv->head_dim * kv->esize;
 	void **t = calloc(kv->ntensors, sizeof(*t));
 	int rc = t ? 0 : -ENOMEM;
@@ -144,7 +177,7 @@ int kv_convert(const struct kv_info *kv, const void *hdr, kv_at_fn at, void *arg
 	}
 	if (!rc)
 		rc = to == KV_FMT_VLLM ? to_vllm(kv, hdr, (const void *const *)t, out, len)
-				       : to_native(kv, hdr, (const void *const *)t, out, len);
+				       : to_native(kv, hdr, (const void *const *)t, lay, out, len);
 	for (uint32_t i = 0; t && i < kv->ntensors; i++)
 		free(t[i]);
 	free(t);

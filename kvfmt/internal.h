@@ -14,9 +14,18 @@ int kv_vllm_parse(const uint8_t *p, size_t n, uint64_t total, struct kv_info *kv
 		  char *err, size_t errlen);
 void kv_vllm_free(void *json);
 /* The JSON text of a vllm header: root's keys, then td and nl for kv's
- * shape (names from an array, or the defaults), then the head range if
- * with_heads.  root is changed; the text is malloc'd. */
+ * shape (names from an array, or the defaults), then "omni" with what
+ * vllm-omni's format cannot say: the head range (KVH_HEADS) and, for a
+ * payload converted from native HND, its layout (KVH_HND).  root is
+ * changed; the text is malloc'd. */
+enum { KVH_HEADS = 1, KVH_HND = 2 };
 char *kv_vllm_header(void *root, const struct kv_info *kv, const uint8_t *present,
-		     void *names, int with_heads);
+		     void *names, int omni);
+/* A json-c tree as Python's json.dumps(o, separators=(",", ":")) writes
+ * it (pyjson.c): malloc'd, or NULL. */
+char *kv_pyjson(void *json);
+/* "key_cache_<layer>" or "value_cache_<layer>": vllm-omni's tensor names
+ * for entry j of td. */
+void kv_vllm_name(char *buf, size_t size, uint32_t j, uint32_t layers);
 
 #endif

@@ -57,7 +57,9 @@ enum kv_format kv_sniff(const void *p, size_t n);
  * short to say, or over KV_HDR_MAX). */
 int kv_need(const void *p, size_t n, uint64_t *need);
 /* Parses [0, n) of a payload of total bytes: 0, or -EINVAL with a
- * one-line reason in err.  kv_free() releases what it holds either way. */
+ * one-line reason in err, or -ENODATA for a vllm payload whose every
+ * layer is missing (valid upstream, but with no shape: nothing to view).
+ * kv_free() releases what it holds either way. */
 int kv_parse(const void *hdr, size_t n, uint64_t total, struct kv_info *kv,
 	     char *err, size_t errlen);
 void kv_free(struct kv_info *kv);

@@ -162,11 +162,39 @@ static int plan_tensor(const struct kv_info *s, uint32_t k, uint32_t i, uint32_t
 	return rc;
 }
 
+/* A slice's mark in its meta, as vllm-omni's sender writes it when it
+ * slices for a larger receiver TP: without it, a vllm-omni receiver
+ * slices the view again.  meta is copied first: it is the source's. */
+static int mark_slice(json_object *root, uint32_t S, uint32_t r, uint32_t T)
+{
+	json_object *meta, *copy = NULL, *m;
+
+	if (!json_object_object_get_ex(root, "meta", &meta) ||
+	    !json_object_is_type(meta, json_type_object))
+		return 0;       /* vllm-omni's metadata is a dict; leave others be */
+	if (json_object_deep_copy(meta, &copy, NULL) || !(m = json_object_new_object())) {
+		json_object_put(copy);
+		return -ENOMEM;
+	}
+	json_object_object_add(m, "applied", json_object_new_boolean(1));
+	json_object_object_add(m, "side", json_object_new_string("sender"));
+	json_object_object_add(m, "target_rank", json_object_new_int((int)r));
+	json_object_object_add(m, "source_rank", json_object_new_int((int)(r / (T / S))));
+	json_object_object_add(m, "from_tp", json_object_new_int((int)S));
+	json_object_object_add(m, "to_tp", json_object_new_int((int)T));
+	json_object_object_add(m, "offset_in_shard", json_object_new_int((int)(r % (T / S))));
+	json_object_object_add(m, "num_slices", json_object_new_int((int)(T / S)));
+	json_object_object_add(copy, "tp_head_slice", m);
+	json_object_object_add(root, "meta", copy);
+	return 0;
+}
+
 /* The view's header: native (tables laid out, sums carried over) or
- * vllm (the first source's JSON with td, nl and the head range redone). */
+ * vllm (the first source's JSON with td, nl and the head range redone,
+ * and a slice marked as vllm-omni marks one). */
 static int view_header(const struct kv_info *src, const void *const *hdr, uint32_t nsrc,
 		       struct kv_info *v, const uint8_t *present, uint32_t lf, uint32_t nh,
-		       struct kv_plan *p)
+		       uint32_t S, uint32_t r, uint32_t T, struct kv_plan *p)
 {
 	int rc;
 
@@ -196,8 +224,10 @@ static int view_header(const struct kv_info *src, const void *const *hdr, uint32
 			json_object_object_get_ex(json_object_array_get_idx(td, j), "n", &n);
 			json_object_array_add(names, json_object_get(n));
 		}
-	char *js = kv_vllm_header(root, v, present, names,
-				  v->head_first || v->heads_total != v->head_count);
+	char *js = NULL;
+	if (T <= S || !mark_slice(root, S, r, T))
+		js = kv_vllm_header(root, v, present, names,
+				    v->head_first || v->heads_total != v->head_count ? KVH_HEADS : 0);
 	json_object_put(names);
 	json_object_put(root);
 	if (!js)
@@ -240,7 +270,7 @@ static int plan_split(const struct kv_info *src, const void *const *hdr, uint32_
 	for (uint32_t i = 0; i < src->ntensors; i++)
 		present[i] = src->t[i].len != 0;
 	if ((rc = view_shape(src, nsrc, S, first, r, T, &v, &lf, &nh, err, errlen)) ||
-	    (rc = view_header(src, hdr, nsrc, &v, present, lf, nh, p)))
+	    (rc = view_header(src, hdr, nsrc, &v, present, lf, nh, S, r, T, p)))
 		goto free_v;
 	for (uint32_t i = 0; i < src->ntensors; i++)
 		for (uint32_t k = 0; present[i] && !rc && k < nsrc; k++)

@@ -5,9 +5,12 @@
  * The JSON is {"rid","bids","meta","td","nl"}: td lists every key_cache
  * layer, then every value_cache layer, as {"n","i","d","s","o","b"} (name,
  * layer, torch dtype, shape [tokens, heads, head_dim], offset into the
- * data, byte length) or {"n","x":true} for a missing layer.  A view that
- * omnifs writes in this format adds "omni":{"head_first","heads_total"}
- * (vllm-omni ignores keys it does not know).
+ * data, byte length) or {"n","x":true} for a missing layer.  Spelled as
+ * vllm-omni's to_bytes() spells them: names "key_cache_0", dtypes
+ * without "torch." ("float16"), the JSON of json.dumps(separators=(",",
+ * ":")) (pyjson.c).  A view that omnifs writes in this format adds
+ * "omni":{"head_first","heads_total"} (vllm-omni ignores keys it does
+ * not know).
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -88,8 +91,10 @@ static int omni_heads(json_object *root, struct kv_info *kv, char *err, size_t e
 
 	kv->head_first = 0;
 	kv->heads_total = kv->head_count;
-	if (!json_object_object_get_ex(root, "omni", &om))
-		return 0;
+	if (!json_object_object_get_ex(root, "omni", &om) ||
+	    (!json_object_object_get_ex(om, "head_first", NULL) &&
+	     !json_object_object_get_ex(om, "heads_total", NULL)))
+		return 0;       /* all heads (a converted payload may say only its layout) */
 	if (get_int(om, "head_first", 0, KV_MAX_HEADS, &f) ||
 	    get_int(om, "heads_total", 1, KV_MAX_HEADS, &t))
 		return kv_fail(err, errlen, "bad \"omni\" head range");
@@ -131,8 +136,12 @@ static int td_parse(json_object *root, struct kv_info *kv, char *err, size_t err
 		kv->t[i] = (struct kv_tensor){ kv->hdr_len + offs[0], offs[1] };
 		end = offs[0] + offs[1];
 	}
-	if (!kv->dtype)
-		return kv_fail(err, errlen, "every layer is missing");
+	if (!kv->dtype) {       /* valid upstream, but it has no shape to view */
+		if (kv->total != kv->hdr_len)
+			return kv_fail(err, errlen, "every layer is missing, yet data follows");
+		kv_fail(err, errlen, "every layer is missing");
+		return -ENODATA;
+	}
 	if (end != kv->total - kv->hdr_len)
 		return kv_fail(err, errlen, "%llu bytes of data, the tensors make %llu",
 			       (unsigned long long)(kv->total - kv->hdr_len), (unsigned long long)end);
@@ -180,21 +189,24 @@ int kv_vllm_parse(const uint8_t *p, size_t n, uint64_t total, struct kv_info *kv
 
 /* ---------------------------------------------------------------- building */
 
+void kv_vllm_name(char *buf, size_t size, uint32_t j, uint32_t layers)
+{
+	snprintf(buf, size, "%s_cache_%u", j < layers ? "key" : "value", j % layers);
+}
+
 /* A header from root (whose "td" and "nl" are replaced) for tensors of
  * kv's shape, present[i] saying which exist: the JSON text, malloc'd. */
 char *kv_vllm_header(void *root, const struct kv_info *kv, const uint8_t *present,
-		     void *names, int with_heads)
+		     void *names, int omni)
 {
 	json_object *td = json_object_new_array(), *om;
 	uint64_t tb = (uint64_t)kv->head_count * kv->tokens * kv->head_dim * kv->esize, off = 0;
-	char *s = NULL;
 
 	for (uint32_t j = 0; td && j < kv->ntensors; j++) {
 		uint32_t i = j < kv->layers ? 2 * j : 2 * (j - kv->layers) + 1;
 		json_object *e = json_object_new_object(), *sh = json_object_new_array();
 		char dflt[32];
-		snprintf(dflt, sizeof(dflt), "%s_cache.%u", j < kv->layers ? "key" : "value",
-			 j % kv->layers);
+		kv_vllm_name(dflt, sizeof(dflt), j, kv->layers);
 		json_object *nm = names ? json_object_array_get_idx(names, j) : NULL;
 		json_object_object_add(e, "n", nm ? json_object_get(nm) : json_object_new_string(dflt));
 		if (!present[i]) {
@@ -202,9 +214,8 @@ char *kv_vllm_header(void *root, const struct kv_info *kv, const uint8_t *presen
 			json_object_put(sh);
 		} else {
 			json_object_object_add(e, "i", json_object_new_int(j % kv->layers));
-			char d[32];     /* str(tensor.dtype), as vllm-omni writes it */
-			snprintf(d, sizeof(d), "torch.%s", kv_dtype_torch(kv->dtype));
-			json_object_object_add(e, "d", json_object_new_string(d));
+			/* str(dtype).removeprefix("torch."), as vllm-omni writes it */
+			json_object_object_add(e, "d", json_object_new_string(kv_dtype_torch(kv->dtype)));
 			json_object_array_add(sh, json_object_new_int64(kv->tokens));
 			json_object_array_add(sh, json_object_new_int64(kv->head_count));
 			json_object_array_add(sh, json_object_new_int64(kv->head_dim));
@@ -217,15 +228,17 @@ char *kv_vllm_header(void *root, const struct kv_info *kv, const uint8_t *presen
 	}
 	json_object_object_add(root, "td", td);
 	json_object_object_add(root, "nl", json_object_new_int((int)kv->layers));
-	if (with_heads && (om = json_object_new_object())) {
-		json_object_object_add(om, "head_first", json_object_new_int((int)kv->head_first));
-		json_object_object_add(om, "heads_total", json_object_new_int((int)kv->heads_total));
+	if (omni && (om = json_object_new_object())) {
+		if (omni & KVH_HEADS) {
+			json_object_object_add(om, "head_first", json_object_new_int((int)kv->head_first));
+			json_object_object_add(om, "heads_total",
+					       json_object_new_int((int)kv->heads_total));
+		}
+		if (omni & KVH_HND)
+			json_object_object_add(om, "layout", json_object_new_string("HND"));
 		json_object_object_add(root, "omni", om);
 	}
-	const char *t = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
-	if (t)
-		s = strdup(t);
-	return s;
+	return kv_pyjson(root);
 }
 
 int kv_build_vllm(const struct kv_spec *s, const char *rid, const int64_t *bids,
@@ -257,7 +270,7 @@ int kv_build_vllm(const struct kv_spec *s, const char *rid, const int64_t *bids,
 	for (uint32_t i = 0; i < kv.ntensors; i++)
 		present[i] = tensors[i] != NULL;
 	int heads = s->head_first || s->heads_total != s->head_count;
-	char *js = kv_vllm_header(root, &kv, present, NULL, heads);
+	char *js = kv_vllm_header(root, &kv, present, NULL, heads ? KVH_HEADS : 0);
 	uint64_t tb = kv_tensor_bytes(s), jl = js ? strlen(js) : 0, total = 4 + jl;
 	rc = -ENOMEM;
 	if (!js)

@@ -38,6 +38,16 @@ echo plain >"$M/plain"
 ok "a plain object has no user.omni.kv" sh -c "! getfattr -n user.omni.kv '$M/plain' 2>/dev/null"
 
 # --- vllm-omni payloads, byte by byte -----------------------------------------
+# Every layer missing is a valid payload upstream: published, read whole,
+# with nothing to view.
+$SYSPY -c "$KVPY
+open('$T/none', 'wb').write(kvpy.vllm([None, None], [None, None], rid='gone'))"
+ok "a vllm-omni payload of missing layers only is published" \
+   $PY -c "import shutil; shutil.copyfile('$T/none', '$M/none')"
+ok "... and read back whole" cmp "$T/none" "$M/none"
+$PY -c "import shutil; shutil.copyfile('$T/none', '$M/none2')"
+is "$(M=$M pyerr "open(M + '/none2.rank0of2')")" EINVAL "... but a view of it: EINVAL"
+
 $SYSPY -c "$KVPY
 import os
 tok, H, D = 3, 4, 8
@@ -50,9 +60,14 @@ for i in range(2):      # two shards of two heads, as vllm-omni's TP ranks write
                   tokens=tok, heads=2, head_dim=D, rid='req-9', bids=(4, 5))
     open('$T/v.rank%dof2' % i, 'wb').write(p)
 # rank 3 of 4 is heads 3..3: the second shard's second head.
+# It carries the mark vllm-omni's sender puts on a slice for a larger TP
+# (kv_transfer_manager's _slice_transfer_data_for_target), so that a
+# vllm-omni receiver does not slice it again.
+mark = {'applied': True, 'side': 'sender', 'target_rank': 3, 'source_rank': 1, 'from_tp': 2,
+        'to_tp': 4, 'offset_in_shard': 1, 'num_slices': 2}
 want = kvpy.vllm([part(full[l, 'K'], 3, 1) for l in range(2)],
                  [part(full[l, 'V'], 3, 1) for l in range(2)], tokens=tok, heads=1,
-                 head_dim=D, rid='req-9', bids=(4, 5),
+                 head_dim=D, rid='req-9', bids=(4, 5), meta={'tp_head_slice': mark},
                  extra={'omni': {'head_first': 3, 'heads_total': 4}})
 open('$T/v.want', 'wb').write(want)
 whole = kvpy.vllm([full[l, 'K'] for l in range(2)], [full[l, 'V'] for l in range(2)],
@@ -61,6 +76,64 @@ open('$T/v.whole', 'wb').write(whole)
 "
 for i in 0 1; do $PY -c "import shutil, os; shutil.copyfile('$T/v.rank${i}of2', '$M/v.rank${i}of2')"; done
 ok "rank 3 of 4 of vllm-omni shards is their slice, in vllm-omni's format" cmp "$T/v.want" "$M/v.rank3of4"
+# Decoded by vllm-omni's from_bytes rules (kvpy.vllm_decode): every view
+# of T from S, merged or sliced, gives heads r*H/T... of each layer.
+$SYSPY -c "$KVPY
+import itertools, os
+tok, H, D = 3, 8, 4
+full = {(l, kv): os.urandom(tok * H * D * 2) for l in range(3) for kv in 'KV'}
+def part(t, h0, n):
+    return b''.join(t[(k * H + h0) * D * 2:(k * H + h0 + n) * D * 2] for k in range(tok))
+for S in (1, 2, 4, 8):
+    for i in range(S):
+        n = H // S
+        open('$T/d%d.rank%dof%d' % (S, i, S), 'wb').write(kvpy.vllm(
+            [part(full[l, 'K'], i * n, n) if l != 1 else None for l in range(3)],
+            [part(full[l, 'V'], i * n, n) if l != 1 else None for l in range(3)],
+            tokens=tok, heads=n, head_dim=D, rid='rq', bids=(7,), meta={'seq_len': tok}))
+"
+decodes() {     # S T: every rank of T from S decodes to its heads
+	$SYSPY -c "$KVPY
+S, T = $1, $2
+import os
+tok, H, D = 3, 8, 4
+raw = {i: open('$T/d%d.rank%dof%d' % (S, i, S), 'rb').read() for i in range(S)}
+shard = {i: kvpy.vllm_decode(raw[i]) for i in range(S)}
+for r in range(T):
+    v = kvpy.vllm_decode(open('$M/dv%d.rank%dof%d' % (S, r, T), 'rb').read())
+    n = H // T
+    for c in ('key_cache', 'value_cache'):
+        assert v[c][1] is None, 'layer 1 is missing'
+        for l in (0, 2):
+            d, s, b = v[c][l]
+            assert d == 'float16' and s == [tok, n, D], (d, s)
+            want = b''
+            for k in range(tok):    # heads r*n .. r*n+n-1 of the whole, token k
+                for h in range(r * n, r * n + n):
+                    src = h // (H // S)
+                    sb = shard[src][c][l][2]
+                    hs = h % (H // S)
+                    want += sb[(k * (H // S) + hs) * D * 2:(k * (H // S) + hs + 1) * D * 2]
+            assert b == want, (S, T, r, c, l)
+    sl = v['metadata'].get('tp_head_slice')
+    assert (sl is not None) == (T > S), sl
+    if sl:
+        assert sl == {'applied': True, 'side': 'sender', 'target_rank': r,
+                      'source_rank': r // (T // S), 'from_tp': S, 'to_tp': T,
+                      'offset_in_shard': r % (T // S), 'num_slices': T // S}, sl
+    assert v['metadata']['seq_len'] == tok and v['request_id'] == 'rq'
+"
+}
+for S in 1 2 4 8; do
+	for T_ in 1 2 4 8; do
+		$PY -c "
+import shutil
+for i in range($S):
+    shutil.copyfile('$T/d$S.rank%dof$S' % i, '$M/dv$S.rank%dof$S' % i)"
+		ok "S=$S T=$T_: every view decodes by vllm-omni's rules to its heads" decodes "$S" "$T_"
+		rm -f "$M"/dv$S.rank*of$S 2>/dev/null
+	done
+done
 ok "<key> alone merges them into the whole" cmp "$T/v.whole" "$M/v"
 ok "every head of both shards was delivered once: both consumed" \
    sh -c "! test -e '$M/v.rank0of2' && ! test -e '$M/v.rank1of2'"

@@ -19,6 +19,10 @@ keys = [os.urandom(4 * 2 * 16) for _ in range(3)]
 vals = [os.urandom(4 * 2 * 16) if l != 1 else None for l in range(3)]
 keys[1] = None
 open('v.kv', 'wb').write(kvpy.vllm(keys, vals, rid='req-4', bids=(1, 2, 3)))
+# what json.dumps makes of text that json-c would write otherwise: '/',
+# non-ASCII, astral code points, floats as repr() spells them
+open('u.kv', 'wb').write(kvpy.vllm(keys, vals, rid='chat/7\u00e9\U0001F600',
+    meta={'path': 'a/b', 'f': 1e-05, 't': 0.1, 'n': None, 'big': 2 ** 63 + 1}))
 "
 echo plain >plain
 
@@ -36,6 +40,9 @@ ok "the native one verifies" "$K" verify v.native
 "$K" convert --to vllm n.kv n.vllm && "$K" convert --to native n.vllm n.back &&
 	"$K" convert --to vllm n.back n.vllm2
 ok "native -> vllm-omni -> native keeps tensors and metadata" cmp n.vllm n.vllm2
+ok "native -> vllm-omni -> native gives the same bytes" cmp n.kv n.back
+"$K" convert --to native u.kv u.native && "$K" convert --to vllm u.native u.back
+ok "vllm-omni -> native -> vllm-omni keeps json.dumps' spelling, escapes and floats" cmp u.kv u.back
 is "$($SYSPY -c "import json; print(json.loads(open('n.vllm','rb').read()[4:4 + int.from_bytes(open('n.vllm','rb').read()[:4], 'big')])['rid'])")" \
    req-3 "rid and bids travel from the native metadata into vllm-omni's header"
 

@@ -70,20 +70,72 @@ def native(tensors, dtype=1, layout=HND, layers=1, tokens=4, heads_total=2,
 
 def vllm(keys, values, dtype=1, tokens=4, heads=2, head_dim=8, rid="r1", bids=(1, 2),
          meta=None, extra=None):
-    """keys, values: per layer bytes ([tokens, heads, head_dim]) or None."""
+    """keys, values: per layer bytes ([tokens, heads, head_dim]) or None.
+
+    Spelled as vllm-omni's KVCacheTransferData.to_bytes() spells it:
+    names key_cache_<l> / value_cache_<l>, dtypes without "torch.", the
+    header as json.dumps(..., separators=(",", ":")) writes it."""
     nl = len(keys)
     td, data, off = [], b"", 0
     for j, t in enumerate(list(keys) + list(values)):
-        name = ("key_cache.%d" if j < nl else "value_cache.%d") % (j % nl)
+        name = ("key_cache_%d" if j < nl else "value_cache_%d") % (j % nl)
         if t is None:
             td.append({"n": name, "x": True})
             continue
-        td.append({"n": name, "i": j % nl, "d": "torch." + TORCH[dtype],
+        td.append({"n": name, "i": j % nl, "d": TORCH[dtype],
                    "s": [tokens, heads, head_dim], "o": off, "b": len(t)})
         data += t
         off += len(t)
-    h = {"rid": rid, "bids": list(bids), "meta": meta or {}, "td": td, "nl": nl}
+    h = {"rid": rid, "bids": list(bids), "meta": {} if meta is None else meta, "td": td,
+         "nl": nl}
     if extra:
         h.update(extra)
     js = json.dumps(h, separators=(",", ":")).encode()
     return struct.pack(">I", len(js)) + js + data
+
+
+# The dtypes vllm-omni's from_bytes accepts (its _SAFE_TORCH_DTYPES), by name.
+UPSTREAM_DTYPES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
+                   "float64", "bfloat16", "complex64", "complex128", "float8_e4m3fn",
+                   "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"}
+
+
+def vllm_decode(raw):
+    """A payload decoded by vllm-omni's KVCacheTransferData.from_bytes rules:
+    {"request_id", "block_ids", "metadata", "key_cache": [...], "value_cache": [...]}
+    with each tensor as (dtype name, shape, bytes) or None.  Raises ValueError
+    where upstream raises; a tensor whose name has neither prefix is dropped,
+    as upstream drops it."""
+    raw = memoryview(raw)
+    if len(raw) < 4:
+        raise ValueError("missing 4-byte header length")
+    n = struct.unpack(">I", raw[:4])[0]
+    if n > len(raw) - 4:
+        raise ValueError("header_len exceeds buffer size")
+    h = json.loads(bytes(raw[4:4 + n]))
+    data = raw[4 + n:]
+    nl = h["nl"]
+    out = {"request_id": h["rid"], "block_ids": h["bids"], "metadata": h["meta"],
+           "key_cache": [None] * nl, "value_cache": [None] * nl}
+    for info in h["td"]:
+        if info.get("x"):
+            continue
+        o, b = info["o"], info["b"]
+        if o < 0 or b < 0 or o + b > len(data):
+            raise ValueError("tensor span out of range")
+        if str(info["d"]) not in UPSTREAM_DTYPES:
+            raise ValueError("Unsupported dtype in KV payload: %s" % info["d"])
+        name = info["n"]
+        layer = info.get("i")
+        if layer is None:
+            for pre in ("key_cache_", "value_cache_"):
+                if name.startswith(pre):
+                    layer = int(name[len(pre):])
+        if not isinstance(layer, int) or not 0 <= layer < nl:
+            raise ValueError("Invalid layer index in KV payload: %s" % layer)
+        t = (info["d"], list(info["s"]), bytes(data[o:o + b]))
+        if name.startswith("key_cache_"):
+            out["key_cache"][layer] = t
+        elif name.startswith("value_cache_"):
+            out["value_cache"][layer] = t
+    return out

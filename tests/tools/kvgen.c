@@ -92,7 +92,7 @@ static uint8_t *heads(const struct kcase *c, uint32_t i, uint32_t h0, uint32_t n
 
 /* The payload of heads [h0, h0+n) in layout l (a shard, or a view). */
 static int encode(const struct kcase *c, uint32_t h0, uint32_t n, enum kv_layout l,
-		  int shard, uint8_t **out, uint64_t *len)
+		  int shard, const char *meta, uint8_t **out, uint64_t *len)
 {
 	struct kv_spec s = c->s;
 	const void **t = calloc(c->ntensors, sizeof(*t));
@@ -110,7 +110,7 @@ static int encode(const struct kcase *c, uint32_t h0, uint32_t n, enum kv_layout
 			s.heads_total = n;
 		}
 		int64_t bids[2] = { 7, 9 };
-		rc = kv_build_vllm(&s, "req-1", bids, 2, c->meta, t, out, len);
+		rc = kv_build_vllm(&s, "req-1", bids, 2, meta ? meta : c->meta, t, out, len);
 	} else {
 		s.meta = c->meta;
 		s.meta_len = strlen(c->meta);
@@ -177,7 +177,7 @@ static int one_case(int k, const char *rdir, char **wdirs, int nw, int *views)
 		uint8_t *b;
 		uint64_t n;
 		/* A latent payload is replicated: every shard is the same one. */
-		if ((rc = encode(&c, c.latent ? 0 : j * c.hc, c.hc, c.s.layout, 1, &b, &n)))
+		if ((rc = encode(&c, c.latent ? 0 : j * c.hc, c.hc, c.s.layout, 1, NULL, &b, &n)))
 			break;
 		if (bare)
 			snprintf(path, sizeof(path), "%s/c%d", wdirs[j % nw], k);
@@ -211,7 +211,16 @@ static int one_case(int k, const char *rdir, char **wdirs, int nw, int *views)
 			/* A view keeps its sources' format; native views are HND.
 			 * T == S is the shard itself, as written. */
 			enum kv_layout l = c.vllm ? KV_NHD : T == c.S || c.latent ? c.s.layout : KV_HND;
-			if ((rc = encode(&c, h0, nh, l, T == c.S || c.latent, &want, &wn)))
+			/* A vllm slice carries vllm-omni's own mark of one (SPEC §6). */
+			char meta[256];
+			snprintf(meta, sizeof(meta), "%.*s,\"tp_head_slice\":{\"applied\":true,"
+				 "\"side\":\"sender\",\"target_rank\":%u,\"source_rank\":%u,"
+				 "\"from_tp\":%u,\"to_tp\":%u,\"offset_in_shard\":%u,\"num_slices\":%u}}",
+				 (int)strlen(c.meta) - 1, c.meta, r, f, c.S, T, r % (T / c.S ? T / c.S : 1),
+				 T / c.S);
+			int slice = c.vllm && T > c.S;
+			if ((rc = encode(&c, h0, nh, l, T == c.S || c.latent, slice ? meta : NULL,
+					 &want, &wn)))
 				break;
 			if (T == 1 && bare)
 				snprintf(path, sizeof(path), "%s/c%d", rdir, k);

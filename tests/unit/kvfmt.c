@@ -130,7 +130,10 @@ static void vllm(void)
 	is(parse(p, n, &kv), 0, "parses");
 	ok(kv.layout == KV_NHD && kv.layers == 2 && kv.tokens == 3 && kv.head_count == 2 &&
 	   kv.dtype == KV_BF16, "shape and dtype from td");
-	ok(strstr((char *)p + 4, "\"d\":\"torch.bfloat16\"") != NULL, "dtype as torch writes it");
+	ok(strstr((char *)p + 4, "\"d\":\"bfloat16\"") != NULL,
+	   "dtype as vllm-omni writes it (no torch. prefix)");
+	ok(strstr((char *)p + 4, "{\"n\":\"value_cache_1\",\"i\":1,") != NULL,
+	   "tensors named as vllm-omni names them");
 	uint64_t hl = kv.hdr_len;
 	kv_free(&kv);
 	is(parse(p, n - 1, &kv), -EINVAL, "data one byte short: refused");
@@ -155,9 +158,40 @@ static void vllm(void)
 	free(q);
 	free(p);
 	is(build(&s, 1, 0, &p, &n), 0, "builds one with a missing layer");
-	ok(strstr((char *)p + 4, "{\"n\":\"key_cache.0\",\"x\":true}") != NULL,
+	ok(strstr((char *)p + 4, "{\"n\":\"key_cache_0\",\"x\":true}") != NULL,
 	   "written as {\"n\",\"x\":true}");
 	is(parse(p, n, &kv), 0, "and parses");
+	kv_free(&kv);
+	free(p);
+}
+
+/* A vllm-omni payload from its JSON header's text and data bytes. */
+static uint8_t *vllm_raw(const char *js, uint64_t data, uint64_t *n)
+{
+	uint64_t jl = strlen(js);
+	uint8_t *p = calloc(1, 4 + jl + data);
+
+	p[0] = (uint8_t)(jl >> 24); p[1] = (uint8_t)(jl >> 16); p[2] = (uint8_t)(jl >> 8); p[3] = (uint8_t)jl;
+	memcpy(p + 4, js, jl);
+	for (uint64_t i = 0; i < data; i++)
+		p[4 + jl + i] = (uint8_t)(i * 7);
+	*n = 4 + jl + data;
+	return p;
+}
+
+static void all_missing(void)
+{
+	const char *js = "{\"rid\":\"r\",\"bids\":[],\"meta\":{},\"td\":[{\"n\":\"key_cache_0\",\"x\":true},"
+			 "{\"n\":\"value_cache_0\",\"x\":true}],\"nl\":1}";
+	struct kv_info kv;
+	uint64_t n;
+	uint8_t *p = vllm_raw(js, 0, &n);
+
+	is(parse(p, n, &kv), -ENODATA, "every layer missing: valid, but nothing to view (ENODATA)");
+	kv_free(&kv);
+	free(p);
+	p = vllm_raw(js, 1, &n);
+	is(parse(p, n, &kv), -EINVAL, "every layer missing and a byte of data: refused");
 	kv_free(&kv);
 	free(p);
 }
@@ -251,6 +285,83 @@ static void convert(void)
 	free(p);
 	free(q);
 	free(r);
+
+	/* As Python's json.dumps writes it: "/" bare, non-ASCII escaped,
+	 * floats as repr() spells them, keys in their order. */
+	const char *js = "{\"rid\":\"chat/7\\u00e9\\ud83d\\ude00\\n\\\"\\u007f\",\"bids\":[3,1],"
+		"\"meta\":{\"z\":1e-05,\"a\":0.1,\"t\":1.0,\"n\":null,\"b\":[true,false],"
+		"\"big\":12345678901234567890},"
+		"\"td\":[{\"n\":\"key_cache_0\",\"i\":0,\"d\":\"float16\",\"s\":[1,2,2],\"o\":0,\"b\":8},"
+		"{\"n\":\"value_cache_0\",\"i\":0,\"d\":\"float16\",\"s\":[1,2,2],\"o\":8,\"b\":8}],"
+		"\"nl\":1}";
+	p = vllm_raw(js, 16, &n);
+	is(parse(p, n, &kv), 0, "a header as Python writes it parses");
+	b = (struct buf){ p, n };
+	kv_convert(&kv, p, at, &b, KV_FMT_NATIVE, &q, &qn);
+	parse(q, qn, &nat);
+	c = (struct buf){ q, qn };
+	kv_convert(&nat, q, at, &c, KV_FMT_VLLM, &r, &rn);
+	ok(rn == n && !memcmp(r, p, n), "vllm -> native -> vllm: the same bytes, escapes and all");
+	if (rn != n || memcmp(r, p, n))
+		printf("# got %.*s\n", (int)(rn - 16 - 4), (char *)r + 4);
+	kv_free(&nat);
+	kv_free(&kv);
+	free(p);
+	free(q);
+	free(r);
+
+	/* native HND (the layout omnifs writes views in) and back */
+	for (int lay = KV_HND; lay <= KV_NHD; lay++) {
+		struct kv_spec h = { KV_F16, (enum kv_layout)lay, KV_SPLIT, 2, 3, 4, 2, 2, 2, NULL, 0 };
+		build(&h, 0, 0, &p, &n);
+		parse(p, n, &kv);
+		b = (struct buf){ p, n };
+		kv_convert(&kv, p, at, &b, KV_FMT_VLLM, &q, &qn);
+		parse(q, qn, &nat);
+		c = (struct buf){ q, qn };
+		kv_convert(&nat, q, at, &c, KV_FMT_NATIVE, &r, &rn);
+		ok(rn == n && !memcmp(r, p, n), "native %s -> vllm -> native: the same bytes",
+		   lay == KV_HND ? "HND" : "NHD");
+		kv_free(&nat);
+		kv_free(&kv);
+		free(p);
+		free(q);
+		free(r);
+	}
+}
+
+/* Views of vllm-omni shards: a slice carries vllm-omni's tp_head_slice. */
+static void vllm_views(void)
+{
+	struct kv_spec s = { KV_F16, KV_NHD, KV_SPLIT, 1, 2, 4, 0, 4, 2, NULL, 0 };
+	const void *t[2] = { data[0], data[1] };
+	struct kv_info kv[2], v;
+	struct kv_plan p;
+	uint8_t *src[2];
+	uint64_t n[2];
+
+	for (int k = 0; k < 2; k++) {
+		kv_build_vllm(&s, "r", NULL, 0, "{\"seq_len\":2,\"f\":1e-05}", t, &src[k], &n[k]);
+		parse(src[k], n[k], &kv[k]);
+	}
+	const void *h[2] = { src[0], src[1] };
+	is(kv_plan_view(&kv[1], &h[1], 1, 2, 3, 4, &p, NULL, 0), 0, "plans rank 3 of 4 from shard 1 of 2");
+	const char *mark = "\"meta\":{\"seq_len\":2,\"f\":1e-05,\"tp_head_slice\":{\"applied\":true,\"side\":\"sender\","
+			   "\"target_rank\":3,\"source_rank\":1,\"from_tp\":2,\"to_tp\":4,"
+			   "\"offset_in_shard\":1,\"num_slices\":2}}";
+	ok(memmem(p.hdr, p.hdr_len, mark, strlen(mark)) != NULL,
+	   "the slice's meta says tp_head_slice applied, as vllm-omni's sender writes it");
+	is(kv_parse(p.hdr, p.hdr_len, p.size, &v, NULL, 0), 0, "its header parses");
+	kv_free(&v);
+	ok(memmem(src[1], n[1], "tp_head_slice", 13) == NULL, "the shard itself is left as it was");
+	kv_plan_free(&p);
+	is(kv_plan_view(kv, h, 2, 2, 0, 1, &p, NULL, 0), 0, "plans the merge of both");
+	ok(memmem(p.hdr, p.hdr_len, "tp_head_slice", 13) == NULL, "a merge carries no slice mark");
+	kv_plan_free(&p);
+	for (int k = 0; k < 2; k++) {
+		kv_free(&kv[k]);
+		free(src[k]);
+	}
 }
 
 int main(void)
@@ -261,5 +372,7 @@ int main(void)
 	names();
 	plans();
 	convert();
+	all_missing();
+	vllm_views();
 	return done_testing();
 }
