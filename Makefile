@@ -10,6 +10,7 @@ SAN      ?=
 DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libxxhash-dev libyaml-dev \
             libjson-c-dev libibverbs-dev librdmacm-dev attr iproute2 util-linux \
             perl procps python3 python3-prometheus-client python3-xxhash \
+            python3-msgpack python3-numpy python3-pytest python3-pip python3-setuptools \
             libsodium-dev clang
 LIBS_PC  := fuse3 json-c yaml-0.1 libxxhash libsodium
 
@@ -31,7 +32,7 @@ LIB_SRCS := $(KV_SRCS) transport/pool.c transport/rdma_probe.c transport/proto.c
             transport/auth.c transport/xport.c transport/rdma.c transport/rdma_read.c \
             transport/rdma_grant.c fs/cluster.c fs/lease.c \
             fs/names.c fs/htab.c fs/timerq.c fs/rangeset.c fs/stats.c \
-            fs/ns.c fs/ns_hash.c fs/ns_remote.c fs/ns_stream.c fs/ns_xattr.c fs/view.c fs/caller.c fs/vfile.c fs/loop.c fs/ops.c mount/conf.c
+            fs/ns.c fs/ns_hash.c fs/ns_remote.c fs/ns_stream.c fs/ns_xattr.c fs/view.c fs/caller.c fs/callwait.c fs/vfile.c fs/loop.c fs/ops.c mount/conf.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT     := $(patsubst tests/unit/%.c,$(BUILD)/t/%.t,$(wildcard tests/unit/*.c))
 TOOLS    := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
@@ -184,8 +185,14 @@ install: all
 	install -d $(DESTDIR)/etc/omnifs
 	[ -e $(DESTDIR)/etc/omnifs/omnifs.yaml ] || \
 		install -m 644 contrib/omnifs.yaml $(DESTDIR)/etc/omnifs/omnifs.yaml
+	@# the Python package, for Debian's python3 (README, "vllm-omni")
+	/usr/bin/python3 -m pip install -q --no-deps --no-build-isolation --no-warn-script-location \
+		--break-system-packages --root-user-action=ignore --root $(if $(DESTDIR),$(DESTDIR),/) \
+		./contrib/python
+	rm -rf contrib/python/build contrib/python/omnifs.egg-info
 
 uninstall:
+	-/usr/bin/python3 -m pip uninstall -q -y --break-system-packages omnifs
 	rm -f $(DESTDIR)$(PREFIX)/bin/omnifs $(DESTDIR)$(PREFIX)/bin/omnikv \
 	      $(DESTDIR)$(PREFIX)/sbin/mount.omnifs \
 	      $(DESTDIR)/sbin/mount.fuse.omnifs

@@ -1134,6 +1134,8 @@ static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int 
 {
 	struct ns_policy p = policy_of(ns, n->parent);
 
+	if (!fetch && w->wait_ms > 0)
+		p.wait_ms = w->wait_ms;         /* the opener armed its own (callwait.h) */
 	if (fetch && p.wait_ms <= 0)
 		p.wait_ms = FETCH_WAIT_MS;
 	if (p.wait_ms <= 0)

@@ -111,6 +111,7 @@ struct ns_waiter {
 	uint64_t id;            /* from ns_waiter_id(); names it for ns_cancel */
 	uint64_t ino;
 	int flags;
+	int64_t wait_ms;        /* > 0: the opener's own wait, not the edge's */
 	void *ctx;              /* the caller's: its request */
 	/* Asked under ns's lock right after queueing: 1 if the open was
 	 * interrupted before it could be cancelled by id. */

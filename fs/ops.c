@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "caller.h"
+#include "callwait.h"
 #include "cluster.h"
 #include "loop.h"
 #include "stats.h"
@@ -38,6 +39,7 @@ struct fs {
 	struct vfile_ctx vf;
 	struct view_env venv;
 	struct view_jobs vjobs;
+	struct callwait cw;             /* threads' own waits for their next open */
 	unsigned max_threads, spin_us;
 	int mounted, unknown_intent_logged;
 };
@@ -118,14 +120,17 @@ static void op_init(void *data, struct fuse_conn_info *conn)
  * is set, what the edge holds is brought in: a reader of a missing key may
  * want a view of shards published elsewhere under other names. */
 static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait,
-		     int learn)
+		     int learn, pid_t tid)
 {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
 
 	if (ns_dir_names(fs->ns, parent, from, to) != NK_EDGE || cluster_hosts(fs->cl, to) ||
 	    name_check_key(name))
 		return 0;
-	int64_t ms = will_wait ? ns_wait_ms(fs->ns, parent) : 0;
+	int64_t ms = will_wait ? callwait_peek(&fs->cw, tid) : 0;
+
+	if (will_wait && !ms)
+		ms = ns_wait_ms(fs->ns, parent);
 	if (!cluster_ask(fs->cl, from, to, name, ms > 0 ? (unsigned)ms : 0))
 		return 1;
 	if (learn)
@@ -161,7 +166,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		 * elsewhere is found when it publishes): no round trip. */
 		if (fs->cl && in != CALLER_OPEN_CREATE &&
 		    ask_peers(fs, parent, name, in == CALLER_OPEN_READ,
-			      in == CALLER_OPEN_READ || in == CALLER_OTHER || in == CALLER_UNKNOWN))
+			      in == CALLER_OPEN_READ || in == CALLER_OTHER || in == CALLER_UNKNOWN,
+			      fuse_req_ctx(req)->pid))
 			rc = ns_lookup(fs->ns, parent, name, 0, &a);
 		if (in == CALLER_UNKNOWN && !fs->unknown_intent_logged) {
 			fs->unknown_intent_logged = 1;
@@ -322,7 +328,7 @@ static void view_answer(void *arg, int err, struct view *v);
 /* Opens a view (SPEC §5) for a waiting or new open; w answers it. */
 static void open_view(struct fs *fs, struct op_wait *w)
 {
-	int rc = view_open(&fs->venv, w->ino, view_answer, w);
+	int rc = view_open(&fs->venv, w->ino, w->w.wait_ms, view_answer, w);
 
 	if (rc) {
 		fuse_reply_err(w->req, -rc);
@@ -426,6 +432,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	w->ino = ino;
 	w->w.ctx = w;
 	w->w.interrupted = wait_interrupted;
+	w->w.wait_ms = callwait_take(&fs->cw, fuse_req_ctx(req)->pid);
 	w->w.id = ns_waiter_id(fs->ns);
 	/* Registered before queueing; an interrupt that comes first is
 	 * seen by wait_interrupted() under ns's lock. */
@@ -457,7 +464,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	(void)mode;
 	/* O_EXCL means "nowhere in the cluster": ask, unless announces of
 	 * this edge come here anyway. */
-	if (excl && fs->cl && ask_peers(fs, parent, name, 0, 0))
+	if (excl && fs->cl && ask_peers(fs, parent, name, 0, 0, 0))
 		return (void)fuse_reply_err(req, EEXIST);
 	rc = ns_create_key(fs->ns, parent, name, excl, ctx->uid, ctx->gid, &a, &h);
 	if (rc)
@@ -599,6 +606,9 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			const char *value, size_t size, int flags)
 {
 	(void)flags;
+	if (ino == FUSE_ROOT_ID && !strcmp(name, CALLWAIT_XATTR))
+		return (void)fuse_reply_err(req, -callwait_arm(&fs_of(req)->cw,
+							       fuse_req_ctx(req)->pid, value, size));
 	fuse_reply_err(req, -ns_setxattr(fs_of(req)->ns, ino, name, value, size));
 }
 
@@ -660,6 +670,7 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 
 	if (!fs)
 		return -ENOMEM;
+	callwait_init(&fs->cw);
 	char err[256];
 	if (p->cluster) {
 		if ((rc = cluster_create(&fs->cl, p->cluster, &fs->st, err, sizeof(err)))) {
@@ -674,7 +685,7 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 	fs->vf = (struct vfile_ctx){ fs->ns, p->pool, &fs->st, p->node_name,
 				     p->transport, p->config_text, fs->cl };
 	view_jobs_init(&fs->vjobs);
-	fs->venv = (struct view_env){ fs->ns, fs->cl, &fs->st, &fs->vjobs };
+	fs->venv = (struct view_env){ fs->ns, fs->cl, &fs->st, &fs->vjobs, 0 };
 	fs->max_threads = p->max_threads;
 	fs->spin_us = p->spin_us;
 	fs->se = fuse_session_new(args, &ops, sizeof(ops), fs);
@@ -711,6 +722,7 @@ free_ns:
 free_cluster:
 	cluster_destroy(fs->cl);
 free_fs:
+	callwait_destroy(&fs->cw);
 	free(fs);
 	return rc;
 }
@@ -740,5 +752,6 @@ void fs_destroy(struct fs *fs)
 	fuse_remove_signal_handlers(fs->se);
 	fuse_session_destroy(fs->se);
 	ns_destroy(fs->ns);
+	callwait_destroy(&fs->cw);
 	free(fs);
 }

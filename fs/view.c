@@ -136,10 +136,11 @@ static void srcwait_done(struct ns_waiter *nw, int err, struct ns_handle *h)
 }
 
 /* A handle on shard k, waiting for it as an open would (wait_ms). */
-static int source_open(struct ns *ns, struct want *w, uint32_t k, struct ns_handle **h)
+static int source_open(struct ns *ns, struct want *w, uint32_t k, int64_t wait_ms,
+		       struct ns_handle **h)
 {
 	const int flags = O_RDONLY | NS_OPEN_SOURCE | NS_OPEN_EXACT;
-	struct srcwait sw = { .w.done = srcwait_done };
+	struct srcwait sw = { .w.done = srcwait_done, .w.wait_ms = wait_ms };
 	struct ns_attr a;
 	int rc;
 
@@ -411,7 +412,7 @@ static int prepare(const struct view_env *env, uint64_t ino, struct view **out,
 	if (!rc)
 		v->nsrc = *nsi = w->n;
 	for (uint32_t k = 0; !rc && k < w->n; k++)
-		rc = source_open(env->ns, w, k, &v->src[k]);
+		rc = source_open(env->ns, w, k, env->wait_ms, &v->src[k]);
 	if (!rc)
 		rc = source_headers(env, w, v->src, si);
 	if (!rc && (rc = plan(w, si, p, err, sizeof(err))) == -EINVAL)
@@ -494,7 +495,8 @@ static void *job_thread(void *arg)
 	return NULL;
 }
 
-int view_open(const struct view_env *env, uint64_t ino, view_done_fn done, void *arg)
+int view_open(const struct view_env *env, uint64_t ino, int64_t wait_ms, view_done_fn done,
+	      void *arg)
 {
 	struct job *j = malloc(sizeof(*j));
 	pthread_attr_t at;
@@ -504,6 +506,7 @@ int view_open(const struct view_env *env, uint64_t ino, view_done_fn done, void 
 	if (!j)
 		return -ENOMEM;
 	*j = (struct job){ *env, ino, done, arg };
+	j->env.wait_ms = wait_ms;
 	pthread_mutex_lock(&env->jobs->lock);
 	env->jobs->n++;
 	pthread_mutex_unlock(&env->jobs->lock);

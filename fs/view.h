@@ -28,15 +28,19 @@ void view_jobs_init(struct view_jobs *j);
  * which answers their waits, and before the cluster goes). */
 void view_jobs_drain(struct view_jobs *j);
 
-struct view_env { struct ns *ns; struct cluster *cl; struct stats *st; struct view_jobs *jobs; };
+struct view_env {
+	struct ns *ns; struct cluster *cl; struct stats *st; struct view_jobs *jobs;
+	int64_t wait_ms;        /* a job's: the opener's own wait for shards (0: the edge's) */
+};
 
 /* Answers a view open: a view, or err (-EXDEV: not a view after all,
  * open the key itself with NS_OPEN_EXACT). */
 typedef void (*view_done_fn)(void *arg, int err, struct view *v);
 /* Resolves and assembles the view named by key inode ino on a thread of
- * its own (it may wait for shards and pull); done() is called once.
- * 0, or -errno (then done is not called). */
-int view_open(const struct view_env *env, uint64_t ino, view_done_fn done, void *arg);
+ * its own (it may wait for shards, wait_ms or the edge's if 0, and pull);
+ * done() is called once.  0, or -errno (then done is not called). */
+int view_open(const struct view_env *env, uint64_t ino, int64_t wait_ms, view_done_fn done,
+	      void *arg);
 /* The bytes of [off, off+len): iov into the view, valid until close. */
 ssize_t view_read(struct view *v, uint64_t off, size_t len, struct iovec *iov);
 uint64_t view_size(const struct view *v);

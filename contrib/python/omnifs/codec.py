@@ -1,0 +1,116 @@
+"""codec - Python values as omnifs objects, and back.
+
+Bytes-like values are stored as they are, so that a KV payload is a KV
+payload to omnifs (views, integrity checks) and `cat` shows what was put;
+a 1-D uint8 torch tensor is a byte buffer too (vllm-omni's to_gpu_tensor()
+payload) and comes back as bytes.  Anything else gets a small header:
+
+    b"OMNIPY\\0\\1" | u32 big-endian n | n bytes of JSON | body
+
+JSON {"k": "numpy"|"torch", "d": dtype, "s": shape} before raw array bytes;
+{"k": "msgpack"} before plain data (dicts, lists, str, numbers, bytes,
+nested); {"k": "omni"} before vllm-omni's own serializer's bytes.  Bytes
+that happen to start with the magic are wrapped ({"k": "bytes"}).  Nothing
+from another node is ever unpickled.
+"""
+import json
+import struct
+
+import msgpack
+
+MAGIC = b"OMNIPY\0\1"
+
+
+def _torch():
+    try:
+        import torch
+        return torch
+    except ImportError:
+        return None
+
+
+def _numpy():
+    try:
+        import numpy
+        return numpy
+    except ImportError:
+        return None
+
+
+def _omni_serializer():
+    try:
+        from vllm_omni.distributed.omni_connectors.utils.serialization import OmniSerializer
+        return OmniSerializer
+    except Exception:
+        return None
+
+
+def _framed(head, body):
+    js = json.dumps(head, separators=(",", ":")).encode()
+    return [MAGIC + struct.pack(">I", len(js)) + js, body]
+
+
+def encode(obj):
+    """A list of bytes-like pieces to write, in order."""
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        b = memoryview(obj).cast("B")
+        return _framed({"k": "bytes"}, b) if bytes(b[:len(MAGIC)]) == MAGIC else [b]
+    torch, np = _torch(), _numpy()
+    if torch is not None and isinstance(obj, torch.Tensor):
+        t = obj.detach().contiguous().cpu()
+        if t.dtype == torch.uint8 and t.dim() == 1:
+            return encode(t.numpy().tobytes())
+        raw = t.view(torch.uint8).numpy() if t.numel() else b""
+        return _framed({"k": "torch", "d": str(t.dtype).removeprefix("torch."),
+                        "s": list(t.shape)}, memoryview(raw).cast("B"))
+    if np is not None and isinstance(obj, np.ndarray):
+        a = np.ascontiguousarray(obj)
+        if a.dtype.hasobject:
+            raise TypeError("numpy arrays of Python objects are not sent raw")
+        return _framed({"k": "numpy", "d": a.dtype.str, "s": list(a.shape)},
+                       memoryview(a).cast("B") if a.size else b"")
+    ser = _omni_serializer()
+    if ser is not None:
+        return _framed({"k": "omni"}, ser.serialize(obj))
+    return _framed({"k": "msgpack"}, msgpack.packb(obj, use_bin_type=True))
+
+
+def decode(buf):
+    """The value of an object's bytes (buf: a bytearray, kept where it can)."""
+    mv = memoryview(buf)
+    if bytes(mv[:len(MAGIC)]) != MAGIC:
+        return buf
+    if len(mv) < len(MAGIC) + 4:
+        raise ValueError("omnifs: a cut header")
+    n = struct.unpack(">I", mv[len(MAGIC):len(MAGIC) + 4])[0]
+    start = len(MAGIC) + 4
+    if n > len(mv) - start:
+        raise ValueError("omnifs: a header longer than the object")
+    head = json.loads(bytes(mv[start:start + n]))
+    body = mv[start + n:]
+    k = head.get("k") if isinstance(head, dict) else None
+    if k == "bytes":
+        return bytes(body)
+    if k == "msgpack":
+        return msgpack.unpackb(body, raw=False, strict_map_key=False)
+    if k == "numpy":
+        np = _numpy()
+        if np is None:
+            raise ValueError("omnifs: a numpy array, and numpy is not installed")
+        return np.frombuffer(body, dtype=np.dtype(head["d"])).reshape(head["s"])
+    if k == "torch":
+        torch = _torch()
+        if torch is None:
+            raise ValueError("omnifs: a torch tensor, and torch is not installed")
+        dt = getattr(torch, str(head["d"]), None)
+        if not isinstance(dt, torch.dtype):
+            raise ValueError("omnifs: unknown torch dtype %r" % head["d"])
+        if not len(body):
+            return torch.empty(head["s"], dtype=dt)
+        return torch.frombuffer(bytearray(body), dtype=torch.uint8).view(dt).reshape(head["s"])
+    if k == "omni":
+        ser = _omni_serializer()
+        if ser is None:
+            raise ValueError("omnifs: vllm-omni's serializer wrote this, and vllm_omni is absent")
+        return ser.deserialize(body)
+    raise ValueError("omnifs: unknown kind %r" % (k,))

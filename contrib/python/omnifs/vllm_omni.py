@@ -1,0 +1,214 @@
+"""vllm-omni's OmniFSConnector: stage data through an omnifs mount.
+
+A stage config names it like any OmniConnector:
+
+    connector: {name: OmniFSConnector, extra: {mount: /mnt/omni}}
+
+put() writes <mount>/<from>/<to>/<key> and closes it (published, on every
+node); get() opens it, waiting inside open() for it to be published, up
+to its timeout, and reads it (an RDMA or TCP pull when another node wrote
+it).  Nothing polls.  Without vllm_omni installed the class works alone,
+with the same methods and returns.
+
+Heterogeneous TP by views: use_tp_views(manager) makes vllm-omni's KV
+manager put one unsliced payload per sender rank, <rid>.rank<r>of<S>, and
+get <rid>.rank<t>of<T> in one call, merged or sliced by omnifs.
+"""
+import errno
+import logging
+import os
+import threading
+import time
+
+from . import Mount, codec
+
+try:
+    from vllm_omni.distributed.omni_connectors.connectors.base import OmniConnectorBase as _Base
+except Exception:       # vllm-omni absent (or broken): the connector stands alone
+    _Base = object
+
+log = logging.getLogger("omnifs.vllm_omni")
+__all__ = ["OmniFSConnector", "request_of", "use_tp_views", "tp_view_hooks"]
+
+
+def request_of(key, request_id):
+    """True when key belongs to request_id: it is the id, or starts with it
+    and "_" or ".", or is vllm-omni's omni_<from>_to_<to>_kv_cache_<id>."""
+    if key == request_id or key.startswith(request_id + "_") or key.startswith(request_id + "."):
+        return True
+    return key.startswith("omni_") and key.endswith("_kv_cache_" + request_id)
+
+
+class OmniFSConnector(_Base):
+    """vllm-omni's OmniConnectorBase over an omnifs mount."""
+
+    supports_raw_data = True
+
+    def __init__(self, config=None):
+        config = dict(config or {})
+        self._closed = True
+        self.mount_path = str(config.get("mount", "/mnt/omni"))
+        self.timeout = float(config.get("timeout_s", config.get("recv_timeout", 30.0)))
+        readers = config.get("readers")
+        self.readers = None if readers is None else int(readers)
+        if self.timeout <= 0 or (self.readers is not None and self.readers < 0):
+            raise ValueError("OmniFSConnector: timeout_s must be > 0 and readers >= 0")
+        self._mount = Mount(self.mount_path)
+        self._lock = threading.Lock()
+        self._n = {"puts": 0, "gets": 0, "put_failures": 0, "get_timeouts": 0,
+                   "get_failures": 0, "bytes_put": 0, "bytes_got": 0, "removed": 0}
+        self._closed = False
+
+    def _count(self, **kw):
+        with self._lock:
+            for k, v in kw.items():
+                self._n[k] += v
+
+    # ---- OmniConnectorBase ----
+
+    def put(self, from_stage, to_stage, put_key, data):
+        """(True, bytes written, metadata) or (False, 0, None) and a log line."""
+        try:
+            if self._closed:
+                raise OSError(errno.EBADF, "the connector is closed")
+            n = self._mount.put(str(from_stage), str(to_stage), str(put_key),
+                                codec.encode(data), readers=self.readers)
+        except Exception as e:
+            log.error("OmniFSConnector: put %s/%s/%s failed: %s", from_stage, to_stage, put_key, e)
+            self._count(put_failures=1)
+            return False, 0, None
+        self._count(puts=1, bytes_put=n)
+        return True, n, {"mount": self.mount_path, "key": str(put_key), "size": n}
+
+    def get(self, from_stage, to_stage, get_key, metadata=None, timeout=None):
+        """(object, bytes read), or None when the key is not published within
+        timeout (the connector's if None) or the read failed."""
+        wait = self.timeout if timeout is None else timeout
+        try:
+            if self._closed:
+                raise OSError(errno.EBADF, "the connector is closed")
+            raw = self._mount.get(str(from_stage), str(to_stage), str(get_key), timeout=wait)
+            obj = codec.decode(raw)
+        except FileNotFoundError:
+            self._count(get_timeouts=1)
+            return None
+        except Exception as e:
+            log.error("OmniFSConnector: get %s/%s/%s failed: %s", from_stage, to_stage, get_key, e)
+            self._count(get_failures=1)
+            return None
+        self._count(gets=1, bytes_got=len(raw))
+        return obj, len(raw)
+
+    def get_with_deadline(self, from_stage, to_stage, get_key, metadata=None, *, deadline):
+        """get() until a time.monotonic() deadline."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            self._count(get_timeouts=1)
+            return None
+        return self.get(from_stage, to_stage, get_key, metadata, timeout=left)
+
+    def cleanup(self, request_id):
+        """Removes every object of request_id, on every node; True if any."""
+        rid, removed = str(request_id), 0
+        try:
+            edges = self._mount.edges()
+        except OSError as e:
+            log.error("OmniFSConnector: cleanup %s: %s", rid, e)
+            return False
+        for f, t in edges:
+            for key in self._mount.keys(f, t):
+                if not request_of(key, rid):
+                    continue
+                try:
+                    self._mount.remove(f, t, key)
+                    removed += 1
+                except FileNotFoundError:
+                    pass        # consumed or removed meanwhile
+                except OSError as e:
+                    log.error("OmniFSConnector: cleanup %s/%s/%s: %s", f, t, key, e)
+        self._count(removed=removed)
+        return removed > 0
+
+    def health(self):
+        with self._lock:
+            out = dict(self._n)
+        out["mount"] = self.mount_path
+        try:
+            h = self._mount.health()
+            out["node"] = h.get("node")
+            out["status"] = "healthy" if not self._closed else "unhealthy"
+            out["omnifs"] = h
+        except Exception as e:
+            out["status"] = "unhealthy"
+            out["error"] = str(e)
+        return out
+
+    def close(self):
+        """Idempotent.  Objects already put stay for their readers."""
+        self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self._closed = True
+
+
+# ---- heterogeneous TP by views ----
+
+def tp_view_hooks(from_tp, to_tp, rank):
+    """vllm-omni KV-manager hooks for sender TP from_tp and receiver TP to_tp,
+    for this worker's rank: a dict of kv_send_key_builder, kv_recv_key_builder,
+    kv_payload_merger and kv_payload_slicer."""
+    S, T, r = int(from_tp), int(to_tp), int(rank)
+    if S < 1 or T < 1 or r < 0 or max(S, T) % min(S, T):
+        raise ValueError("omnifs: TP %d -> %d does not divide" % (S, T))
+
+    def send_keys(request_id, from_stage, to_stage):
+        return ["%s.rank%dof%d" % (request_id, r, S)]
+
+    def recv_keys(request_id, from_stage, to_stage):
+        return [("%s.rank%dof%d" % (request_id, r, T), None)]
+
+    def merger(payloads):       # omnifs merged them: one payload comes
+        if len(payloads) != 1:
+            raise ValueError("omnifs: views give one payload, got %d" % len(payloads))
+        return payloads[0]
+
+    def slicer(payload):        # ... and sliced them
+        return payload
+
+    return {"kv_send_key_builder": send_keys, "kv_recv_key_builder": recv_keys,
+            "kv_payload_merger": merger, "kv_payload_slicer": slicer}
+
+
+def use_tp_views(manager, from_tp=None, to_tp=None, rank=None):
+    """Sets the hooks on a vllm-omni OmniKVTransferManager, from its own TP
+    topology unless given."""
+    topo = getattr(manager, "_tp_topo", None)
+    S = from_tp if from_tp is not None else topo.source_tp_size
+    T = to_tp if to_tp is not None else topo.target_tp_size
+    r = rank if rank is not None else topo.local_rank
+    for name, fn in tp_view_hooks(S, T, r).items():
+        setattr(manager, name, fn)
+    return manager
+
+
+def _register():
+    try:
+        from vllm_omni.distributed.omni_connectors.factory import OmniConnectorFactory
+    except Exception:
+        return
+    if "OmniFSConnector" in OmniConnectorFactory.list_registered_connectors():
+        return
+    try:
+        OmniConnectorFactory.register_connector("OmniFSConnector", OmniFSConnector,
+                                                supports_dual=True)
+    except TypeError:       # older vllm-omni: no dual roles
+        OmniConnectorFactory.register_connector("OmniFSConnector", OmniFSConnector)
+
+
+_register()

@@ -1,0 +1,37 @@
+#!/bin/bash
+# 18-python.t - the Python package (contrib/python) against live mounts:
+# one node alone, and a two-node cluster over loopback TCP.  The tests are
+# pytest's (tests/py/test_omnifs.py); each passing or failing test is one
+# TAP line here.
+. "$(dirname "$0")/../lib.sh"
+
+$SYSPY -c "import pytest, msgpack, numpy" 2>/dev/null ||
+	{ skip "Debian's python3-pytest, -msgpack or -numpy is missing"; done_testing; exit; }
+read -r PB PC < <(free_ports 2)
+new_secret "$T/secret"
+cat >"$T/omni.yaml" <<EOF
+secret_file: $T/secret
+wait_ms: 20000
+nodes:
+  b: { addr: 127.0.0.1:$PB, stages: ["0"] }
+  c: { addr: 127.0.0.1:$PC, stages: ["1", "2"] }
+EOF
+start_node a "pool=host:512M,node=a,wait_ms=20000"
+start_node b "config=$T/omni.yaml,node=b,pool=host:512MiB"
+start_node c "config=$T/omni.yaml,node=c,pool=host:512MiB"
+up() { [ "$(health c "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
+ok "the two-node cluster is up" wait_until 10 up
+
+# pytest's own report, one line a test, as TAP
+OMNI_ONE=$T/a OMNI_B=$T/b OMNI_C=$T/c PYTHONPATH="$SRC/contrib/python:$SRC/tests/py" \
+	$SYSPY -m pytest -p no:cacheprovider -q -rA "$SRC/tests/py" >"$T/pytest.log" 2>&1
+while read -r verdict name rest; do
+	case $verdict in
+	PASSED) ok "$name" true ;;
+	SKIPPED) skip "$name $rest" ;;
+	FAILED|ERROR) ok "$name $rest" false ;;
+	esac
+done < <(grep -E '^(PASSED|FAILED|ERROR) [^ ]+::|^SKIPPED \[' "$T/pytest.log")
+grep -qE '^(PASSED|FAILED|ERROR) [^ ]+::' "$T/pytest.log" || { cat "$T/pytest.log"; ok "pytest ran" false; }
+grep -qE '^(FAILED|ERROR) [^ ]+::' "$T/pytest.log" && sed 's/^/# /' "$T/pytest.log" | tail -60
+done_testing

@@ -1,0 +1,277 @@
+"""The Python package against live mounts (run by tests/integ/18-python.t,
+which mounts OMNI_ONE alone and OMNI_B + OMNI_C as a two-node cluster:
+b hosts stage 0, c stages 1 and 2)."""
+import errno
+import logging
+import os
+import subprocess
+import sys
+import time
+import types
+import uuid
+
+import numpy as np
+import pytest
+
+import kvpy
+import omnifs
+from omnifs import codec
+from omnifs.vllm_omni import OmniFSConnector, request_of, tp_view_hooks, use_tp_views
+
+ONE, B, C = os.environ["OMNI_ONE"], os.environ["OMNI_B"], os.environ["OMNI_C"]
+
+
+def rid():
+    return "req-" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def one():
+    with OmniFSConnector({"mount": ONE, "timeout_s": 5}) as c:
+        yield c
+
+
+def test_bytes_round_trip(one):
+    k = rid()
+    ok, n, meta = one.put("0", "1", k, b"hello omnifs")
+    assert (ok, n) == (True, 12) and meta["key"] == k
+    assert one.get("0", "1", k) == (b"hello omnifs", 12)
+
+
+def test_bytes_are_stored_as_they_are(one):
+    k = rid()
+    one._mount.put("0", "1", k + "_probe", b"x")        # control: consumed below
+    one.put("0", "1", k, bytearray(b"\x00\x01raw"))
+    assert open(os.path.join(ONE, "0", "1", k), "rb").read() == b"\x00\x01raw"
+    assert one.get("0", "1", k + "_probe")[0] == b"x"
+
+
+def test_bytes_that_look_like_a_header(one):
+    k = rid()
+    odd = codec.MAGIC + b"\x00\x00\x00\x02{}"
+    assert one.put("0", "1", k, odd)[0]
+    assert bytes(one.get("0", "1", k)[0]) == odd
+
+
+def test_numpy_round_trip(one):
+    k = rid()
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    one.put("0", "1", k, a)
+    b, n = one.get("0", "1", k)
+    assert isinstance(b, np.ndarray) and b.dtype == a.dtype and b.shape == a.shape
+    assert (a == b).all() and n > a.nbytes
+
+
+def test_torch_round_trip(one):
+    torch = pytest.importorskip("torch", reason="torch is not importable here")
+    k = rid()
+    t = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)
+    one.put("0", "1", k, t)
+    u, _ = one.get("0", "1", k)
+    assert u.dtype == t.dtype and torch.equal(u, t)
+
+
+def test_plain_data_round_trip(one):
+    k = rid()
+    d = {"a": [1, 2.5, "x", None, True], "b": {"nested": b"\x00bytes"}, "n": -7}
+    one.put("0", "1", k, d)
+    assert one.get("0", "1", k)[0] == d
+
+
+def test_unserializable_is_false_0_none(one, caplog):
+    with caplog.at_level(logging.ERROR, logger="omnifs.vllm_omni"):
+        assert one.put("0", "1", rid(), object()) == (False, 0, None)
+    assert "put" in caplog.text
+
+
+def test_bad_names_are_false_0_none_and_none(one, caplog):
+    with caplog.at_level(logging.ERROR, logger="omnifs.vllm_omni"):
+        assert one.put("0", "1", "a/b", b"x") == (False, 0, None)
+        assert one.put(".hidden", "1", "k", b"x") == (False, 0, None)
+        assert one.get("0", "1", ".k", timeout=1) is None
+    assert caplog.text.count("failed") == 3
+
+
+def test_put_of_an_existing_key_fails(one):
+    k = rid()
+    assert one.put("0", "1", k, b"1")[0]
+    assert one.put("0", "1", k, b"2") == (False, 0, None)
+    with pytest.raises(FileExistsError):
+        omnifs.Mount(ONE).put("0", "1", k, b"3")
+
+
+def test_get_times_out_within_10_percent(one):
+    for timeout in (0.3, 1.0):
+        t = time.monotonic()
+        assert one.get("0", "1", rid(), timeout=timeout) is None
+        took = time.monotonic() - t
+        assert timeout <= took <= timeout * 1.1, took
+
+
+def test_get_with_deadline(one):
+    t = time.monotonic()
+    assert one.get_with_deadline("0", "1", rid(), deadline=t + 0.3) is None
+    assert 0.3 <= time.monotonic() - t <= 0.33
+    assert one.get_with_deadline("0", "1", rid(), deadline=t - 1) is None
+
+
+def test_mount_get_raises_file_not_found():
+    with pytest.raises(FileNotFoundError):
+        omnifs.Mount(ONE).get("0", "1", rid(), timeout=0.1)
+
+
+def cpu_ms(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 // os.sysconf("SC_CLK_TCK")
+
+
+WAITER = """
+import sys, time
+from omnifs.vllm_omni import OmniFSConnector
+c = OmniFSConnector({"mount": sys.argv[1], "timeout_s": 20})
+print("ready", flush=True)
+r = c.get("0", "1", sys.argv[2])
+print(time.monotonic(), r[0].decode() if r else None, flush=True)
+"""
+
+
+@pytest.mark.parametrize("writer,reader", [(ONE, ONE), (B, C)], ids=["one-node", "b-to-c"])
+def test_get_waits_in_open_without_polling(writer, reader):
+    k = rid()
+    p = subprocess.Popen([sys.executable, "-c", WAITER, reader, k], stdout=subprocess.PIPE,
+                         text=True, env=dict(os.environ))
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        before = cpu_ms(p.pid)
+        deadline = time.monotonic() + 1.5       # the waiter sits in open() meanwhile
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+        spent = cpu_ms(p.pid) - before
+        with OmniFSConnector({"mount": writer}) as w:
+            put_at = time.monotonic()
+            assert w.put("0", "1", k, b"late")[0]
+        got_at, val = p.stdout.readline().split()
+        assert val == "late"
+        assert float(got_at) - put_at < 1.0
+        assert spent <= 20, "the waiting process used %d ms of CPU in 1.5 s" % spent
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_cross_node_round_trip():
+    with OmniFSConnector({"mount": B}) as b, OmniFSConnector({"mount": C}) as c:
+        k = rid()
+        data = os.urandom(3 << 20)
+        assert b.put("0", "1", k, data)[:2] == (True, len(data))
+        assert c.get("0", "1", k) == (data, len(data))
+
+
+def test_request_of():
+    assert request_of("r1", "r1") and request_of("r1_0_0_1_2", "r1")
+    assert request_of("r1.rank0of2", "r1") and request_of("omni_0_to_1_kv_cache_r1", "r1")
+    assert not request_of("r10", "r1") and not request_of("xr1", "r1")
+    assert not request_of("omni_0_to_1_kv_cache_r10", "r1")
+
+
+def pool_used(mount):
+    return omnifs.Mount(mount).health()["pool"]["used"]
+
+
+def test_cleanup_leaves_nothing_on_any_node():
+    r, other = rid(), rid()
+    with OmniFSConnector({"mount": B}) as b, OmniFSConnector({"mount": C}) as c:
+        used_b, used_c = pool_used(B), pool_used(C)
+        b.put("0", "1", r, b"a" * 5000)
+        b.put("0", "2", r + "_0_0_0_1", b"b" * 5000)
+        b.put("0", "1", "omni_0_to_1_kv_cache_" + r, b"c")
+        c.put("1", "2", r + ".rank0of2", b"d" * 70000)
+        c.put("1", "2", other, b"keep")
+        assert c.cleanup(r) is True
+        for m in (B, C):
+            for f, t in omnifs.Mount(m).edges():
+                left = [k for k in omnifs.Mount(m).keys(f, t) if request_of(k, r)]
+                assert left == [], (m, f, t, left)
+        assert pool_used(B) == used_b and pool_used(C) <= used_c + 4096 * 64
+        assert c.cleanup(r) is False
+        assert c.get("1", "2", other) == (b"keep", 4)
+
+
+def test_health_and_close_twice():
+    c = OmniFSConnector({"mount": ONE})
+    c.put("0", "1", rid(), b"x")
+    h = c.health()
+    assert h["status"] == "healthy" and h["puts"] == 1 and h["node"] == "a"
+    c.close()
+    c.close()
+    assert c.health()["status"] == "unhealthy"
+    assert c.put("0", "1", rid(), b"x") == (False, 0, None)
+    assert c.get("0", "1", rid(), timeout=0.1) is None
+
+
+def test_not_a_mount_and_bad_config():
+    with pytest.raises(OSError) as e:
+        OmniFSConnector({"mount": "/tmp"})
+    assert e.value.errno == errno.ENOTCONN
+    with pytest.raises(ValueError):
+        OmniFSConnector({"mount": ONE, "timeout_s": 0})
+
+
+def test_registered_with_vllm_omni():
+    pytest.importorskip("vllm_omni", reason="vllm_omni is not installed here")
+    from vllm_omni.distributed.omni_connectors.factory import OmniConnectorFactory
+    from vllm_omni.distributed.omni_connectors.utils.config import ConnectorSpec
+    c = OmniConnectorFactory.create_connector(ConnectorSpec("OmniFSConnector", {"mount": ONE}))
+    assert isinstance(c, OmniFSConnector)
+
+
+# ---- KV with heterogeneous TP, by views ----
+
+TOK, H, D = 5, 8, 4
+
+
+def head_rows(whole, h0, n):
+    """[TOK, n, D] f16 bytes of heads h0.. of a [TOK, H, D] tensor."""
+    return b"".join(whole[(k * H + h0) * D * 2:(k * H + h0 + n) * D * 2] for k in range(TOK))
+
+
+@pytest.mark.parametrize("S", [1, 2, 4, 8])
+@pytest.mark.parametrize("T", [1, 2, 4, 8])
+def test_kv_shards_through_views(S, T):
+    r = rid()
+    full = {(l, kv): os.urandom(TOK * H * D * 2) for l in range(2) for kv in "KV"}
+    with OmniFSConnector({"mount": B}) as snd, OmniFSConnector({"mount": C}) as rcv:
+        for i in range(S):          # sender rank i puts its unsliced shard
+            hooks = tp_view_hooks(S, T, i)
+            n = H // S
+            payload = kvpy.vllm([head_rows(full[l, "K"], i * n, n) for l in range(2)],
+                                [head_rows(full[l, "V"], i * n, n) for l in range(2)],
+                                tokens=TOK, heads=n, head_dim=D, rid=r, bids=(3,),
+                                meta={"seq_len": TOK})
+            (key,) = hooks["kv_send_key_builder"](r, "0", "1")
+            assert snd.put("0", "1", key, payload)[0]
+        for t in range(T):          # receiver rank t gets its heads in one call
+            mgr = use_tp_views(types.SimpleNamespace(
+                _tp_topo=types.SimpleNamespace(source_tp_size=S, target_tp_size=T, local_rank=t)))
+            [(key, _)] = mgr.kv_recv_key_builder(r, "0", "1")
+            got = rcv.get("0", "1", key)
+            assert got is not None, key
+            data = mgr.kv_payload_slicer(mgr.kv_payload_merger([kvpy.vllm_decode(got[0])]))
+            n = H // T
+            for l in range(2):
+                for kv, c in (("K", "key_cache"), ("V", "value_cache")):
+                    d, shape, b = data[c][l]
+                    assert d == "float16" and shape == [TOK, n, D]
+                    assert b == head_rows(full[l, kv], t * n, n), (S, T, t, c, l)
+            sl = data["metadata"].get("tp_head_slice")
+            assert (sl is not None) == (T > S)
+            if sl:
+                assert sl["applied"] is True and sl["target_rank"] == t
+        assert not [k for k in omnifs.Mount(C).keys("0", "1") if request_of(k, r)], \
+            "every shard consumed by the views"
+
+
+def test_tp_hooks_refuse_bad_topology():
+    with pytest.raises(ValueError):
+        tp_view_hooks(3, 2, 0)
