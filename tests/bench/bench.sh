@@ -186,6 +186,14 @@ for T_ in 4 1 2 8; do
 		"$T_" "$pulled" "$size" "$data" "$(ratio "$pulled" "$data")" "$rate" "$(ratio "$rate" "$WHOLE")"
 done
 
+# --- vllm-omni's connector: put -> get, one node and two (tests/bench/connector.py)
+CONN="env PYTHONPATH=$(cd "$(dirname "$0")/../../contrib/python" && pwd) /usr/bin/python3 $(dirname "$0")/connector.py"
+printf '\nOmniFSConnector put -> get, two processes, one node (a to a):\n'
+$CONN "$T/a" "$T/a"
+printf 'OmniFSConnector put -> get, across two nodes over loopback TCP (a to b):\n'
+$CONN "$T/a" "$T/b"
+printf 'goals: 64 MiB and 256 MiB >= 8x the shm connector, 4 KiB median <= 0.2 ms\n'
+
 # --- RDMA: in the soft-RoCE guest, one boot (tests/bench/rdma.sh) -----------------
 printf '\nRDMA, in the soft-RoCE guest (its CPU is emulated: the ratios are the point):\n'
 "$(dirname "$0")/../rdma/vm" tests/bench/rdma.sh "$B" | sed 's/^/  /'
