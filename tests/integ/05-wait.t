@@ -87,4 +87,31 @@ print(early)
 PYEOF
 )
 is "$early" 0 "200 opens of missing keys each waited the edge's 30 ms"
+
+# A thread arms its own wait for its next open (README "Waiting"): here
+# 300 ms on an edge that waits 20 s, for a key and for a view alike; one
+# open takes it, the next waits the edge's wait_ms again.
+opens() {       # opens ARM-MS PATH...: per open "short" (< 150 ms), "0.3" (< 2 s) or the time
+	$PY - "$M" "$@" <<'PYEOF'
+import os, sys, time
+m, arm = sys.argv[1], sys.argv[2].encode()
+if arm != b"-":
+    os.setxattr(m, "user.omni.wait_ms", arm)
+for p in sys.argv[3:]:
+    t = time.monotonic()
+    try:
+        open(p, "rb")
+    except FileNotFoundError:
+        pass
+    took = time.monotonic() - t
+    print("short" if took < 0.15 else "0.3" if took < 2 else "%.1f" % took, end=" ")
+PYEOF
+}
+is "$(opens 300 "$M/p/q/armed")" "0.3 " "an armed open of a key gives up after the thread's 300 ms, not the edge's 20 s"
+is "$(opens 300 "$M/p/q/view.rank1of2")" "0.3 " "... and of a view waiting for its shards"
+is "$(opens 10 "$M/fast/x/first" "$M/fast/x/second")" "short 0.3 " \
+   "one open takes the arming: the next waits its edge's 300 ms"
+for bad in 0 -1 x 1.5 99999999999 ""; do
+	is "$(pyerr "os.setxattr(M, 'user.omni.wait_ms', b'$bad')")" EINVAL "wait_ms '$bad' armed: EINVAL"
+done
 done_testing
