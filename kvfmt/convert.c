@@ -41,7 +41,9 @@ static json_object *td_names(json_object *root, uint32_t layers)
 	return names;
 }
 
-/* vllm's keys for a native blob that had none: {"rid":"","bids":[],"meta":{}}. */
+/* vllm's keys for a native blob that had none, as JSON and as a tree. */
+#define EMPTY_KEYS "{\"rid\":\"\",\"bids\":[],\"meta\":{}}"
+
 static void empty_keys(json_object *root)
 {
 	json_object_object_add(root, "rid", json_object_new_string(""));
@@ -52,21 +54,17 @@ static void empty_keys(json_object *root)
 /* A native blob for a vllm header's own keys: "" when they are the empty ones. */
 static char *native_blob(json_object *root, uint32_t layers)
 {
-	json_object *m = json_object_new_object(), *e = json_object_new_object(), *names;
-	char *blob, *empty;
+	json_object *m = json_object_new_object(), *names;
+	char *blob;
 
 	json_object_object_foreach(root, key, val)
 		if (strcmp(key, "td") && strcmp(key, "nl") && strcmp(key, "omni"))
 			json_object_object_add(m, key, json_object_get(val));
 	if ((names = td_names(root, layers)))
 		json_object_object_add(m, "tn", names);
-	empty_keys(e);
 	blob = kv_pyjson(m);
-	empty = kv_pyjson(e);
-	if (blob && empty && !strcmp(blob, empty))
+	if (blob && !strcmp(blob, EMPTY_KEYS))
 		blob[0] = 0;
-	free(empty);
-	json_object_put(e);
 	json_object_put(m);
 	return blob;
 }

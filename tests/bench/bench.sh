@@ -7,28 +7,13 @@ set -u
 B=${OMNIFS_BUILD:?}
 ROUNDS=${ROUNDS:-5}
 BIG_MIB=${BIG_MIB:-1024}
-T=$(mktemp -d /tmp/omnifs-bench.XXXXXX)
-MNTS=()
-cleanup() {
-	for m in "${MNTS[@]}"; do fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
-	jobs -p | xargs -r kill 2>/dev/null; wait 2>/dev/null
-	rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-wait_mount() { for _ in $(seq 500); do grep -q " $1 " /proc/mounts && return 0; sleep 0.02; done; return 1; }
+BENCH_NAME=bench . "$(dirname "$0")/lib.sh"
 
 # dd_gibs DD-ARGS...: GiB/s by dd's own clock (which runs through the close)
 dd_gibs() {
 	LC_ALL=C dd "$@" 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($(i+1) == "s,") s = $i;
 		printf "%.3f\n", $1 / s / 1073741824 }'
 }
-best() { sort -g | tail -1; }
-# best_low: "best lowest" - the lowest says how noisy the machine was
-best_low() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print hi, lo }'; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%5.0f%%", (b > 0 ? 100 * a / b : 0) }'; }
 
 # write_read DIR NAME MIB: "write read" GiB/s, best of ROUNDS
 write_read() {

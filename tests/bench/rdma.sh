@@ -14,20 +14,8 @@ B=${1:?usage: rdma.sh BUILD}
 IP=${RDMA_VM_IP:?not in the RDMA guest}
 DEV=${RDMA_VM_DEV:-rxe0}
 ROUNDS=${ROUNDS:-5}   # as the host bench: the guest is noisy
-T=$(mktemp -d /tmp/omnifs-rdmabench.XXXXXX)
-MNTS=()
-cleanup() {
-	for m in "${MNTS[@]}"; do fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
-	jobs -p | xargs -r kill 2>/dev/null; wait 2>/dev/null
-	rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+BENCH_NAME=rdmabench . "$(dirname "$0")/lib.sh"
 modprobe fuse
-
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%5.0f%%", (b > 0 ? 100 * a / b : 0) }'; }
-best() { sort -g | tail -1; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # perftest PROG ARGS...: server and client on rxe0; the client's result line.
 perftest() {

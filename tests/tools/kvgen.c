@@ -212,13 +212,14 @@ static int one_case(int k, const char *rdir, char **wdirs, int nw, int *views)
 			 * T == S is the shard itself, as written. */
 			enum kv_layout l = c.vllm ? KV_NHD : T == c.S || c.latent ? c.s.layout : KV_HND;
 			/* A vllm slice carries vllm-omni's own mark of one (SPEC §6). */
-			char meta[256];
-			snprintf(meta, sizeof(meta), "%.*s,\"tp_head_slice\":{\"applied\":true,"
-				 "\"side\":\"sender\",\"target_rank\":%u,\"source_rank\":%u,"
-				 "\"from_tp\":%u,\"to_tp\":%u,\"offset_in_shard\":%u,\"num_slices\":%u}}",
-				 (int)strlen(c.meta) - 1, c.meta, r, f, c.S, T, r % (T / c.S ? T / c.S : 1),
-				 T / c.S);
 			int slice = c.vllm && T > c.S;
+			char meta[256];
+			if (slice)
+				snprintf(meta, sizeof(meta), "%.*s,\"tp_head_slice\":{\"applied\":true,"
+					 "\"side\":\"sender\",\"target_rank\":%u,\"source_rank\":%u,"
+					 "\"from_tp\":%u,\"to_tp\":%u,\"offset_in_shard\":%u,"
+					 "\"num_slices\":%u}}", (int)strlen(c.meta) - 1, c.meta, r, f,
+					 c.S, T, r % (T / c.S), T / c.S);
 			if ((rc = encode(&c, h0, nh, l, T == c.S || c.latent, slice ? meta : NULL,
 					 &want, &wn)))
 				break;

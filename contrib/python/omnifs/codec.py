@@ -107,7 +107,8 @@ def decode(buf):
             raise ValueError("omnifs: unknown torch dtype %r" % head["d"])
         if not len(body):
             return torch.empty(head["s"], dtype=dt)
-        return torch.frombuffer(bytearray(body), dtype=torch.uint8).view(dt).reshape(head["s"])
+        # body is a view of the read's own bytearray: no copy
+        return torch.frombuffer(body, dtype=torch.uint8).view(dt).reshape(head["s"])
     if k == "omni":
         ser = _omni_serializer()
         if ser is None:

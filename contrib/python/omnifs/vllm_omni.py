@@ -153,9 +153,6 @@ class OmniFSConnector(_Base):
     def __exit__(self, *exc):
         self.close()
 
-    def __del__(self):
-        self._closed = True
-
 
 # ---- heterogeneous TP by views ----
 
