@@ -1625,13 +1625,12 @@ void ns_source_consumed(struct ns *ns, struct ns_handle *h, const struct ns_cove
 	pthread_mutex_lock(&ns->lock);
 	if (o->state == OS_PUBLISHED && h->source && !h->counted) {
 		h->counted = 1;
-		if (o->owner < 0) {
-			cover_add(ns, o, c);
-		} else {
-			struct ns_event *e = ev_queue(ns, EV_CONSUMED, o);  /* the owner counts */
+		if (o->owner >= 0) {    /* the owner counts for the cluster */
+			struct ns_event *e = ev_queue(ns, EV_CONSUMED, o);
 			if (e)
 				e->cover = *c;
 		}
+		cover_add(ns, o, c);
 	}
 	ns_unlock(ns);
 }

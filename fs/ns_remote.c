@@ -384,9 +384,12 @@ void ns_drop_owner(struct ns *ns, int owner, int lost)
 	pthread_mutex_unlock(&ns->lock);
 }
 
-/* Our object o was delivered: whole (c NULL or all its units), or units
+/* Object o was delivered: whole (c NULL or all its units), or units
  * [first, first+n) of `of` by a view.  It counts one read once every unit
- * has been delivered once more; under the lock. */
+ * has been delivered once more; under the lock.  On a reader's node the
+ * record of another node's object counts this node's deliveries too, so
+ * that a shard its views used up is gone here at once, as a plain key is
+ * (count_read), not only once its owner says so. */
 int cover_add(struct ns *ns, struct object *o, const struct ns_cover *c)
 {
 	if (c && c->of && (c->first || c->n != c->of)) {
@@ -414,7 +417,7 @@ int cover_add(struct ns *ns, struct object *o, const struct ns_cover *c)
 		o->reads++;
 	}
 	if (o->node && o->readers > 0 && o->reads >= (uint64_t)o->readers)
-		obj_unlink(ns, o, ST_CONSUMED);
+		obj_unlink(ns, o, o->owner < 0 ? ST_CONSUMED : ST_NONE);
 	return 0;
 }
 

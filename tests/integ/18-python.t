@@ -33,5 +33,6 @@ while read -r verdict name rest; do
 	esac
 done < <(grep -E '^(PASSED|FAILED|ERROR) [^ ]+::|^SKIPPED \[' "$T/pytest.log")
 grep -qE '^(PASSED|FAILED|ERROR) [^ ]+::' "$T/pytest.log" || { cat "$T/pytest.log"; ok "pytest ran" false; }
-grep -qE '^(FAILED|ERROR) [^ ]+::' "$T/pytest.log" && sed 's/^/# /' "$T/pytest.log" | tail -60
+# on stderr, so that prove shows why in CI's log too
+grep -qE '^(FAILED|ERROR) [^ ]+::' "$T/pytest.log" && sed 's/^/# /' "$T/pytest.log" | tail -60 >&2
 done_testing
