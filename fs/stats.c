@@ -31,6 +31,8 @@ static const struct {
 	[ST_PEER_WAITS] = { "peer_waits", "Lookups by other nodes that wait here for a publish", 1 },
 	[ST_PEER_AUTH_FAILED] = { "peer_auth_failed", "Connections refused for a wrong secret or name", 0 },
 	[ST_PEER_BAD_FRAMES] = { "peer_bad_frames", "Connections dropped for a malformed frame", 0 },
+	[ST_PEER_STRANGERS_CLOSED] = { "peer_strangers_closed",
+		"Unauthenticated connections closed: too slow, or too many at once", 0 },
 	[ST_CHECKSUM_FAILED] = { "checksum_failures", "Pulled chunks or payloads that failed their XXH3", 0 },
 	[ST_EVICTED] = { "evicted", "Unused copies of other nodes' objects dropped to make room in the pool", 0 },
 	[ST_RDMA_READS] = { "rdma_reads", "RDMA READs completed", 0 },

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <fuse_lowlevel.h>
 
@@ -211,6 +212,18 @@ static struct cluster_node *cluster_nodes(const struct conf *c)
 	return v;
 }
 
+/* Peers, waiting opens' /proc reads and FUSE all take descriptors; the
+ * soft limit (often 1024) is a default, the hard one what we may use. */
+static void nofile_raise(void)
+{
+	struct rlimit rl;
+
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
 static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int status_fd,
 		 const uint8_t key[AUTH_KEY])
 {
@@ -231,6 +244,7 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 				   .nnodes = c->nnodes, .mode = mode[c->transport] };
 	int rc = 1;
 
+	nofile_raise();
 	if (!text)
 		goto out;
 	if (c->nnodes > 1) {
