@@ -276,13 +276,22 @@ static int ext_push(struct object *o, uint64_t off, uint64_t len)
 	return 0;
 }
 
+static void obj_shrink(struct ns *ns, struct object *o, uint64_t keep);
+
 /* Makes the object's extents cover [0, end).  Each step asks for about as
  * much again as the object holds (up to GROW_MAX), first by growing the last
  * extent in place, so a sequential writer ends with one or a few extents.
- * A pool that is short drops unused copies of other nodes' objects first. */
+ * A pool that is short drops unused copies of other nodes' objects first.
+ * A reserve that fails gives back at once all it took: one writer's
+ * impossible request (a write at 1 TiB) must not leave the pool full. */
 int obj_reserve(struct ns *ns, struct object *o, uint64_t end)
 {
-	while (o->cap < end) {
+	uint64_t cap0 = o->cap;
+	int rc = 0;
+
+	if (end > ns->pool_size)
+		return -ENOSPC;         /* could never fit: touch nothing */
+	while (!rc && o->cap < end) {
 		uint64_t need = end - o->cap, got, off;
 		uint64_t want = o->cap < GROW_MAX ? o->cap : GROW_MAX;
 		if (want < need)
@@ -298,23 +307,28 @@ int obj_reserve(struct ns *ns, struct object *o, uint64_t end)
 			}
 		}
 		if (pool_alloc(ns->pool, POOL_GRAIN, want, &off, &got)) {
-			if (replica_evict(ns, o, need))
-				continue;       /* copies of others' objects made room */
-			return -ENOSPC;
-		}
-		if (ext_push(o, off, got)) {
+			if (!replica_evict(ns, o, need))
+				rc = -ENOSPC;   /* else copies of others' objects made room */
+		} else if (ext_push(o, off, got)) {
 			pool_free(ns->pool, off, got);
-			return -ENOMEM;
+			rc = -ENOMEM;
 		}
 	}
-	return 0;
+	if (rc)
+		obj_shrink(ns, o, cap0);
+	return rc;
 }
 
 /* Gives back the reserve beyond the object's size: it is immutable now. */
 void obj_trim(struct ns *ns, struct object *o)
 {
-	uint64_t keep = (o->size + POOL_GRAIN - 1) / POOL_GRAIN * POOL_GRAIN;
+	obj_shrink(ns, o, (o->size + POOL_GRAIN - 1) / POOL_GRAIN * POOL_GRAIN);
+}
 
+/* Gives back the extents beyond the first keep bytes (a multiple of
+ * POOL_GRAIN) of the object. */
+static void obj_shrink(struct ns *ns, struct object *o, uint64_t keep)
+{
 	while (o->next && o->ext[o->next - 1].lstart >= keep) {
 		struct ext *e = &o->ext[--o->next];
 		pool_free(ns->pool, e->off, e->len);
@@ -786,7 +800,10 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 
 	if (!ns)
 		return -ENOMEM;
+	struct pool_usage pu;
+	pool_usage(pool, &pu);
 	ns->pool = pool;
+	ns->pool_size = pu.size;
 	ns->base = pool_base(pool);
 	ns->st = st;
 	ns->set = *set;
@@ -1475,6 +1492,26 @@ int ns_truncate(struct ns *ns, uint64_t ino, uint64_t size)
 		obj_zero(ns, o, o->size, size - o->size);
 	if (!rc)
 		obj_set_size(o, size);
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_fallocate(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t len)
+{
+	struct object *o = h->obj;
+	int rc;
+
+	if (off > UINT64_MAX / 2 || len > UINT64_MAX / 2 - off)
+		return -EFBIG;
+	pthread_mutex_lock(&ns->lock);
+	if (!h->write)
+		rc = -EBADF;
+	else if (o->state != OS_WRITING)
+		rc = o->state == OS_DEAD ? -ENOENT : -EACCES;
+	else if (!(rc = obj_reserve(ns, o, off + len)) && off + len > o->size) {
+		obj_zero(ns, o, o->size, off + len - o->size);
+		obj_set_size(o, off + len);
+	}
 	pthread_mutex_unlock(&ns->lock);
 	return rc;
 }

@@ -210,6 +210,10 @@ int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how);
 void ns_handle_path(struct ns *ns, const struct ns_handle *h, char *buf, size_t len);
 void ns_release(struct ns *ns, struct ns_handle *h);
 int ns_truncate(struct ns *ns, uint64_t ino, uint64_t size);
+/* posix_fallocate(3) by its writer: [off, off+len) reserved in the pool
+ * (and the size grown to cover it), or -ENOSPC having taken nothing.
+ * Without it, the C library would write a byte a block up to the end. */
+int ns_fallocate(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t len);
 int ns_unlink(struct ns *ns, uint64_t parent, const char *name);
 
 int ns_getxattr(struct ns *ns, uint64_t ino, const char *name, char *buf,

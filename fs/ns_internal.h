@@ -101,6 +101,7 @@ struct ns {
 	pthread_t thread;
 	int running, stopping;
 	struct pool *pool;
+	uint64_t pool_size;
 	uint8_t *base;
 	struct stats *st;
 	struct ns_settings set;

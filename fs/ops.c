@@ -528,6 +528,18 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		fuse_reply_write(req, (size_t)rc);
 }
 
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	(void)ino;
+	if (fi->fh & FH_TAGS)
+		return (void)fuse_reply_err(req, EBADF);
+	if (mode)               /* punching holes, keeping the size: not ours */
+		return (void)fuse_reply_err(req, EOPNOTSUPP);
+	fuse_reply_err(req, -ns_fallocate(fs_of(req)->ns, (struct ns_handle *)(uintptr_t)fi->fh,
+					  (uint64_t)off, (uint64_t)len));
+}
+
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
@@ -649,6 +661,7 @@ static const struct fuse_lowlevel_ops ops = {
 	.read = op_read,
 	.write = op_write,
 	.flush = op_flush,
+	.fallocate = op_fallocate,
 	.release = op_release,
 	.getxattr = op_getxattr,
 	.listxattr = op_listxattr,

@@ -32,6 +32,60 @@ is "$?" "1" "dd of 32 MiB into a 16 MiB pool fails"
 ok "with ENOSPC" grep -q "No space left on device" "$T/dd.err"
 is "$(pyerr "open(M + '/w/r/full', 'rb')")" "ENOENT" "the object is not published"
 ok "its space comes back" wait_until 5 sh -c "[ \$(python3 -c \"import json; print(json.load(open('$M/.omni/health'))['pool']['used'])\") = 0 ]"
+# One writer's impossible requests take nothing from the others (issue 20).
+$PY - "$E" <<'PYEOF' >"$T/greedy.out" 2>&1
+import errno, json, os, sys
+E = sys.argv[1]
+used = lambda: json.load(open(E + "/../../.omni/health"))["pool"]["used"]
+fd = os.open(E + "/greedy", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+os.write(fd, b"g" * 1000)
+before = used()
+def fails(what, f, *args):
+    try:
+        f(*args)
+        print(what, "did not fail")
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EFBIG):
+            print(what, "failed with", errno.errorcode[e.errno])
+    if used() != before:
+        print(what, "left the pool at", used(), "not", before)
+fails("ftruncate to 1 TiB", os.ftruncate, fd, 1 << 40)
+fails("ftruncate to 2^63-1", os.ftruncate, fd, (1 << 63) - 1)
+fails("posix_fallocate of 1 GiB", os.posix_fallocate, fd, 0, 1 << 30)
+fails("posix_fallocate of 20 MiB", os.posix_fallocate, fd, 0, 20 << 20)
+hold = os.open(E + "/hold", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+os.write(hold, b"h" * (8 << 20))
+before = used()
+fails("pwrite at 10 MiB, 8 MiB being taken", os.pwrite, fd, b"x", 10 << 20)
+os.close(hold)
+os.unlink(E + "/hold")
+before = used()
+fd2 = os.open(E + "/greedy2", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+fails("pwrite at 1 TiB", os.pwrite, fd2, b"x", 1 << 40)
+with open(E + "/other", "wb") as f:    # the greedy one still open
+    f.write(b"o" * (12 << 20))
+for f in (fd, fd2):
+    try:
+        os.close(f)
+        print("close after a failed write did not fail")
+    except OSError as e:        # SPEC §4.1: not published
+        assert e.errno == errno.ENOSPC, e
+print("done")
+PYEOF
+is "$(cat "$T/greedy.out")" done \
+   "ftruncate, posix_fallocate and pwrite past the pool fail with ENOSPC and take nothing; another writer fits 12 MiB"
+is "$(cat "$E/other" | wc -c)" $((12 << 20)) "and reads back"
+is "$(pyerr "open(M + '/w/r/greedy', 'rb')")" "ENOENT" "the writer that got ENOSPC from write is not published"
+ok "the pool is empty again" wait_until 5 sh -c "[ \$(python3 -c \"import json; print(json.load(open('$M/.omni/health'))['pool']['used'])\") = 0 ]"
+$PY -c "
+import os
+fd = os.open('$E/alloc', os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+os.posix_fallocate(fd, 0, 3 << 20)
+os.pwrite(fd, b'end', (3 << 20) - 3)
+os.close(fd)"
+is "$(stat -c %s "$E/alloc")" $((3 << 20)) "posix_fallocate within the pool reserves and sizes the object"
+is "$(cat "$E/alloc" | tail -c 3)" end "and it reads back"
+
 ok "a 15 MiB object fits afterwards" dd if=/dev/zero of="$E/fits" bs=1M count=15 status=none
 ok "and reads back" sh -c "[ \$(wc -c <'$E/fits') = 15728640 ]"
 
