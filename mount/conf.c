@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
 
@@ -93,6 +94,24 @@ static int set_string(char **field, const char *val)
 	return 0;
 }
 
+/* Bytes of memory the machine can give without swapping (MemAvailable). */
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	unsigned long long kb = 0;
+	char line[128];
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	if (kb)
+		return kb * 1024;
+	long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+}
+
 int conf_set(struct conf *c, const char *key, const char *val, char *err, size_t errlen)
 {
 	if (!val && strcmp(key, "allow_other"))
@@ -107,9 +126,18 @@ int conf_set(struct conf *c, const char *key, const char *val, char *err, size_t
 		return 0;
 	}
 	if (!strcmp(key, "pool")) {
-		if (pool_spec_parse(val, &c->pool))
+		struct pool_spec ps;
+		uint64_t avail = mem_available();
+		if (pool_spec_parse(val, &ps))
 			return ERR("option 'pool=%s': expected host:SIZE, pinned:SIZE or "
 				   "cuda:DEV:SIZE (SIZE like 512M or 4GiB)", val);
+		/* Host memory is faulted in (and locked) at start: a pool the
+		 * machine cannot hold would go to the OOM killer, not mount. */
+		if (ps.kind != POOL_CUDA && ps.size > avail)
+			return ERR("option 'pool=%s': %.1f GiB does not fit in this machine's "
+				   "available memory (%.1f GiB)", val, ps.size / 1073741824.0,
+				   avail / 1073741824.0);
+		c->pool = ps;
 		return 0;
 	}
 	if (!strcmp(key, "listen")) {
@@ -171,6 +199,7 @@ struct yctx {
 
 static int yline(const yaml_node_t *n) { return (int)n->start_mark.line + 1; }
 
+
 #define YERR(y, n, ...) yerr(y, n, __VA_ARGS__)
 static int __attribute__((format(printf, 3, 4)))
 yerr(struct yctx *y, const yaml_node_t *n, const char *fmt, ...)
@@ -192,12 +221,36 @@ static const char *yscalar(const yaml_node_t *n)
 
 static yaml_node_t *ynode(struct yctx *y, int id) { return yaml_document_get_node(y->doc, id); }
 
+/* A config file is small and flat; these bound what a hostile one costs. */
+#define CONF_FILE_MAX (1u << 20)
+#define CONF_DEPTH_MAX 8
+#define CONF_ENTRIES_MAX 4096           /* nodes, edges */
+
+/* A mapping's keys are given once each; 0 or -EINVAL naming the second. */
+static int ydup(struct yctx *y, const yaml_node_t *map)
+{
+	for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++)
+		for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
+			yaml_node_t *a = yaml_document_get_node(y->doc, q->key);
+			yaml_node_t *b = yaml_document_get_node(y->doc, p->key);
+			const char *ka = a && a->type == YAML_SCALAR_NODE ?
+					 (const char *)a->data.scalar.value : NULL;
+			const char *kb = b && b->type == YAML_SCALAR_NODE ?
+					 (const char *)b->data.scalar.value : NULL;
+			if (ka && kb && !strcmp(ka, kb))
+				return yerr(y, b, "'%s' is given twice (first at line %d)", kb,
+					    yline(a));
+		}
+	return 0;
+}
+
 /* An edge rule: "FROM->TO": { readers, wait_ms, ttl_s }. */
 static int load_edge(struct yctx *y, struct conf *c, yaml_node_t *k, yaml_node_t *v)
 {
 	const char *name = yscalar(k), *arrow = name ? strstr(name, "->") : NULL;
 	struct ns_rule r = { .p = { -1, -1, -1 } };
 	char e[200];
+	int rc;
 
 	if (!arrow || arrow - name > NAME_STAGE_MAX)
 		return YERR(y, k, "edge '%s': expected \"FROM->TO\"", name ? name : "?");
@@ -207,6 +260,8 @@ static int load_edge(struct yctx *y, struct conf *c, yaml_node_t *k, yaml_node_t
 		return YERR(y, k, "edge '%s': stage names are 1-64 of [A-Za-z0-9_.-]", name);
 	if (v->type != YAML_MAPPING_NODE)
 		return YERR(y, v, "edge '%s': expected a mapping of readers, wait_ms, ttl_s", name);
+	if ((rc = ydup(y, v)))
+		return rc;
 	for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
 		yaml_node_t *pk = ynode(y, p->key), *pv = ynode(y, p->value);
 		const char *key = yscalar(pk), *val = yscalar(pv);
@@ -267,6 +322,8 @@ static int load_node(struct yctx *y, struct conf *c, yaml_node_t *k, yaml_node_t
 				    name, c->nodes[i].line);
 	if (v->type != YAML_MAPPING_NODE)
 		return YERR(y, v, "node '%s': expected { addr: HOST:PORT, stages: [...] }", name);
+	if ((rc = ydup(y, v)))
+		return rc;
 	cn = realloc(c->nodes, (c->nnodes + 1) * sizeof(*cn));
 	if (!cn)
 		return -ENOMEM;
@@ -305,6 +362,8 @@ static int load_section(struct yctx *y, struct conf *c, yaml_node_t *k, yaml_nod
 
 	if (v->type != YAML_MAPPING_NODE)
 		return YERR(y, v, "'%s' must be a mapping", yscalar(k));
+	if (v->data.mapping.pairs.top - v->data.mapping.pairs.start > CONF_ENTRIES_MAX)
+		return YERR(y, k, "'%s' has more than %d entries", yscalar(k), CONF_ENTRIES_MAX);
 	for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++)
 		if ((rc = one(y, c, ynode(y, p->key), ynode(y, p->value))))
 			return rc;
@@ -320,6 +379,8 @@ static int load_top(struct yctx *y, struct conf *c, yaml_node_t *root)
 		return 0;       /* an empty file: the defaults */
 	if (root->type != YAML_MAPPING_NODE)
 		return YERR(y, root, "expected a mapping of settings");
+	if ((rc = ydup(y, root)))
+		return rc;
 	for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
 		yaml_node_t *k = ynode(y, p->key), *v = ynode(y, p->value);
 		const char *key = yscalar(k);
@@ -343,6 +404,51 @@ static int load_top(struct yctx *y, struct conf *c, yaml_node_t *root)
 	return 0;
 }
 
+/* Before the document is built: no alias (its errors would point at the
+ * anchor, and a config has no use for one) and no nesting deeper than a
+ * config's.  0, or -EINVAL with "file:line: reason"; a syntax error is
+ * left for the loader to tell. */
+static int yprescan(FILE *f, const char *path, char *err, size_t errlen)
+{
+	yaml_parser_t p;
+	yaml_token_t t;
+	int depth = 0, rc = 0, end = 0;
+
+	yaml_parser_initialize(&p);
+	yaml_parser_set_input_file(&p, f);
+	while (!rc && !end && yaml_parser_scan(&p, &t)) {
+		int line = (int)t.start_mark.line + 1;
+		switch (t.type) {
+		case YAML_BLOCK_SEQUENCE_START_TOKEN:
+		case YAML_BLOCK_MAPPING_START_TOKEN:
+		case YAML_FLOW_SEQUENCE_START_TOKEN:
+		case YAML_FLOW_MAPPING_START_TOKEN:
+			if (++depth > CONF_DEPTH_MAX)
+				rc = ERR("%s:%d: nested deeper than %d levels", path, line,
+					 CONF_DEPTH_MAX);
+			break;
+		case YAML_BLOCK_END_TOKEN:
+		case YAML_FLOW_SEQUENCE_END_TOKEN:
+		case YAML_FLOW_MAPPING_END_TOKEN:
+			depth--;
+			break;
+		case YAML_ALIAS_TOKEN:
+			rc = ERR("%s:%d: YAML aliases (*%s) are not supported; write the value out",
+				 path, line, (const char *)t.data.alias.value);
+			break;
+		case YAML_STREAM_END_TOKEN:
+			end = 1;
+			break;
+		default:
+			break;
+		}
+		yaml_token_delete(&t);
+	}
+	yaml_parser_delete(&p);
+	rewind(f);
+	return rc;
+}
+
 int conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 {
 	yaml_parser_t parser;
@@ -354,6 +460,17 @@ int conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 	if (!f) {
 		rc = -errno;
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return rc;
+	}
+	struct stat st;
+	if (fstat(fileno(f), &st) == 0 && st.st_size > CONF_FILE_MAX) {
+		snprintf(err, errlen, "%s: %lld bytes; a config file may have at most %u",
+			 path, (long long)st.st_size, CONF_FILE_MAX);
+		fclose(f);
+		return -EFBIG;
+	}
+	if ((rc = yprescan(f, path, err, errlen))) {
+		fclose(f);
 		return rc;
 	}
 	yaml_parser_initialize(&parser);

@@ -26,6 +26,24 @@ if [ "$(cat /sys/class/infiniband/*/ports/*/state 2>/dev/null | grep -c ACTIVE)"
 else
 	skip "this machine has an active RDMA device"
 fi
+big=$(( $(awk '/^MemTotal:/ { print $2 }' /proc/meminfo) * 2 / 1048576 + 1 ))GiB
+ok "a pool twice the machine's memory ($big) refused before a byte is touched" \
+	refused "pool=host:$big" "does not fit in this machine's available memory"
+ok "pool=host:1000TiB refused" refused pool=host:1000TiB "pool=host:1000TiB"
+printf 'wait_ms: 100\npool: host:1000TiB\n' >"$T/huge.yaml"
+ok "... and from a config file, with file:line" refused "config=$T/huge.yaml" "$T/huge.yaml:2:"
+printf 'pool: host:64M\nwait_ms: 100\npool: host:32M\n' >"$T/dup.yaml"
+ok "a key given twice refused with both lines" refused "config=$T/dup.yaml" \
+	"$T/dup.yaml:3: 'pool' is given twice (first at line 1)"
+printf 'wait_ms: &w 100\nreaders: *w\n' >"$T/alias.yaml"
+ok "an alias refused at its own line" refused "config=$T/alias.yaml" "$T/alias.yaml:2: YAML aliases"
+$SYSPY -c "
+print('nodes:')
+for i in range(5000):
+    print('  n%d: { addr: 10.%d.%d.1:7070 }' % (i, i >> 8, i & 255))" >"$T/many.yaml"
+ok "5000 nodes refused" refused "config=$T/many.yaml" "'nodes' has more than 4096 entries"
+{ echo "wait_ms: 100"; head -c $((2 << 20)) /dev/zero | tr '\0' '#'; echo; } >"$T/huge2.yaml"
+ok "a 2 MiB config file refused" refused "config=$T/huge2.yaml" "a config file may have at most 1048576"
 ok "missing config file refused" refused config=/nonexistent/omnifs.yaml "/nonexistent/omnifs.yaml"
 printf 'pool: host:64M\nwait_ms: 100\nfrobs: 3\n' >"$T/bad.yaml"
 ok "unknown key refused with file:line" refused "config=$T/bad.yaml" "$T/bad.yaml:3: unknown option 'frobs'"

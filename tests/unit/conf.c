@@ -31,6 +31,7 @@ static void test_options(void)
 	ok(set(&c, "spin_us", "0") == 0 && c.spin_us == 0, "spin_us=0 turns polling off");
 	struct { const char *k, *v, *needle; } bad[] = {
 		{ "pool", "host:1X", "pool=host:1X" }, { "pool", "ram:1G", "pool" },
+		{ "pool", "host:1000TiB", "does not fit in this machine's available memory" },
 		{ "wait_ms", "-1", "wait_ms" }, { "wait_ms", "1e3", "wait_ms" },
 		{ "readers", "two", "readers" }, { "ttl_s", "", "ttl_s" },
 		{ "transport", "udp", "transport=udp" }, { "listen", "nohost", "listen" },
@@ -47,6 +48,7 @@ static void test_options(void)
 		   "%s=%s rejected: %s", bad[i].k, bad[i].v ? bad[i].v : "(none)", err);
 	}
 	is(c.dflt.wait_ms, 250, "a rejected value changes nothing");
+	is(c.pool.size, 512 << 20, "a rejected pool changes nothing");
 	conf_free(&c);
 }
 
@@ -75,17 +77,17 @@ static void test_yaml(void)
 {
 	struct conf c;
 
-	is(load(&c, "pool: host:4GiB\nwait_ms: 60000\nreaders: 2\nttl_s: 5\n"
+	is(load(&c, "pool: host:256MiB\nwait_ms: 60000\nreaders: 2\nttl_s: 5\n"
 		    "transport: tcp\nedges:\n  \"0->1\": { readers: 3, wait_ms: 100 }\n"
 		    "  a->b:\n    ttl_s: 9\n"), 0, "full config loads: %s", err);
-	ok(c.pool.size == 4ull << 30 && c.dflt.wait_ms == 60000 && c.dflt.readers == 2 &&
+	ok(c.pool.size == 256ull << 20 && c.dflt.wait_ms == 60000 && c.dflt.readers == 2 &&
 	   c.dflt.ttl_s == 5 && c.transport == TRANSPORT_TCP, "top-level settings applied");
 	ok(c.nrules == 2 && !strcmp(c.rules[0].from, "0") && !strcmp(c.rules[0].to, "1") &&
 	   c.rules[0].p.readers == 3 && c.rules[0].p.wait_ms == 100 && c.rules[0].p.ttl_s == -1,
 	   "edge rule 0->1");
 	ok(c.nrules == 2 && c.rules[1].p.ttl_s == 9 && c.rules[1].p.readers == -1, "edge rule a->b");
 	char *r = conf_render(&c);
-	ok(r && strstr(r, "pool: host:4GiB") && strstr(r, "\"0->1\": { readers: 3, wait_ms: 100 }"),
+	ok(r && strstr(r, "pool: host:256MiB") && strstr(r, "\"0->1\": { readers: 3, wait_ms: 100 }"),
 	   "rendered config shows the effective values");
 	free(r);
 	conf_free(&c);
@@ -99,7 +101,7 @@ static void test_yaml(void)
 	unlink(sp);
 
 	struct { const char *text, *needle; } bad[] = {
-		{ "pool: host:4GiB\nbogus: 1\n", ":2: unknown option 'bogus'" },
+		{ "pool: host:256MiB\nbogus: 1\n", ":2: unknown option 'bogus'" },
 		{ "wait_ms: soon\n", ":1: option 'wait_ms=soon'" },
 		{ "pool: [1, 2]\n", ":1: 'pool' expects a single value" },
 		{ "edges:\n  \"0-1\": { readers: 1 }\n", ":2: edge '0-1'" },
@@ -112,6 +114,11 @@ static void test_yaml(void)
 		{ "pool: host:1G\n  bad indent: [\n", "" },
 		{ "- a\n- b\n", ":1: expected a mapping" },
 		{ "config: /x\n", ":1: 'config' cannot be set" },
+		{ "pool: host:64M\nwait_ms: 5\npool: host:32M\n", ":3: 'pool' is given twice (first at line 1)" },
+		{ "nodes:\n  a: { addr: h:1,\n       addr: h:2 }\n", ":3: 'addr' is given twice (first at line 2)" },
+		{ "edges:\n  \"0->1\": { readers: 1, readers: 2 }\n", ":2: 'readers' is given twice" },
+		{ "wait_ms: &w 100\n\nreaders: *w\n", ":3: YAML aliases (*w) are not supported" },
+		{ "nodes: { a: { addr: [[[[[[[[1]]]]]]]] } }\n", ":1: nested deeper than 8 levels" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
 		int rc = load(&c, bad[i].text);
