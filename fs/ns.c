@@ -106,7 +106,7 @@ static struct node *node_new(struct ns *ns, struct node *p, const char *name,
 void node_maybe_free(struct ns *ns, struct node *n)
 {
 	while (n && (n->kind == NK_KEY || n->kind == NK_EDGE || n->kind == NK_STAGE) &&
-	       !n->nlookup && !n->nchild && !n->obj && !n->waiters) {
+	       !n->nlookup && !n->nchild && !n->obj && !n->waiters && !n->lost_ns) {
 		struct node *p = n->parent;
 		htab_del(&ns->byino, &n->byino);
 		htab_del(&ns->byname, &n->byname);
@@ -217,6 +217,7 @@ struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uint32_t g
 	o->oid = ++ns->next_oid;
 	o->node = key;
 	key->obj = o;
+	key->lost_ns = 0;               /* written again: no longer lost */
 	ns->nobjects++;
 	return o;
 }
@@ -742,6 +743,41 @@ static void count_read(struct ns *ns, struct ns_handle *h)
 
 /* ---------------------------------------------------------------- deadlines */
 
+/* Forgets the keys lost NS_LOST_KEEP_NS ago; comes back for the others. */
+static void lost_sweep(struct ns *ns, uint64_t now)
+{
+	uint64_t next = 0;
+
+	for (struct node *s = ns->root->child, *sn; s; s = sn) {
+		sn = s->next;           /* freeing a key may free its edge and stage */
+		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL, *en; e; e = en) {
+			en = e->next;
+			for (struct node *k = e->child, *kn; k; k = kn) {
+				kn = k->next;
+				if (!k->lost_ns)
+					continue;
+				if (now - k->lost_ns < NS_LOST_KEEP_NS) {
+					if (!next || k->lost_ns < next)
+						next = k->lost_ns;
+					continue;
+				}
+				k->lost_ns = 0;
+				node_maybe_free(ns, k);
+			}
+		}
+	}
+	if (next)
+		ns_lost_sweep_at(ns, next + NS_LOST_KEEP_NS);
+}
+
+void ns_lost_sweep_at(struct ns *ns, uint64_t when)
+{
+	if (timer_queued(&ns->lost_sweep.t))
+		return;
+	if (!timerq_add(&ns->tq, &ns->lost_sweep.t, when) && timerq_peek(&ns->tq) == &ns->lost_sweep.t)
+		pthread_cond_signal(&ns->cond);
+}
+
 static void expire_due(struct ns *ns, uint64_t now, struct wakelist *wl)
 {
 	struct timer *t;
@@ -754,6 +790,9 @@ static void expire_due(struct ns *ns, uint64_t now, struct wakelist *wl)
 			stat_add(ns->st, ST_WAIT_TIMEOUTS, 1);
 			stat_add(ns->st, ST_ERRORS, 1);
 			wake_push(wl, w, -ENOENT, NULL);
+		} else if (td->type == T_SWEEP) {
+			timerq_del(&ns->tq, t);
+			lost_sweep(ns, now);
 		} else {
 			timerq_del(&ns->tq, t);
 			obj_unlink(ns, (struct object *)t, ST_EXPIRED);
@@ -804,6 +843,7 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	pool_usage(pool, &pu);
 	ns->pool = pool;
 	ns->pool_size = pu.size;
+	ns->lost_sweep = (struct timed){ .t.idx = TIMER_IDLE, .type = T_SWEEP };
 	ns->base = pool_base(pool);
 	ns->st = st;
 	ns->set = *set;
@@ -1229,6 +1269,8 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 			rc = -ENOMEM;
 		else
 			(*h)->source = 1;
+	} else if (!o && n->lost_ns && clock_mono_ns() - n->lost_ns < NS_LOST_KEEP_NS) {
+		rc = -EIO;              /* its owner died with it (SPEC §4.7) */
 	} else if (!o && !(flags & NS_OPEN_EXACT) && views_possible(ns, n)) {
 		rc = -EAGAIN;           /* a view of published shards: see view.c */
 	} else if (o && o->state == OS_PUBLISHED && obj_streamed(o)) {

@@ -21,7 +21,7 @@
 #include "ns.h"
 #include "rangeset.h"
 
-enum { T_WAITER = 1, T_OBJECT = 2 };
+enum { T_WAITER = 1, T_OBJECT = 2, T_SWEEP = 3 };
 enum obj_state { OS_WRITING, OS_PUBLISHING, OS_PUBLISHED, OS_DEAD };
 
 struct ext { uint64_t off, len, lstart; };
@@ -81,7 +81,12 @@ struct node {
 	struct object *obj;
 	struct ns_waiter *waiters;
 	char *name;
+	uint64_t lost_ns;               /* its object went with its owner then */
 };
+
+/* A key whose object was lost with its owner answers opens with EIO for
+ * this long (SPEC §4.7), not with a wait that ends in ENOENT. */
+#define NS_LOST_KEEP_NS (60ull * 1000000000u)
 
 struct stream;
 
@@ -102,6 +107,7 @@ struct ns {
 	int running, stopping;
 	struct pool *pool;
 	uint64_t pool_size;
+	struct timed lost_sweep;        /* forgets lost keys (T_SWEEP) */
 	uint8_t *base;
 	struct stats *st;
 	struct ns_settings set;
@@ -151,6 +157,8 @@ struct node *node_child(struct ns *ns, struct node *p, const char *name);
 int node_resolve(struct ns *ns, struct node *p, const char *name,
 		 int placeholder, struct node **out);
 void node_maybe_free(struct ns *ns, struct node *n);
+/* Forget lost keys at when (monotonic ns), unless a sweep is due already. */
+void ns_lost_sweep_at(struct ns *ns, uint64_t when);
 void npub_add(struct node *n, int64_t d);
 struct ns_policy policy_of(struct ns *ns, const struct node *edge);
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../kvfmt/kvfmt.h"
+#include "../transport/clock.h"
 #include "../transport/pool.h"
 
 /* ---------------------------------------------------------------- replicas */
@@ -369,6 +370,9 @@ unlock:
 
 void ns_drop_owner(struct ns *ns, int owner, int lost)
 {
+	uint64_t now = clock_mono_ns();
+	int kept = 0;
+
 	pthread_mutex_lock(&ns->lock);
 	for (struct node *s = ns->root->child, *sn; s; s = sn) {
 		sn = s->next;           /* unlinking may free nodes up the tree */
@@ -376,11 +380,18 @@ void ns_drop_owner(struct ns *ns, int owner, int lost)
 			en = e->next;
 			for (struct node *k = e->child, *kn; k; k = kn) {
 				kn = k->next;
-				if (k->obj && k->obj->owner == owner)
-					obj_unlink(ns, k->obj, lost ? ST_LOST : ST_NONE);
+				if (!k->obj || k->obj->owner != owner)
+					continue;
+				if (lost && k->obj->state == OS_PUBLISHED) {
+					k->lost_ns = now;       /* its next open: EIO */
+					kept = 1;
+				}
+				obj_unlink(ns, k->obj, lost ? ST_LOST : ST_NONE);
 			}
 		}
 	}
+	if (kept)
+		ns_lost_sweep_at(ns, now + NS_LOST_KEEP_NS);
 	pthread_mutex_unlock(&ns->lock);
 }
 

@@ -184,11 +184,18 @@ stop_node a
 OMNIFS_TEST_SERVE_DELAY_MS=50 node a
 wait_until 10 peers_up b 2
 head -c $((40 << 20)) /dev/urandom >"$T/a/0/1/slow"
+head -c $((200 << 10)) /dev/urandom >"$T/a/0/1/known"
+ok "b knows of a's object 'known'" wait_until 5 test -e "$T/b/0/1/known"
 disown "${NODE_PID[a]}"    # killed below: no "Killed" from bash
 res=$(read_cut "$T/b/0/1/slow" kill -9 "${NODE_PID[a]}")
 is "$res" "Input/output error 1" "a reader on b whose owner is killed mid-read gets EIO within 10 s"
 empty() { [ -z "$(ls "$T/$1")" ]; }
 ok "a's objects leave b's listing" wait_until 10 empty b/0/1
+t0=$(date +%s)
+is "$(M=$T/b pyerr "open(M + '/0/1/known', 'rb').read()")" EIO \
+   "a new open of a known object of the lost owner: EIO (SPEC §4.7)"
+is "$(( $(date +%s) - t0 < 3 ))" 1 "... at once, not after wait_ms (8 s)"
+is "$(M=$T/b pyerr "os.stat(M + '/0/1/known')")" ENOENT "and stat says it is not there"
 wait_until 10 all_gone "${NODE_PID[a]}"; umount -l "$T/a" 2>/dev/null; unset "NODE_PID[a]"
 ok "b counted the objects it lost with a" test "$(stat_of b lost)" -ge 1
 
