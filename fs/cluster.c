@@ -157,6 +157,22 @@ unlock:
 	pthread_mutex_unlock(&cl->lock);
 }
 
+void cluster_reap(struct cluster *cl)
+{
+	uint64_t now = clock_mono_ns();
+
+	pthread_mutex_lock(&cl->lock);
+	for (struct sub **pp = &cl->subs, *s; (s = *pp);) {
+		if (s->until_ns < now) {
+			*pp = s->next;
+			sub_free(cl, s);
+		} else {
+			pp = &s->next;
+		}
+	}
+	pthread_mutex_unlock(&cl->lock);
+}
+
 static void hook_published(void *ctx, const struct ns_objinfo *o)
 {
 	struct cluster *cl = ctx;

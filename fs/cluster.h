@@ -82,6 +82,9 @@ void cluster_buf_free(struct cluster *cl, void *buf);
 int cluster_rdma(const struct cluster *cl, const char **device, const char **grants);
 
 size_t cluster_npeers(const struct cluster *cl);
+/* Forgets peers' waits that have run out, so that peer_waits counts
+ * only live ones; the counters' readers call it first. */
+void cluster_reap(struct cluster *cl);
 void cluster_peer(struct cluster *cl, size_t i, struct xport_peer_info *out);
 
 #endif

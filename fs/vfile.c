@@ -103,6 +103,8 @@ char *vfile_render(const struct vfile_ctx *c, const char *name, size_t *len)
 {
 	char *s = NULL;
 
+	if (c->cl)              /* peer_waits: only the waits still alive */
+		cluster_reap(c->cl);
 	if (!strcmp(name, "health")) {
 		s = render_health(c);
 	} else if (!strcmp(name, "stats")) {

@@ -54,7 +54,19 @@ static int seg_add(struct planner *pl, struct kv_seg s)
 	return 0;
 }
 
-/* The sources agree on everything but their heads, which follow on. */
+/* A vllm-omni payload's request id ("rid"), or NULL. */
+static const char *vllm_rid(const struct kv_info *kv)
+{
+	json_object *x;
+
+	if (kv->format != KV_FMT_VLLM || !kv->json ||
+	    !json_object_object_get_ex(kv->json, "rid", &x) || !json_object_is_type(x, json_type_string))
+		return NULL;
+	return json_object_get_string(x);
+}
+
+/* The sources agree on everything but their heads, which follow on; and
+ * vllm-omni's, on the request they belong to. */
 static int sources_check(const struct kv_info *src, uint32_t nsrc, uint32_t S,
 			 uint32_t first, char *err, size_t errlen)
 {
@@ -71,6 +83,10 @@ static int sources_check(const struct kv_info *src, uint32_t nsrc, uint32_t S,
 			if (!a->t[i].len != !b->t[i].len)
 				return kv_fail(err, errlen, "shards %u and %u miss different layers",
 					       first, first + k);
+		const char *ra = vllm_rid(a), *rb = vllm_rid(b);
+		if ((ra || rb) && (!ra || !rb || strcmp(ra, rb)))
+			return kv_fail(err, errlen, "shard %u is of request '%.40s', shard %u of '%.40s'",
+				       first, ra ? ra : "?", first + k, rb ? rb : "?");
 		if (a->kind == KV_LATENT)
 			continue;
 		/* vllm shards don't say which heads they hold: their names do. */

@@ -101,6 +101,10 @@ wait "${w3[@]}"
 is "$(cat "$T/w3.c1") $(cat "$T/w3.c2")" "three three" \
    "waiting opens on a node that does not host <to> are answered (it asked)"
 is "$(stat_of a peer_waits)" 0 "... and the publish ended the wait on a"
+is "$(M=$T/c pyerr "os.setxattr(M, 'user.omni.wait_ms', b'300'); open(M + '/0/1/never', 'rb')")" \
+   ENOENT "a reader on c that waits 300 ms for a key never written: ENOENT"
+no_waits() { [ "$(stat_of a peer_waits)" = 0 ]; }
+ok "... and its wait on a, run out, is not counted by peer_waits any more" wait_until 2 no_waits
 
 # --- cluster-wide ls -l, xattrs, rm, O_EXCL --------------------------------
 head -c 777 /dev/urandom >"$T/a/0/9/fromA"

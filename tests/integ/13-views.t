@@ -154,6 +154,13 @@ cp "$T/b.rank0of2" "$M/b.rank0of2"; cp "$T/b.rank1of2" "$M/b.rank1of2"
 is "$(M=$M pyerr "open(M + '/b.rank2of2')")" EINVAL "rank r >= T: EINVAL"
 is "$(M=$M pyerr "open(M + '/b.rank0of3')")" EINVAL "T that neither divides nor is divided by S: EINVAL"
 is "$(M=$M pyerr "open(M + '/b.rank0of4')")" EINVAL "one head per shard cannot split in two: EINVAL"
+$SYSPY -c "$KVPY
+import os
+for i, rid in enumerate(('req-A', 'req-B')):
+    open('$M/mix.rank%dof2' % i, 'wb').write(kvpy.vllm([os.urandom(3 * 2 * 8 * 2)], [os.urandom(3 * 2 * 8 * 2)],
+                                                      tokens=3, heads=2, head_dim=8, rid=rid))"
+is "$(M=$M pyerr "open(M + '/mix')")" EINVAL "vllm-omni shards of two requests make no view: EINVAL"
+ok "... and a log line says why" grep -q "shard 0 is of request 'req-A', shard 1 of 'req-B'" "$T/a.log"
 echo x >"$M/n.rank0of2"; echo y >"$M/n.rank1of2"
 is "$(M=$M pyerr "open(M + '/n')")" EINVAL "a view of objects that are not KV payloads: EINVAL"
 ok "views are not listed" sh -c "! ls '$M' | grep -qx 'b'"
