@@ -51,6 +51,7 @@ struct cluster {
 	 * a wrong hash; OMNIFS_TEST_SERVE_DELAY_MS slows serving per chunk. */
 	int corrupt;
 	unsigned delay_ms;
+	unsigned list_delay_ms;          /* tests: a listing answered late */
 	struct leases *leases;          /* peers' streamed reads of ours */
 };
 
@@ -724,6 +725,10 @@ static int ask_reply(void *arg, const struct proto_msg *m)
 		a->found |= ns_remote_add(a->cl->ns, a->peer, &o) == 0;
 		return 0;
 	}
+	if (m->type == PT_LISTING && a->cl->list_delay_ms) {
+		fprintf(stderr, "omnifs: test: holding a listing for %u ms\n", a->cl->list_delay_ms);
+		usleep(a->cl->list_delay_ms * 1000u);
+	}
 	for (uint32_t i = 0; m->type == PT_LISTING && m->u.listing.objects && i < m->u.listing.n; i++) {
 		struct ns_objinfo o = from_proto(&m->u.listing.obj[i]);
 		ns_remote_add(a->cl->ns, a->peer, &o);
@@ -802,6 +807,8 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	cl->corrupt = getenv("OMNIFS_TEST_CORRUPT") != NULL;
 	const char *delay = getenv("OMNIFS_TEST_SERVE_DELAY_MS");
 	cl->delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) % 10000 : 0;
+	const char *ldelay = getenv("OMNIFS_TEST_LIST_DELAY_MS");
+	cl->list_delay_ms = ldelay ? (unsigned)strtoul(ldelay, NULL, 10) % 10000 : 0;
 	pthread_mutex_init(&cl->lock, NULL);
 	if ((rc = xport_create(&cl->x, &xc, &xops, cl, err, errlen))) {
 		pthread_mutex_destroy(&cl->lock);

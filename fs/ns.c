@@ -851,6 +851,7 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	ns->gid = getgid();
 	ns->start_ns = clock_wall_ns();
 	ns->next_lease = ns->start_ns;  /* so lease ids differ across restarts */
+	ns->next_oid = ns->start_ns;    /* and object ids: see ns_gone */
 	ns->handles.next = ns->handles.prev = &ns->handles;
 	ns->next_ino = NS_ROOT_INO;     /* the root takes 1; the rest count on */
 	timerq_init(&ns->tq);

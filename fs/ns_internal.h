@@ -84,6 +84,13 @@ struct node {
 	uint64_t lost_ns;               /* its object went with its owner then */
 };
 
+/* Other nodes' objects that they said are gone, lately.  A listing or a
+ * lookup answered before the GONE (which came on another connection) may
+ * arrive after it, and must not bring the object back (ns_remote_add). */
+#define NS_GONE_RECENT 1024
+#define NS_GONE_KEEP_NS (30ull * 1000000000u)
+struct ns_gone { uint64_t oid, at; int owner; };
+
 /* A key whose object was lost with its owner answers opens with EIO for
  * this long (SPEC §4.7), not with a wait that ends in ENOENT. */
 #define NS_LOST_KEEP_NS (60ull * 1000000000u)
@@ -125,7 +132,9 @@ struct ns {
 	struct object *hq_head, *hq_tail;
 	/* The cluster's side. */
 	struct htab byoid;
-	uint64_t next_oid;
+	uint64_t next_oid;              /* from the start time: unique across restarts */
+	struct ns_gone gone[NS_GONE_RECENT];
+	unsigned gone_next;
 	pthread_cond_t fcond;           /* a fetch moved on */
 	struct object *lru_head, *lru_tail;     /* least recently opened first */
 	_Atomic uint64_t next_lease;    /* ns_lease_id() */

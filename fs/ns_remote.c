@@ -310,6 +310,15 @@ static struct object *remote_new(struct ns *ns, struct node *k, int owner,
 	return o;
 }
 
+static int gone_lately(const struct ns *ns, int owner, uint64_t oid, uint64_t now)
+{
+	for (unsigned i = 0; i < NS_GONE_RECENT; i++)
+		if (ns->gone[i].oid == oid && ns->gone[i].owner == owner &&
+		    now - ns->gone[i].at < NS_GONE_KEEP_NS)
+			return 1;
+	return 0;
+}
+
 int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
 {
 	struct node *st, *ed, *k;
@@ -320,6 +329,10 @@ int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
 	if (name_check_stage(ri->from) || name_check_stage(ri->to) || name_check_key(ri->key))
 		return -EINVAL;
 	pthread_mutex_lock(&ns->lock);
+	if (gone_lately(ns, owner, ri->oid, clock_mono_ns())) {
+		rc = -ENOENT;           /* a late answer about an object gone since */
+		goto unlock;
+	}
 	if ((rc = node_resolve(ns, ns->root, ri->from, 0, &st)) ||
 	    (rc = node_resolve(ns, st, ri->to, 0, &ed)) || (rc = node_resolve(ns, ed, ri->key, 1, &k)))
 		goto unlock;
@@ -354,9 +367,11 @@ unlock:
 	return rc;
 }
 
+
 void ns_remote_gone(struct ns *ns, int owner, uint64_t oid)
 {
 	pthread_mutex_lock(&ns->lock);
+	ns->gone[ns->gone_next++ % NS_GONE_RECENT] = (struct ns_gone){ oid, clock_mono_ns(), owner };
 	for (struct node *s = ns->root->child; s; s = s->next)
 		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL; e; e = e->next)
 			for (struct node *k = e->child; k; k = k->next)
