@@ -129,6 +129,16 @@ f = open(M + '/s/t/tr', 'wb'); f.write(b'long text'); f.flush()
 g = open(M + '/s/t/tr', 'wb'); g.write(b'short'); g.close(); f.close()")" "OK" "two writers, second truncates"
 is "$(cat "$E/tr")" "short" "O_TRUNC by the second writer applies; last close publishes"
 
+# What the file API does beyond read and write (README, "Objects").
+echo mapped >"$E/mm"
+is "$(pyerr "import mmap; mmap.mmap(os.open(M + '/s/t/mm', os.O_RDONLY), 0, prot=mmap.PROT_READ)")" \
+   ENODEV "mmap: ENODEV (bytes come by read, checked)"
+mode=$(stat -c %a "$E/mm") mtime=$(stat -c %Y "$E/mm")
+ok "chmod, chown and utimes succeed (cp -p, rsync)" \
+	$PY -c "import os; p='$E/mm'; os.chmod(p, 0o600); os.chown(p, 0, 0); os.utime(p, (1, 1))"
+is "$(stat -c '%a %Y' "$E/mm")" "$mode $mtime" "... and change nothing: mode and publish time stay"
+is "$(cat "$E/mm")" mapped "and the object reads as before"
+
 ok "used pool space returns when objects go" sh -c "
 	rm -f '$E'/* ; python3 -c \"import json; d=json.load(open('$M/.omni/health')); assert d['pool']['used'] == 0 and d['objects'] == 0, d\""
 done_testing
