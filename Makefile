@@ -40,7 +40,7 @@ BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/memcpy $(BUILD)/bench/tcpcei
             $(BUILD)/bench/wake
 INTEG    := $(sort $(wildcard tests/integ/*.t))
 
-.PHONY: all deps run check test check-rdma bench fuzz install uninstall clean
+.PHONY: all deps run check test check-rdma bench fuzz soak tools install uninstall clean
 all: $(BUILD)/omnifs $(BUILD)/mount.omnifs $(BUILD)/omnikv
 
 deps:
@@ -171,6 +171,21 @@ check: deps
 	@$(MAKE) --no-print-directory test
 	@$(MAKE) --no-print-directory check-rdma
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECS=$(CHECK_FUZZ_SECS)
+
+# The long form of tests/integ/21-chaos.t, for a person before a release:
+# SOAK_SECS of faults under writers and readers, the daemons sanitized,
+# with the fuzzers (a third of the time each, one after the other) beside.
+SOAK_SECS ?= 1800
+soak: deps
+	@$(MAKE) --no-print-directory SAN=1 all tools
+	@echo "soak: $(SOAK_SECS) s of chaos, the fuzzers beside it"
+	@$(MAKE) --no-print-directory fuzz SAN=1 FUZZ_SECS=$$(( $(SOAK_SECS) / 3 )) \
+		>build-san/soak-fuzz.log 2>&1 & \
+	fz=$$!; \
+	OMNIFS_BUILD=$(abspath build-san) CHAOS_SECS=$(SOAK_SECS) prove -v tests/integ/21-chaos.t; \
+	rc=$$?; wait $$fz || rc=1; cat build-san/soak-fuzz.log; exit $$rc
+
+tools: $(TOOLS)
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(TOOLS) $(BENCHES)

@@ -1,0 +1,94 @@
+"""chaos.py - writers and readers whose bytes say whether they are right.
+
+usage: chaos.py write MOUNT FROM TO PREFIX N SEED
+       chaos.py read  MOUNT FROM TO PREFIX N SEED WRITER-OUT
+
+Key i is PREFIX-i; its size and bytes derive from the key alone, so a
+reader on any node can check every byte.  One line per key on stdout:
+`KEY ok`, or `KEY ERRNO-NAME` for an error, `KEY NOMOUNT` when MOUNT was
+not mounted then (its daemon being restarted), or `KEY WRONG ...` for
+bytes that are not the key's (never allowed).  A writer that loses its mount
+(its daemon killed) goes on with the next key, as a real worker would.  A
+reader follows its writer's lines (WRITER-OUT): it opens a key once its
+writer has tried it, and says `KEY UNWRITTEN` for one the writer could not
+write, so that no read waits out wait_ms for a key that will never come.
+"""
+import errno
+import os
+import random
+import sys
+import time
+
+
+def usage():
+    print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
+    sys.exit(2)
+
+
+def content(key):
+    rnd = random.Random(key)
+    size = rnd.choice([0, 1, 4095, 65536, 65537]) if rnd.random() < 0.3 else \
+        rnd.randrange(1, 3 << 20)
+    return rnd.randbytes(size)
+
+
+def write(path, data):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view[:1 << 20]):]
+    finally:
+        os.close(fd)            # publishes, or says why not
+
+
+def read(path):
+    with open(path, "rb", buffering=0) as f:
+        return f.read()
+
+
+def writer_said(out, key, deadline):
+    """The writer's outcome for key, once its line is there."""
+    while time.monotonic() < deadline:
+        with open(out) as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    break               # being written
+                k, _, what = line.rstrip("\n").partition(" ")
+                if k == key:
+                    return what
+        time.sleep(0.02)
+    return "LATE"
+
+
+def main(argv):
+    if len(argv) != 8 + (len(argv) > 2 and argv[1] == "read") or argv[1] not in ("write", "read"):
+        usage()
+    op, mnt, frm, to, prefix, n, seed = argv[1:8]
+    rnd = random.Random(seed)
+    for i in range(int(n)):
+        key = "%s-%d" % (prefix, i)
+        path = os.path.join(mnt, frm, to, key)
+        want = content(key)
+        if op == "read" and writer_said(argv[8], key, time.monotonic() + 120) != "ok":
+            print(key, "UNWRITTEN", flush=True)
+            continue
+        if not os.path.ismount(mnt):
+            print(key, "NOMOUNT", flush=True)
+            time.sleep(0.1)
+            continue
+        try:
+            if op == "write":
+                write(path, want)
+                out = "ok"
+            else:
+                got = read(path)
+                out = "ok" if got == want else "WRONG %d bytes, want %d" % (len(got), len(want))
+        except OSError as e:
+            out = errno.errorcode.get(e.errno, str(e.errno))
+        print(key, out, flush=True)
+        time.sleep(rnd.random() * 0.05)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
