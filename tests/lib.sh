@@ -93,6 +93,22 @@ for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])' "$1"
 }
 
+# loopback_cluster WAIT_MS NODE... : $T/omni.yaml for NODEs on free
+# loopback ports, node i hosting stage i (a: "0", b: "1", ...), with a
+# fresh $T/secret; each node's port in PORT[NODE].
+declare -A PORT=()
+loopback_cluster() {
+	local wait=$1 i=0 n ports; shift
+	read -r -a ports < <(free_ports $#)
+	new_secret "$T/secret"
+	printf 'secret_file: %s\nwait_ms: %s\nnodes:\n' "$T/secret" "$wait" >"$T/omni.yaml"
+	for n; do
+		PORT[$n]=${ports[$i]}
+		printf '  %s: { addr: 127.0.0.1:%s, stages: ["%s"] }\n' "$n" "${ports[$i]}" "$i" >>"$T/omni.yaml"
+		i=$((i + 1))
+	done
+}
+
 stat_of() { awk -v k="$2:" '$1 == k { print $2 }' "$T/$1/.omni/stats"; }   # stat_of NODE COUNTER
 xattr() { getfattr --absolute-names --only-values -n "user.omni.$1" "$2" 2>/dev/null; }
 health() { $PY -c "import json,sys; d=json.load(open('$T/$1/.omni/health')); print($2)"; }

@@ -5,15 +5,8 @@
 # restarted peer out, nor stop cross-node reads.
 . "$(dirname "$0")/../lib.sh"
 
-read -r PA PB < <(free_ports 2)
-new_secret "$T/secret"
-cat >"$T/omni.yaml" <<EOF
-secret_file: $T/secret
-wait_ms: 8000
-nodes:
-  a: { addr: 127.0.0.1:$PA, stages: ["0"] }
-  b: { addr: 127.0.0.1:$PB, stages: ["1"] }
-EOF
+loopback_cluster 8000 a b
+PA=${PORT[a]}
 node() { start_node "$1" "config=$T/omni.yaml,node=$1,pool=host:64MiB"; }
 up() { [ "$(health "$1" "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
 both_up() { up a && up b; }

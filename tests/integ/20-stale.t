@@ -4,15 +4,7 @@
 # travel on two connections, and the listing may come second.
 . "$(dirname "$0")/../lib.sh"
 
-read -r PA PB < <(free_ports 2)
-new_secret "$T/secret"
-cat >"$T/omni.yaml" <<EOF
-secret_file: $T/secret
-wait_ms: 4000
-nodes:
-  a: { addr: 127.0.0.1:$PA, stages: ["0"] }
-  b: { addr: 127.0.0.1:$PB, stages: ["1"] }
-EOF
+loopback_cluster 4000 a b
 up() { [ "$(health "$1" "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
 start_node a "config=$T/omni.yaml,node=a,pool=host:64MiB"
 OMNIFS_TEST_LIST_DELAY_MS=1000 start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"

@@ -12,17 +12,8 @@ SECS=${CHAOS_SECS:-30}
 SEED=${CHAOS_SEED:-$RANDOM}
 RANDOM=$SEED
 diag "chaos for $SECS s, seed $SEED"
-read -r PA PB PC < <(free_ports 3)
-new_secret "$T/secret"
-cat >"$T/omni.yaml" <<EOF
-secret_file: $T/secret
-wait_ms: 8000
-nodes:
-  a: { addr: 127.0.0.1:$PA, stages: ["0"] }
-  b: { addr: 127.0.0.1:$PB, stages: ["1"] }
-  c: { addr: 127.0.0.1:$PC, stages: ["2"] }
-EOF
-declare -A PORT=([a]=$PA [b]=$PB [c]=$PC) THREADS=() FDS=()
+loopback_cluster 8000 a b c
+declare -A THREADS=() FDS=()
 node() { start_node "$1" "config=$T/omni.yaml,node=$1,pool=host:256MiB"; }
 up() { [ "$(health "$1" "sum(p['state'] == 'up' for p in d['peers'])")" = 2 ]; }
 all_up() { up a && up b && up c; }
