@@ -757,7 +757,7 @@ void fs_destroy(struct fs *fs)
 	ns_stop(fs->ns);
 	/* View opens wait in ns and pull through the cluster: let them end. */
 	if (fs->venv.jobs)
-		view_jobs_drain(fs->venv.jobs);
+		view_jobs_drain(fs->venv.jobs, fs->cl);
 	/* Peers' threads call into ns: they stop before it goes. */
 	cluster_destroy(fs->cl);
 	if (fs->mounted)

@@ -32,6 +32,8 @@ struct view {
 	pthread_cond_t cond;            /* more landed, or the filling ended */
 	struct rangeset seen, ready;
 	int err, filled, refs;
+	int reused;                      /* buf is a kept one: its gaps are not zero */
+	size_t bufsize;                 /* buf's own size, >= size */
 };
 
 /* What a view's name asks for, and which shards make it. */
@@ -191,25 +193,108 @@ static int source_headers(const struct view_env *env, struct want *w, struct ns_
 	return 0;
 }
 
+/* ---------------------------------------------------------------- buffers */
+
+/* Pulls land in a view's buffer: memory the transport can write (RDMA:
+ * registered); zeroed when new. */
+static void *buf_make(struct cluster *cl, size_t size)
+{
+	return cl ? cluster_buf_alloc(cl, size) : calloc(1, size ? size : 1);
+}
+
+static void buf_release(struct cluster *cl, void *p)
+{
+	if (cl)
+		cluster_buf_free(cl, p);
+	else
+		free(p);
+}
+
+/* A buffer of at least size (*got: its own): the smallest kept one that
+ * fits (*reused set: only what the view fills is written), or a new one. */
+static void *buf_get(const struct view_env *env, size_t size, size_t *got, int *reused)
+{
+	struct view_jobs *j = env->jobs;
+	void *p = NULL;
+	int best = -1;
+
+	*reused = 0;
+	if (j && size >= VIEW_KEEP_MIN) {
+		pthread_mutex_lock(&j->lock);
+		for (int i = 0; i < VIEW_KEEP_BUFS; i++)
+			if (j->kept[i].p && j->kept[i].size >= size &&
+			    (best < 0 || j->kept[i].size < j->kept[best].size))
+				best = i;
+		if (best >= 0) {
+			p = j->kept[best].p;
+			*got = j->kept[best].size;
+			j->kept_bytes -= j->kept[best].size;
+			j->kept[best].p = NULL;
+			*reused = 1;
+		}
+		pthread_mutex_unlock(&j->lock);
+	}
+	if (!p)
+		*got = size;
+	return p ? p : buf_make(env->cl, size);
+}
+
+/* A closed view's buffer: kept for the next if there is room, else freed. */
+static void buf_put(const struct view_env *env, void *p, size_t size)
+{
+	struct view_jobs *j = env->jobs;
+
+	if (j && size >= VIEW_KEEP_MIN && size <= VIEW_KEEP_BYTES) {
+		pthread_mutex_lock(&j->lock);
+		for (int i = 0; i < VIEW_KEEP_BUFS; i++)
+			if (!j->kept[i].p && j->kept_bytes + size <= VIEW_KEEP_BYTES) {
+				j->kept[i].p = p;
+				j->kept[i].size = size;
+				j->kept_bytes += size;
+				p = NULL;
+				break;
+			}
+		pthread_mutex_unlock(&j->lock);
+	}
+	if (p)
+		buf_release(env->cl, p);
+}
+
 /* ---------------------------------------------------------------- assembly */
 
-/* Local pieces are copied out of the pool. */
+/* Local pieces are copied straight out of the pool.  The span the rows
+ * lie in is mapped once (a published object's extents stay put while the
+ * view holds it), then each row is one memcpy, or two where it straddles
+ * extents: a token-major view is a gather of many short rows, and a call
+ * into the namespace per row cost more than the copy. */
 static int copy_local(struct ns *ns, struct ns_handle *h, const struct kv_seg *s, uint8_t *buf)
 {
-	for (uint32_t k = 0; k < s->count; k++)
+	uint64_t end = s->soff + (uint64_t)(s->count - 1) * s->sstride + s->len;
+	uint64_t mstart = 0, mlen = 0;  /* what map holds: [mstart, mstart + mlen) */
+	struct iovec map[64];
+	int n = 0;
+
+	for (uint32_t k = 0; k < s->count; k++) {
+		uint8_t *dst = buf + s->doff + k * s->dstride;
 		for (uint64_t done = 0; done < s->len;) {
-			struct iovec iov[64];
-			int n;
-			ssize_t got = ns_read(ns, h, s->soff + k * s->sstride + done, s->len - done,
-					      iov, &n, 64);
-			if (got <= 0)
-				return got < 0 ? (int)got : -EIO;
-			for (int i = 0; i < n; i++) {
-				memcpy(buf + s->doff + k * s->dstride + done, iov[i].iov_base,
-				       iov[i].iov_len);
-				done += iov[i].iov_len;
+			uint64_t at = s->soff + k * s->sstride + done;
+			if (at < mstart || at >= mstart + mlen) {
+				ssize_t got = ns_read(ns, h, at, end - at, map, &n, 64);
+				if (got <= 0)
+					return got < 0 ? (int)got : -EIO;
+				mstart = at;
+				mlen = (uint64_t)got;
 			}
+			uint64_t rel = at - mstart;
+			int i = 0;
+			while (rel >= map[i].iov_len)
+				rel -= map[i++].iov_len;
+			uint64_t take = map[i].iov_len - rel < s->len - done ? map[i].iov_len - rel
+									  : s->len - done;
+			memcpy(dst + done, (const uint8_t *)map[i].iov_base + rel, take);
+			done += take;
 		}
+	}
 	return 0;
 }
 
@@ -223,18 +308,29 @@ static const void *buf_at(void *arg, uint64_t off, uint64_t *len)
 	return v->buf + off;
 }
 
+static uint64_t seg_end(const struct kv_seg *s)
+{
+	return s->doff + (uint64_t)(s->count - 1) * s->dstride + s->len;
+}
+
+/* Segment s's heads against its shard's sums: 0 or -EIO. */
+static int check(struct view *v, const struct kv_seg *s)
+{
+	char msg[160];
+
+	if (!kv_verify_range(&v->kv, buf_at, v, s->doff, seg_end(s), msg, sizeof(msg)))
+		return 0;
+	stat_add(v->env.st, ST_CHECKSUM_FAILED, 1);
+	fprintf(stderr, "omnifs: a view's bytes fail their shard's checksum: %s\n", msg);
+	return -EIO;
+}
+
 /* Segment s is in (err 0) or will never be: its heads are checked, then
  * its bytes are readable. */
 static void land(struct view *v, const struct kv_seg *s, int err)
 {
-	uint64_t end = s->doff + (uint64_t)(s->count - 1) * s->dstride + s->len;
-	char msg[160];
-
-	if (!err && kv_verify_range(&v->kv, buf_at, v, s->doff, end, msg, sizeof(msg))) {
-		stat_add(v->env.st, ST_CHECKSUM_FAILED, 1);
-		fprintf(stderr, "omnifs: a view's bytes fail their shard's checksum: %s\n", msg);
-		err = -EIO;
-	}
+	if (!err)
+		err = check(v, s);
 	pthread_mutex_lock(&v->lock);
 	if (err && !v->err)
 		v->err = err == -ENOENT ? -ENOENT : -EIO;
@@ -306,12 +402,14 @@ static int mark_gaps(struct view *v, const struct kv_plan *p)
 	if (!e)
 		return -ENOMEM;
 	for (size_t i = 0; i < p->nseg; i++)
-		e[i] = (struct range){ p->seg[i].doff, p->seg[i].doff +
-			(uint64_t)(p->seg[i].count - 1) * p->seg[i].dstride + p->seg[i].len };
+		e[i] = (struct range){ p->seg[i].doff, seg_end(&p->seg[i]) };
 	qsort(e, p->nseg, sizeof(*e), extent_cmp);
 	e[p->nseg] = (struct range){ v->size, v->size };
 	pthread_mutex_lock(&v->lock);
 	for (size_t i = 0; i <= p->nseg; i++) {
+		uint64_t from = at > p->hdr_len ? at : p->hdr_len;
+		if (v->reused && e[i].lo > from)        /* alignment: zeros */
+			memset(v->buf + from, 0, e[i].lo - from);
 		if (e[i].lo > at)
 			rangeset_add(&v->ready, at, e[i].lo);
 		if (e[i].hi > at)
@@ -322,17 +420,69 @@ static int mark_gaps(struct view *v, const struct kv_plan *p)
 	return 0;
 }
 
+struct band { uint64_t lo, hi; size_t first, n; int remote; };
+
+static int seg_cmp(const void *a, const void *b, void *arg)
+{
+	const struct kv_seg *seg = arg;
+	uint64_t x = seg[*(const size_t *)a].doff, y = seg[*(const size_t *)b].doff;
+	return x < y ? -1 : x > y;
+}
+
+/* The local segments, band by band: a band is the segments whose rows
+ * interleave in the view (a tensor's rows from every shard, token-major).
+ * A band of local segments only is copied, checked, and made readable in
+ * one step, so the ready set stays a few ranges instead of one per row;
+ * where a remote segment shares the band, each local one lands alone. */
+static int fill_local(struct view *v, const struct ns_srcinfo *si, const struct kv_plan *p)
+{
+	size_t *ix = malloc(p->nseg * sizeof(*ix));
+
+	if (!ix)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->nseg; i++)
+		ix[i] = i;
+	qsort_r(ix, p->nseg, sizeof(*ix), seg_cmp, p->seg);
+	int rc = 0;
+	for (size_t i = 0, j; !rc && i < p->nseg; i = j) {
+		struct band b = { p->seg[ix[i]].doff, seg_end(&p->seg[ix[i]]), i, 0, 0 };
+		for (j = i; j < p->nseg && p->seg[ix[j]].doff < b.hi; j++) {
+			uint64_t e = seg_end(&p->seg[ix[j]]);
+			b.hi = e > b.hi ? e : b.hi;
+			b.remote |= si[p->seg[ix[j]].src].owner >= 0;
+		}
+		for (size_t k = i; !rc && k < j; k++) {
+			const struct kv_seg *s = &p->seg[ix[k]];
+			if (si[s->src].owner >= 0)
+				continue;
+			rc = copy_local(v->env.ns, v->src[s->src], s, v->buf);
+			if (b.remote)
+				land(v, s, rc);
+			else if (!rc)
+				rc = check(v, s);
+		}
+		if (!b.remote) {
+			pthread_mutex_lock(&v->lock);
+			if (rc && !v->err)
+				v->err = rc == -ENOENT ? -ENOENT : -EIO;
+			else if (!rc)
+				rangeset_add(&v->ready, b.lo, b.hi);
+			pthread_cond_broadcast(&v->cond);
+			pthread_mutex_unlock(&v->lock);
+		}
+	}
+	free(ix);
+	return rc;
+}
+
 /* Brings the view's bytes in, on the open's thread after the open has
  * been answered: local ranges copied from the pool, remote ones pulled. */
 static void fill(struct view *v, const struct ns_srcinfo *si, const struct kv_plan *p)
 {
 	int rc = mark_gaps(v, p);
 
-	for (size_t i = 0; !rc && i < p->nseg; i++)
-		if (si[p->seg[i].src].owner < 0) {
-			rc = copy_local(v->env.ns, v->src[p->seg[i].src], &p->seg[i], v->buf);
-			land(v, &p->seg[i], rc);
-		}
+	if (!rc)
+		rc = fill_local(v, si, p);
 	if (!rc)
 		rc = pull_remote(v, si, p);
 	pthread_mutex_lock(&v->lock);
@@ -352,10 +502,8 @@ static void view_free(struct view *v)
 			ns_release(v->env.ns, v->src[k]);
 	free(v->src);
 	free(v->cover);
-	if (v->env.cl)
-		cluster_buf_free(v->env.cl, v->buf);
-	else
-		free(v->buf);
+	if (v->buf)
+		buf_put(&v->env, v->buf, v->bufsize);
 	kv_free(&v->kv);
 	rangeset_fini(&v->seen);
 	rangeset_fini(&v->ready);
@@ -417,9 +565,7 @@ static int prepare(const struct view_env *env, uint64_t ino, struct view **out,
 		rc = source_headers(env, w, v->src, si);
 	if (!rc && (rc = plan(w, si, p, err, sizeof(err))) == -EINVAL)
 		fprintf(stderr, "omnifs: %s: not a view: %s\n", w->self, err);
-	/* Pulls land in it: memory the transport can write (RDMA: registered). */
-	if (!rc && !(v->buf = env->cl ? cluster_buf_alloc(env->cl, p->size)
-				      : calloc(1, p->size ? p->size : 1)))
+	if (!rc && !(v->buf = buf_get(env, p->size, &v->bufsize, &v->reused)))
 		rc = -ENOMEM;
 	if (!rc) {
 		v->size = p->size;
@@ -450,16 +596,21 @@ struct job { struct view_env env; uint64_t ino; view_done_fn done; void *arg; };
 
 void view_jobs_init(struct view_jobs *j)
 {
+	memset(j, 0, sizeof(*j));
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_cond_init(&j->cond, NULL);
-	j->n = 0;
 }
 
-void view_jobs_drain(struct view_jobs *j)
+void view_jobs_drain(struct view_jobs *j, struct cluster *cl)
 {
 	pthread_mutex_lock(&j->lock);
 	while (j->n)
 		pthread_cond_wait(&j->cond, &j->lock);
+	for (int i = 0; i < VIEW_KEEP_BUFS; i++)
+		if (j->kept[i].p)
+			buf_release(cl, j->kept[i].p);
+	memset(j->kept, 0, sizeof(j->kept));
+	j->kept_bytes = 0;
 	pthread_mutex_unlock(&j->lock);
 }
 

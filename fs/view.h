@@ -21,12 +21,25 @@ struct cluster;
 struct stats;
 struct view;
 
-/* The view opens in flight, so that shutdown can wait for them. */
-struct view_jobs { pthread_mutex_t lock; pthread_cond_t cond; unsigned n; };
+/* The view opens in flight, so that shutdown can wait for them; and the
+ * large buffers of views that closed, kept for the next (VIEW_KEEP_*):
+ * a fresh one costs a page fault and a cleared page every 4 KiB, and
+ * over RDMA a registration, more than the gather that fills it. */
+#define VIEW_KEEP_BUFS 4
+#define VIEW_KEEP_BYTES (256u << 20)
+#define VIEW_KEEP_MIN (1u << 20)        /* smaller ones are cheap to make */
+struct view_jobs {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned n;
+	struct { void *p; size_t size; } kept[VIEW_KEEP_BUFS];
+	size_t kept_bytes;
+};
 void view_jobs_init(struct view_jobs *j);
 /* Waits until every view open has been answered (call after ns_stop(),
- * which answers their waits, and before the cluster goes). */
-void view_jobs_drain(struct view_jobs *j);
+ * which answers their waits, and before the cluster goes), then frees
+ * the kept buffers (cl: what made them, or NULL). */
+void view_jobs_drain(struct view_jobs *j, struct cluster *cl);
 
 struct view_env {
 	struct ns *ns; struct cluster *cl; struct stats *st; struct view_jobs *jobs;

@@ -171,6 +171,11 @@ for T_ in 4 1 2 8; do
 		"$T_" "$pulled" "$size" "$data" "$(ratio "$pulled" "$data")" "$rate" "$(ratio "$rate" "$WHOLE")"
 done
 
+# --- the same gather in vllm-omni's token-major layout, on one node ---------------
+printf '\na T=1 view of 4 vllm-omni shards on a (28 layers, 1024 tokens, 8 heads of 128, f16; rows of 512 B):\n'
+rm -f "$T"/a/0/1/x.rank*of4     # room in a's pool
+/usr/bin/python3 "$(dirname "$0")/vview.py" "$T/a"
+
 # --- vllm-omni's connector: put -> get, one node and two (tests/bench/connector.py)
 CONN="env PYTHONPATH=$(cd "$(dirname "$0")/../../contrib/python" && pwd) /usr/bin/python3 $(dirname "$0")/connector.py"
 printf '\nOmniFSConnector put -> get, two processes, one node (a to a):\n'

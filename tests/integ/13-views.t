@@ -142,6 +142,10 @@ ok "every head of both shards was delivered once: both consumed" \
 out=$("$B/tools/kvgen" 11 "$CASES" "$M" "$M" 2>&1); rc=$?
 ok "views byte-exact against an independent computation, one node ($out)" test $rc = 0
 diag "$out"
+# Views of MiBs, one after another: the daemon reuses their buffers, whose
+# alignment gaps must read as zeros again.
+out=$(KVGEN_MAX_TOKENS=3000 "$B/tools/kvgen" 12 16 "$T/a/p/big" "$T/a/p/big" 2>&1); rc=$?
+ok "large views one after another, buffers reused: byte-exact ($out)" test $rc = 0
 
 # --- bad views -----------------------------------------------------------------
 $SYSPY -c "$KVPY

@@ -10,6 +10,8 @@
  * The expected view is computed here from the whole cache with plain
  * loops and encoded with kvfmt's builders; the filesystem's view comes
  * from its planner, a different path.  Shards are kept (readers 0).
+ * KVGEN_MAX_TOKENS (40) scales the caches up, to views large enough for
+ * the daemon to reuse their buffers.
  * Prints "kvgen: N cases, M views" and exits 0, or says what differs.
  */
 #define _GNU_SOURCE
@@ -25,6 +27,7 @@
 #include "../../kvfmt/kvfmt.h"
 
 static uint64_t rng;
+static uint32_t max_tokens = 40;        /* KVGEN_MAX_TOKENS: views of MiBs */
 static uint32_t rnd(uint32_t n)
 {
 	rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
@@ -54,7 +57,7 @@ static void draw(struct kcase *c)
 	c->s.layout = c->vllm ? KV_NHD : rnd(2) ? KV_HND : KV_NHD;
 	c->s.kind = c->latent ? KV_LATENT : KV_SPLIT;
 	c->s.layers = 1 + rnd(4);
-	c->s.tokens = 1 + rnd(40);
+	c->s.tokens = 1 + rnd(max_tokens);
 	c->s.head_dim = 1 + rnd(24);
 	c->s.head_count = c->hc;
 	c->s.heads_total = c->H;
@@ -303,6 +306,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	rng = strtoull(argv[1], NULL, 0) * 2654435761u + 1;
+	if (getenv("KVGEN_MAX_TOKENS"))
+		max_tokens = (uint32_t)strtoul(getenv("KVGEN_MAX_TOKENS"), NULL, 10) ?: 40;
 	int cases = atoi(argv[2]), views = 0;
 	for (int k = 0; k < cases; k++)
 		if (one_case(k, argv[3], argv + 4, argc - 4, &views))

@@ -1,0 +1,61 @@
+"""vview.py MOUNT [ROUNDS] - a T=1 view of 4 vllm-omni shards, on one node,
+against reading the same 4 shards whole (the ceiling), in the same run.
+
+The shards are token-major ([tokens, heads, head_dim] per layer: 28 layers,
+1024 tokens, 8 heads of 128, f16, 2 heads a shard), so the view is a gather
+of ~229k rows of 512 bytes.  Each round writes fresh shards (readers 1:
+consumed by the read), waits 20 ms, then reads.  Prints medians and p99.
+"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../py"))
+import kvpy  # noqa: E402
+
+L, TOK, H, D, S = 28, 1024, 8, 128, 4
+
+
+def read_all(path):
+    with open(path, "rb", buffering=0) as f:
+        while f.read(1 << 20):
+            pass
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))]
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] in ("-h", "--help"):
+        print(__doc__.strip().split("\n")[0], file=sys.stderr)
+        sys.exit(2)
+    mnt, rounds = argv[1], int(argv[2]) if len(argv) > 2 else 9
+    n = H // S
+    shards = [kvpy.vllm([os.urandom(TOK * n * D * 2) for _ in range(L)],
+                        [os.urandom(TOK * n * D * 2) for _ in range(L)],
+                        tokens=TOK, heads=n, head_dim=D, rid="bench") for _ in range(S)]
+    whole, view = [], []
+    for r in range(rounds):
+        for i in range(S):
+            for k in ("w%d" % r, "v%d" % r):
+                with open("%s/0/1/%s.rank%dof%d" % (mnt, k, i, S), "wb") as f:
+                    os.setxattr(f.fileno(), "user.omni.readers", b"1")   # the read consumes it
+                    f.write(shards[i])
+        time.sleep(0.02)
+        t = time.monotonic()
+        for i in range(S):
+            read_all("%s/0/1/w%d.rank%dof%d" % (mnt, r, i, S))
+        whole.append(time.monotonic() - t)
+        t = time.monotonic()
+        read_all("%s/0/1/v%d" % (mnt, r))
+        view.append(time.monotonic() - t)
+    mw, mv = pct(whole, 0.5), pct(view, 0.5)
+    print("  4 shards whole: median %.1f ms p99 %.1f ms; T=1 view: median %.1f ms p99 %.1f ms"
+          " = %.2fx the shards (goal <= 1.2x)" % (mw * 1e3, pct(whole, 0.99) * 1e3, mv * 1e3,
+                                               pct(view, 0.99) * 1e3, mv / mw))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
