@@ -5,7 +5,9 @@
  * tcpceil rtt N - the floor under a cross-node hand-off: N round trips of
  * 32 bytes between two processes over loopback TCP.  Prints the median in
  * microseconds.  (A hand-off is at least a message one way and a few
- * wake-ups of sleeping threads, which is what this costs.)
+ * wake-ups of sleeping threads, which is what this costs.)  With
+ * TCPCEIL_IDLE_US both ends sleep that long before each round trip: the
+ * cold floor under a cold hand-off.
  *
  * tcpceil copies MIB - the copies a remote read makes, by a plain program:
  * one stream from a MIB buffer; the receiver takes RX_BOUNCE at a time,
@@ -96,7 +98,11 @@ static int rtt(int n, int c, int s)
 		_exit(0);
 	}
 	close(s);
+	const char *idle = getenv("TCPCEIL_IDLE_US");
+	unsigned us = idle ? (unsigned)strtoul(idle, NULL, 10) : 0;
 	for (int i = 0; i < n; i++) {
+		if (us)
+			usleep(us);
 		long long t = now_ns();
 		if (write(c, b, sizeof(b)) != sizeof(b) || read(c, b, sizeof(b)) != sizeof(b)) {
 			free(lat);

@@ -4,7 +4,16 @@
  * of RDIR/h<i> (DIR by default; another node's mount of the same edge for
  * a cross-node hand-off; STATS is the reader's node's .omni/stats); the
  * time runs from the writer's open to the reader's close.  Prints the
- * median, p90 and p99 in microseconds. */
+ * median, p90 and p99 in microseconds.
+ *
+ * handoff seq DIR N - the same syscalls one after the other in one
+ * process (create, write, close; open, read, close of DIR/s<i>): the
+ * ceiling on a minimal FUSE filesystem (tests/bench/ceilingfs).
+ *
+ * HANDOFF_IDLE_US (0) makes both cold: everything is left idle that long
+ * before each write, as between real requests, so that no thread is still
+ * spinning from the last one (the writer's check that the reader waits
+ * comes before the idle time, not after). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -65,15 +74,65 @@ static void reader(const char *dir, int n, ssize_t size, int ready, int done)
 	_exit(0);
 }
 
+static unsigned idle_us(void)
+{
+	const char *s = getenv("HANDOFF_IDLE_US");
+	return s ? (unsigned)strtoul(s, NULL, 10) : 0;
+}
+
+static int report(long long *lat, int n)
+{
+	qsort(lat, (size_t)n, sizeof(*lat), cmp);
+	printf("%.1f %.1f %.1f\n", lat[n / 2] / 1e3, lat[n * 9 / 10] / 1e3, lat[n * 99 / 100] / 1e3);
+	return 0;
+}
+
+/* handoff seq DIR N */
+static int sequential(const char *dir, int n)
+{
+	static char data[4096], buf[65536];
+	long long *lat = calloc((size_t)(n > 0 ? n : 1), sizeof(*lat));
+	unsigned idle = idle_us();
+
+	if (!lat || n <= 0)
+		return fprintf(stderr, "handoff: bad N\n"), 2;
+	memset(data, 'h', sizeof(data));
+	for (int i = 0; i < n; i++) {
+		char path[4096];
+		ssize_t got = 0, r;
+		snprintf(path, sizeof(path), "%s/s%d", dir, i);
+		if (idle)
+			usleep(idle);
+		long long t0 = now_ns();
+		int fd = open(path, O_CREAT | O_WRONLY, 0644);
+		if (fd < 0 || write(fd, data, sizeof(data)) != (ssize_t)sizeof(data) || close(fd))
+			return perror(path), 1;
+		if ((fd = open(path, O_RDONLY)) < 0)
+			return perror(path), 1;
+		while ((r = read(fd, buf, sizeof(buf))) > 0)
+			got += r;
+		close(fd);
+		if (got != (ssize_t)sizeof(data))
+			return fprintf(stderr, "handoff: %s read %zd bytes\n", path, got), 1;
+		lat[i] = now_ns() - t0;
+		unlink(path);           /* a ceiling keeps nothing */
+	}
+	return report(lat, n);
+}
+
 int main(int argc, char **argv)
 {
-	if (argc < 4 || argc > 6)
-		return fprintf(stderr, "usage: handoff DIR N STATSFILE [READER-DIR [SIZE]]\n"), 2;
+	if (argc == 4 && !strcmp(argv[1], "seq"))
+		return sequential(argv[2], atoi(argv[3]));
+	if (argc < 4 || argc > 6 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))
+		return fprintf(stderr, "usage: handoff DIR N STATSFILE [READER-DIR [SIZE]]\n"
+			       "       handoff seq DIR N\n"), 2;
 	const char *dir = argv[1], *rdir = argc >= 5 ? argv[4] : dir;
 	int n = atoi(argv[2]), rp[2], dp[2];
 	ssize_t size = argc == 6 ? atol(argv[5]) : 4096;
 	long long *lat = calloc((size_t)n, sizeof(*lat));
 	char *data = size > 0 ? malloc((size_t)size) : NULL;
+	unsigned idle = idle_us();
 
 	if (!lat || !data || n <= 0)
 		return fprintf(stderr, "handoff: bad N or SIZE\n"), 2;
@@ -89,6 +148,8 @@ int main(int argc, char **argv)
 			return 1;
 		for (int spin = 0; !waiting(argv[3]) && spin < 100000; spin++)
 			;
+		if (idle)
+			usleep(idle);
 		snprintf(path, sizeof(path), "%s/h%d", dir, i);
 		long long t0 = now_ns();
 		int fd = open(path, O_CREAT | O_WRONLY, 0644);
@@ -99,7 +160,5 @@ int main(int argc, char **argv)
 		lat[i] = t1 - t0;
 	}
 	wait(NULL);
-	qsort(lat, (size_t)n, sizeof(*lat), cmp);
-	printf("%.1f %.1f %.1f\n", lat[n / 2] / 1e3, lat[n * 9 / 10] / 1e3, lat[n * 99 / 100] / 1e3);
-	return 0;
+	return report(lat, n);
 }
