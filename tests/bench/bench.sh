@@ -77,7 +77,7 @@ printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median = %.1f wake-up ro
 # Cold: everything idle 2 ms before each write, as between real requests
 # (issue 21), against the same syscalls done one after the other, cold,
 # on the minimal FUSE filesystem.
-read -r CMED CP90 CP99 < <(HANDOFF_IDLE_US=2000 "$B/tools/handoff" "$T/omni/bench/hand" 500 "$T/omni/.omni/stats")
+read -r CMED CP90 CP99 < <(HANDOFF_IDLE_US=2000 HANDOFF_NAME=cold "$B/tools/handoff" "$T/omni/bench/hand" 500 "$T/omni/.omni/stats")
 "$B/bench/ceilingfs" "$T/ceil" 64 & MNTS+=("$T/ceil")
 wait_mount "$T/ceil" || { echo "ceilingfs did not mount"; exit 1; }
 read -r FMED FP90 FP99 < <(HANDOFF_IDLE_US=2000 "$B/tools/handoff" seq "$T/ceil" 500)
@@ -145,7 +145,7 @@ done
 RTT=$("$B/bench/tcpceil" rtt 2000)
 read -r XMED XP90 XP99 < <("$B/tools/handoff" "$T/a/0/1" 1000 "$T/b/.omni/stats" "$T/b/0/1")
 CRTT=$(TCPCEIL_IDLE_US=2000 "$B/bench/tcpceil" rtt 500)
-read -r XCMED XCP90 XCP99 < <(HANDOFF_IDLE_US=2000 "$B/tools/handoff" "$T/a/0/1" 500 "$T/b/.omni/stats" "$T/b/0/1")
+read -r XCMED XCP90 XCP99 < <(HANDOFF_IDLE_US=2000 HANDOFF_NAME=cold "$B/tools/handoff" "$T/a/0/1" 500 "$T/b/.omni/stats" "$T/b/0/1")
 printf '\n4 KiB hand-off, writer on a, reader waiting in open on b (1000 runs):\n'
 printf '  loopback TCP round trip, 32 B, two processes, just before: median %.1f us\n' "$RTT"
 printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median = %.1f TCP round trips, %.1f wake-up round trips across cores)\n' \

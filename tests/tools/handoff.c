@@ -13,7 +13,8 @@
  * HANDOFF_IDLE_US (0) makes both cold: everything is left idle that long
  * before each write, as between real requests, so that no thread is still
  * spinning from the last one (the writer's check that the reader waits
- * comes before the idle time, not after). */
+ * comes before the idle time, not after).  HANDOFF_NAME ("h") is the
+ * keys' prefix, so that a second run can use the same directory. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -51,12 +52,18 @@ static int waiting(const char *stats)
 	return w && atoi(w + 10) > 0;
 }
 
+static const char *name(void)
+{
+	const char *s = getenv("HANDOFF_NAME");
+	return s && *s ? s : "h";
+}
+
 static void reader(const char *dir, int n, ssize_t size, int ready, int done)
 {
 	static char buf[65536];
 	for (int i = 0; i < n; i++) {
 		char path[4096];
-		snprintf(path, sizeof(path), "%s/h%d", dir, i);
+		snprintf(path, sizeof(path), "%s/%s%d", dir, name(), i);
 		if (write(ready, "r", 1) != 1)
 			_exit(1);
 		int fd = open(path, O_RDONLY);
@@ -150,7 +157,7 @@ int main(int argc, char **argv)
 			;
 		if (idle)
 			usleep(idle);
-		snprintf(path, sizeof(path), "%s/h%d", dir, i);
+		snprintf(path, sizeof(path), "%s/%s%d", dir, name(), i);
 		long long t0 = now_ns();
 		int fd = open(path, O_CREAT | O_WRONLY, 0644);
 		if (fd < 0 || write(fd, data, (size_t)size) != size || close(fd))
