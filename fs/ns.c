@@ -863,7 +863,7 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	}
 	if (htab_init(&ns->byino, 1024) || htab_init(&ns->byname, 1024) ||
 	    htab_init(&ns->waiters, 1024) || htab_init(&ns->byoid, 1024) ||
-	    htab_init(&ns->bybase, 1024))
+	    htab_init(&ns->bybase, 1024) || htab_init(&ns->gone_byoid, NS_GONE_RECENT))
 		goto free_tables;
 	pthread_mutex_init(&ns->ev_lock, NULL);
 	pthread_cond_init(&ns->fcond, NULL);
@@ -892,6 +892,7 @@ free_tables:
 	htab_fini(&ns->waiters);
 	htab_fini(&ns->byoid);
 	htab_fini(&ns->bybase);
+	htab_fini(&ns->gone_byoid);
 	free(ns->rules);
 free_ns:
 	free(ns);
@@ -978,6 +979,7 @@ void ns_destroy(struct ns *ns)
 	htab_fini(&ns->waiters);
 	htab_fini(&ns->byoid);
 	htab_fini(&ns->bybase);
+	htab_fini(&ns->gone_byoid);
 	timerq_fini(&ns->tq);
 	pthread_cond_destroy(&ns->fcond);
 	pthread_mutex_destroy(&ns->ev_lock);

@@ -86,10 +86,11 @@ struct node {
 
 /* Other nodes' objects that they said are gone, lately.  A listing or a
  * lookup answered before the GONE (which came on another connection) may
- * arrive after it, and must not bring the object back (ns_remote_add). */
+ * arrive after it, and must not bring the object back (ns_remote_add).
+ * A ring of the last NS_GONE_RECENT, found by oid in ns->gone_byoid. */
 #define NS_GONE_RECENT 1024
 #define NS_GONE_KEEP_NS (30ull * 1000000000u)
-struct ns_gone { uint64_t oid, at; int owner; };
+struct ns_gone { struct hlink byoid; uint64_t at; int owner; };
 
 /* A key whose object was lost with its owner answers opens with EIO for
  * this long (SPEC §4.7), not with a wait that ends in ENOENT. */
@@ -135,6 +136,7 @@ struct ns {
 	uint64_t next_oid;              /* from the start time: unique across restarts */
 	struct ns_gone gone[NS_GONE_RECENT];
 	unsigned gone_next;
+	struct htab gone_byoid;
 	pthread_cond_t fcond;           /* a fetch moved on */
 	struct object *lru_head, *lru_tail;     /* least recently opened first */
 	_Atomic uint64_t next_lease;    /* ns_lease_id() */

@@ -312,11 +312,25 @@ static struct object *remote_new(struct ns *ns, struct node *k, int owner,
 
 static int gone_lately(const struct ns *ns, int owner, uint64_t oid, uint64_t now)
 {
-	for (unsigned i = 0; i < NS_GONE_RECENT; i++)
-		if (ns->gone[i].oid == oid && ns->gone[i].owner == owner &&
-		    now - ns->gone[i].at < NS_GONE_KEEP_NS)
+	for (struct hlink *l = htab_find(&ns->gone_byoid, oid); l; l = htab_next(l)) {
+		const struct ns_gone *g = (const struct ns_gone *)((const char *)l -
+								     offsetof(struct ns_gone, byoid));
+		if (g->owner == owner && now - g->at < NS_GONE_KEEP_NS)
 			return 1;
+	}
 	return 0;
+}
+
+/* Under the lock: the oldest entry of the ring makes room. */
+static void gone_note(struct ns *ns, int owner, uint64_t oid)
+{
+	struct ns_gone *g = &ns->gone[ns->gone_next++ % NS_GONE_RECENT];
+
+	if (g->at)
+		htab_del(&ns->gone_byoid, &g->byoid);
+	g->at = clock_mono_ns();
+	g->owner = owner;
+	htab_add(&ns->gone_byoid, &g->byoid, oid);
 }
 
 int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
@@ -367,11 +381,10 @@ unlock:
 	return rc;
 }
 
-
 void ns_remote_gone(struct ns *ns, int owner, uint64_t oid)
 {
 	pthread_mutex_lock(&ns->lock);
-	ns->gone[ns->gone_next++ % NS_GONE_RECENT] = (struct ns_gone){ oid, clock_mono_ns(), owner };
+	gone_note(ns, owner, oid);
 	for (struct node *s = ns->root->child; s; s = s->next)
 		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL; e; e = e->next)
 			for (struct node *k = e->child; k; k = k->next)

@@ -420,8 +420,6 @@ static int mark_gaps(struct view *v, const struct kv_plan *p)
 	return 0;
 }
 
-struct band { uint64_t lo, hi; size_t first, n; int remote; };
-
 static int seg_cmp(const void *a, const void *b, void *arg)
 {
 	const struct kv_seg *seg = arg;
@@ -445,28 +443,29 @@ static int fill_local(struct view *v, const struct ns_srcinfo *si, const struct 
 	qsort_r(ix, p->nseg, sizeof(*ix), seg_cmp, p->seg);
 	int rc = 0;
 	for (size_t i = 0, j; !rc && i < p->nseg; i = j) {
-		struct band b = { p->seg[ix[i]].doff, seg_end(&p->seg[ix[i]]), i, 0, 0 };
-		for (j = i; j < p->nseg && p->seg[ix[j]].doff < b.hi; j++) {
+		uint64_t lo = p->seg[ix[i]].doff, hi = seg_end(&p->seg[ix[i]]);
+		int remote = 0;
+		for (j = i; j < p->nseg && p->seg[ix[j]].doff < hi; j++) {
 			uint64_t e = seg_end(&p->seg[ix[j]]);
-			b.hi = e > b.hi ? e : b.hi;
-			b.remote |= si[p->seg[ix[j]].src].owner >= 0;
+			hi = e > hi ? e : hi;
+			remote |= si[p->seg[ix[j]].src].owner >= 0;
 		}
 		for (size_t k = i; !rc && k < j; k++) {
 			const struct kv_seg *s = &p->seg[ix[k]];
 			if (si[s->src].owner >= 0)
 				continue;
 			rc = copy_local(v->env.ns, v->src[s->src], s, v->buf);
-			if (b.remote)
+			if (remote)
 				land(v, s, rc);
 			else if (!rc)
 				rc = check(v, s);
 		}
-		if (!b.remote) {
+		if (!remote) {
 			pthread_mutex_lock(&v->lock);
 			if (rc && !v->err)
 				v->err = rc == -ENOENT ? -ENOENT : -EIO;
 			else if (!rc)
-				rangeset_add(&v->ready, b.lo, b.hi);
+				rangeset_add(&v->ready, lo, hi);
 			pthread_cond_broadcast(&v->cond);
 			pthread_mutex_unlock(&v->lock);
 		}

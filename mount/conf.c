@@ -231,12 +231,8 @@ static int ydup(struct yctx *y, const yaml_node_t *map)
 {
 	for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++)
 		for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
-			yaml_node_t *a = yaml_document_get_node(y->doc, q->key);
-			yaml_node_t *b = yaml_document_get_node(y->doc, p->key);
-			const char *ka = a && a->type == YAML_SCALAR_NODE ?
-					 (const char *)a->data.scalar.value : NULL;
-			const char *kb = b && b->type == YAML_SCALAR_NODE ?
-					 (const char *)b->data.scalar.value : NULL;
+			yaml_node_t *a = ynode(y, q->key), *b = ynode(y, p->key);
+			const char *ka = yscalar(a), *kb = yscalar(b);
 			if (ka && kb && !strcmp(ka, kb))
 				return yerr(y, b, "'%s' is given twice (first at line %d)", kb,
 					    yline(a));

@@ -1209,15 +1209,22 @@ static int same_host(const struct sockaddr_storage *a, const struct sockaddr_sto
 	return 1;
 }
 
-static void stranger_drop(struct strangers *q, struct stranger *s)
+/* Takes s off the loop; its descriptor, for the caller to close or keep. */
+static int stranger_unlink(struct strangers *q, struct stranger *s)
 {
+	int fd = s->fd;
+
 	*(s->prev ? &s->prev->next : &q->head) = s->next;
 	*(s->next ? &s->next->prev : &q->tail) = s->prev;
 	q->n--;
-	epoll_ctl(q->ep, EPOLL_CTL_DEL, s->fd, NULL);
-	if (s->fd >= 0)
-		close(s->fd);
+	epoll_ctl(q->ep, EPOLL_CTL_DEL, fd, NULL);
 	free(s);
+	return fd;
+}
+
+static void stranger_drop(struct strangers *q, struct stranger *s)
+{
+	close(stranger_unlink(q, s));
 }
 
 /* Why a stranger was dropped, counted, and said at most once a second. */
@@ -1337,12 +1344,9 @@ static int stranger_step(struct xport *x, struct stranger *s, int *peer, struct 
 static void stranger_promote(struct xport *x, struct strangers *q, struct stranger *s,
 			     int peer, struct rdma_srv *srv)
 {
-	int fd = s->fd;
+	int fd = stranger_unlink(q, s);
 	pthread_t t;
 
-	epoll_ctl(q->ep, EPOLL_CTL_DEL, fd, NULL);
-	s->fd = -1;
-	stranger_drop(q, s);
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 	struct xport_conn *c = conn_new(x, fd, peer, 0);
 	if (!c) {

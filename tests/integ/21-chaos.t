@@ -61,7 +61,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
 		kills=$((kills + 1)) ;;
 	1|2)    diag "stop $n for a while"
 		kill -STOP "${NODE_PID[$n]}"; STOPPED=$n
-		wait_until $((RANDOM % 4 + 1)) false
+		sleep $((RANDOM % 4 + 1))      # the fault's length, not a wait for anything
 		cont_all
 		stops=$((stops + 1)) ;;
 	3)      diag "strangers at $n"
