@@ -215,6 +215,16 @@ int ns_truncate(struct ns *ns, uint64_t ino, uint64_t size);
  * Without it, the C library would write a byte a block up to the end. */
 int ns_fallocate(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t len);
 int ns_unlink(struct ns *ns, uint64_t parent, const char *name);
+/* The same-node hand-over (fs/direct.h).  where: a reader's handle of a
+ * complete local object, its bytes as at most max iovecs, the open then
+ * counting as a complete read; -EREMOTE when the bytes are not all here,
+ * -E2BIG in more pieces than max.  place: a fresh object's one writer makes
+ * it size bytes long, changing nothing on an error (-ENOSPC, -E2BIG,
+ * -EBUSY once written to).  -EOPNOTSUPP for a pool a process cannot copy. */
+int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int max,
+		    int *n, uint64_t *size, uint64_t *xxh3);
+int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct iovec *iov,
+		    int max, int *n);
 
 int ns_getxattr(struct ns *ns, uint64_t ino, const char *name, char *buf,
 		size_t size);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include "caller.h"
 #include "callwait.h"
 #include "cluster.h"
+#include "direct.h"
 #include "loop.h"
 #include "stats.h"
 #include "vfile.h"
@@ -42,6 +44,7 @@ struct fs {
 	struct callwait cw;             /* threads' own waits for their next open */
 	unsigned max_threads, spin_us;
 	int mounted, unknown_intent_logged;
+	uint64_t cookie;                /* proves to a direct caller that it reads us */
 };
 
 /* A waiting open: the request and its file info, kept until answered. */
@@ -578,6 +581,53 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_err(req, 0);
 }
 
+/* ---------------------------------------------------------------- direct */
+
+/* The same-node hand-over (fs/direct.h): one request instead of one per
+ * MiB.  Only for those who could read and write our memory anyway. */
+static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, void *arg,
+		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		     size_t in_bufsz, size_t out_bufsz)
+{
+	struct fs *fs = fs_of(req);
+	struct omnifs_direct d = { .magic = OMNIFS_DIRECT_MAGIC };
+	struct iovec iov[OMNIFS_DIRECT_EXT];
+	uid_t uid = fuse_req_ctx(req)->uid;
+	int n = 0, rc;
+
+	(void)ino, (void)arg;
+	if ((cmd != OMNIFS_IOC_WHERE && cmd != OMNIFS_IOC_PLACE) ||
+	    (flags & FUSE_IOCTL_COMPAT))
+		return (void)fuse_reply_err(req, ENOTTY);
+	if (fi->fh & FH_TAGS)           /* views, .omni files: no one place */
+		return (void)fuse_reply_err(req, EOPNOTSUPP);
+	if (uid != 0 && uid != geteuid())
+		return (void)fuse_reply_err(req, EPERM);
+	if (out_bufsz < sizeof(d))
+		return (void)fuse_reply_err(req, EINVAL);
+	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
+	if (cmd == OMNIFS_IOC_PLACE) {
+		if (in_bufsz < sizeof(d))
+			return (void)fuse_reply_err(req, EINVAL);
+		memcpy(&d.size, (const char *)in_buf + offsetof(struct omnifs_direct, size),
+		       sizeof(d.size));
+		rc = ns_direct_place(fs->ns, h, d.size, iov, OMNIFS_DIRECT_EXT, &n);
+	} else {
+		rc = ns_direct_where(fs->ns, h, iov, OMNIFS_DIRECT_EXT, &n, &d.size, &d.xxh3);
+	}
+	if (rc)
+		return (void)fuse_reply_err(req, -rc);
+	d.pid = (uint32_t)getpid();
+	d.cookie_addr = (uintptr_t)&fs->cookie;
+	d.cookie = fs->cookie;
+	d.n = (uint32_t)n;
+	for (int i = 0; i < n; i++) {
+		d.ext[i].addr = (uintptr_t)iov[i].iov_base;
+		d.ext[i].len = iov[i].iov_len;
+	}
+	fuse_reply_ioctl(req, 0, &d, sizeof(d));
+}
+
 /* ---------------------------------------------------------------- xattrs */
 
 /* size 0 asks for the length only (getxattr(2), listxattr(2)). */
@@ -663,6 +713,7 @@ static const struct fuse_lowlevel_ops ops = {
 	.flush = op_flush,
 	.fallocate = op_fallocate,
 	.release = op_release,
+	.ioctl = op_ioctl,
 	.getxattr = op_getxattr,
 	.listxattr = op_listxattr,
 	.setxattr = op_setxattr,
@@ -684,6 +735,8 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 	if (!fs)
 		return -ENOMEM;
 	callwait_init(&fs->cw);
+	while (getrandom(&fs->cookie, sizeof(fs->cookie), 0) != sizeof(fs->cookie) || !fs->cookie)
+		;
 	char err[256];
 	if (p->cluster) {
 		if ((rc = cluster_create(&fs->cl, p->cluster, &fs->st, err, sizeof(err)))) {

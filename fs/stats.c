@@ -37,6 +37,8 @@ static const struct {
 	[ST_EVICTED] = { "evicted", "Unused copies of other nodes' objects dropped to make room in the pool", 0 },
 	[ST_RDMA_READS] = { "rdma_reads", "RDMA READs completed", 0 },
 	[ST_RDMA_ERRORS] = { "rdma_errors", "RDMA READs that failed, and queue pairs that stalled", 0 },
+	[ST_DIRECT_GETS] = { "direct_gets", "Objects a process on this node copied out itself (OMNIFS_IOC_WHERE)", 0 },
+	[ST_DIRECT_PUTS] = { "direct_puts", "Objects a process on this node copied in itself (OMNIFS_IOC_PLACE)", 0 },
 };
 
 static const char *hist_name[H__COUNT] = {

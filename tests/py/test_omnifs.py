@@ -274,3 +274,119 @@ def test_kv_shards_through_views(S, T):
 def test_tp_hooks_refuse_bad_topology():
     with pytest.raises(ValueError):
         tp_view_hooks(3, 2, 0)
+
+
+# ---- the same-node hand-over (omnifs.direct, fs/direct.h) ----
+
+def counters(mount):
+    s = omnifs.Mount(mount).stats()
+    return s["direct_gets"], s["direct_puts"]
+
+
+@pytest.mark.parametrize("size", [64 << 10, (1 << 20) + 13, 5 << 20])
+def test_same_node_hand_over_is_byte_exact_and_consumes(size):
+    m, k, data = omnifs.Mount(ONE), rid(), os.urandom(size)
+    g0, p0 = counters(ONE)
+    assert m.put("0", "1", k, [data[:7], data[7:]], readers=2) == size  # an odd first piece
+    assert counters(ONE) == (g0, p0 + 1), "the put went direct"
+    assert open(os.path.join(ONE, "0", "1", k), "rb").read() == data     # cat sees it
+    assert k in m.keys("0", "1")
+    assert bytes(m.get("0", "1", k, timeout=5)) == data
+    assert counters(ONE)[0] == g0 + 1, "the get went direct"
+    assert k not in m.keys("0", "1"), "its second complete read consumed it"
+
+
+def test_hand_over_checks_its_integrity_like_a_write():
+    m, k, data = omnifs.Mount(ONE), rid(), os.urandom(3 << 20)
+    m.put("0", "1", k, data, readers=0)
+    import xxhash
+    got = os.getxattr(os.path.join(ONE, "0", "1", k), "user.omni.xxh3").decode()
+    assert int(got, 16) == xxhash.xxh3_64_intdigest(data), "hashed at publish"
+    m.remove("0", "1", k)
+
+
+def test_arrays_come_back_aligned_over_their_own_buffer(one):
+    k = rid()
+    a = np.random.default_rng(1).standard_normal((512, 1024)).astype(np.float16)
+    assert one.put("0", "1", k, a)[0]
+    b, n = one.get("0", "1", k)
+    assert b.dtype == a.dtype and b.shape == a.shape and (a == b).all()
+    assert b.ctypes.data % 64 == 0, "the body starts at a multiple of 64"
+
+
+def test_small_puts_write_and_everything_works_without_direct():
+    m, k, data = omnifs.Mount(ONE), rid(), os.urandom(200 << 10)
+    m.direct = False
+    g0, p0 = counters(ONE)
+    m.put("0", "1", k, data)
+    m.put("0", "1", k + "s", b"tiny")
+    assert bytes(m.get("0", "1", k, timeout=5)) == data
+    assert bytes(m.get("0", "1", k + "s", timeout=5)) == b"tiny"
+    assert counters(ONE) == (g0, p0), "nothing went direct"
+
+
+def test_a_wrong_daemon_is_never_trusted():
+    """The cookie: a pid that is some other process (another pid namespace)
+    must not be read from or written to."""
+    from omnifs import direct
+    m, k = omnifs.Mount(ONE), rid()
+    m.put("0", "1", k, os.urandom(1 << 20), readers=0)
+    with open(os.path.join(ONE, "0", "1", k), "rb") as f:
+        pl = direct.where(f.fileno())
+        pl.cookie ^= 1
+        assert not direct.copy_out(pl, bytearray(pl.size))
+        pl.cookie ^= 1
+        pl.pid = os.getpid()        # a process that is not the daemon
+        assert not direct.copy_out(pl, bytearray(pl.size))
+    m.remove("0", "1", k)
+
+
+def ioctl_errno(path, flags, cmd, size=0):
+    import fcntl
+    from omnifs import direct
+    fd = os.open(path, flags, 0o644)
+    try:
+        buf = bytearray(direct.SIZE)
+        direct._HEAD.pack_into(buf, 0, direct.MAGIC, 0, size, 0, 0, 0, 0, 0)
+        fcntl.ioctl(fd, cmd, buf, True)
+        return 0
+    except OSError as e:
+        return e.errno
+    finally:
+        os.close(fd)
+
+
+def test_place_refuses_what_it_cannot_do_and_changes_nothing():
+    from omnifs import direct
+    m, k = omnifs.Mount(ONE), rid()
+    p = os.path.join(ONE, "0", "1", k)
+    used = pool_used(ONE)
+    # more than the pool: ENOSPC, and the object is still empty and writable
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with pytest.raises(OSError) as e:
+        direct.place(fd, 1 << 40)
+    assert e.value.errno == errno.ENOSPC and os.fstat(fd).st_size == 0
+    os.write(fd, b"after")
+    with pytest.raises(OSError) as e:       # written to already: not fresh
+        direct.place(fd, 10)
+    assert e.value.errno == errno.EBUSY
+    os.close(fd)
+    assert bytes(m.get("0", "1", k, timeout=5)) == b"after"
+    assert pool_used(ONE) == used
+    # WHERE on a writer, PLACE on a reader: EBADF; an unknown command: ENOTTY
+    m.put("0", "1", k, b"x", readers=0)
+    assert ioctl_errno(p, os.O_RDONLY, direct.PLACE, 10) == errno.EBADF
+    assert ioctl_errno(p, os.O_RDONLY, direct.WHERE + 1) == errno.ENOTTY
+    m.remove("0", "1", k)
+    assert ioctl_errno(p + "w", os.O_WRONLY | os.O_CREAT | os.O_EXCL, direct.WHERE) == errno.EBADF
+    m.remove("0", "1", k + "w")
+    assert ioctl_errno(os.path.join(ONE, ".omni", "stats"), os.O_RDONLY, direct.WHERE) \
+        == errno.EOPNOTSUPP
+
+
+def test_another_nodes_object_is_pulled_first():
+    k, data = rid(), os.urandom(2 << 20)
+    omnifs.Mount(B).put("0", "1", k, data)
+    pulled = omnifs.Mount(C).stats()["bytes_pulled"]
+    assert bytes(omnifs.Mount(C).get("0", "1", k, timeout=5)) == data
+    assert omnifs.Mount(C).stats()["bytes_pulled"] >= pulled + len(data)

@@ -4,6 +4,10 @@
     m.put("0", "1", "req-7", b"...")          # write + close: published
     data = m.get("0", "1", "req-7", timeout=5) # waits inside open(), no polling
 
+On the node that holds an object, get() and large put()s copy its bytes
+straight from and into the daemon's pool (omnifs.direct) when this process
+may (root, or the daemon's user); elsewhere they read and write the file.
+
 Errors are Python's own OSErrors with omnifs' errno (SPEC §9):
 FileNotFoundError when a key is not published within the wait,
 FileExistsError for a key that exists, OSError(EINVAL) for a bad name.
@@ -14,12 +18,18 @@ import math
 import os
 import re
 
+from . import direct
+
 __all__ = ["Mount", "WAIT_XATTR"]
 
 # Set on the mount's root, it arms the calling thread's next open with a
 # wait of its own (README, "Waiting").
 WAIT_XATTR = "user.omni.wait_ms"
 _STAGE = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+# Smaller puts write(): one request either way, and the daemon hashes
+# written bytes as they come.
+DIRECT_PUT_MIN = 64 << 10
+HEAD = 64               # what get()'s alloc is shown of an object's start
 
 
 def _bad(what, name):
@@ -33,6 +43,21 @@ class Mount:
         self.root = os.fspath(path)
         if not os.path.isfile(os.path.join(self.root, ".omni", "health")):
             raise OSError(errno.ENOTCONN, "omnifs: %s is not an omnifs mount" % self.root)
+        self.direct = direct.available()
+
+    def _direct(self, fn, *args):
+        """A Place from where()/place(), or None to read and write instead
+        (for good when the answer will not change here).  ENOSPC raises."""
+        if not self.direct:
+            return None
+        try:
+            return fn(*args)
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise
+            if direct.never(e):
+                self.direct = False
+            return None
 
     def path(self, from_stage, to_stage, key):
         """The file of a key; OSError(EINVAL) for names SPEC §3 refuses."""
@@ -50,16 +75,18 @@ class Mount:
         complete reads consume it (0 keeps it until removed)."""
         p = self.path(from_stage, to_stage, key)
         pieces = data if isinstance(data, (list, tuple)) else [data]
+        views = [memoryview(piece).cast("B") for piece in pieces]
+        total = sum(len(v) for v in views)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        total = 0
         try:
             if readers is not None:
                 os.setxattr(fd, "user.omni.readers", str(int(readers)).encode())
-            for piece in pieces:
-                view, done = memoryview(piece).cast("B"), 0
-                while done < len(view):
-                    done += os.write(fd, view[done:])
-                total += done
+            pl = self._direct(direct.place, fd, total) if total >= DIRECT_PUT_MIN else None
+            if pl is None or not direct.copy_in(pl, views):
+                for view in views:
+                    done = 0
+                    while done < len(view):
+                        done += os.write(fd, view[done:])
         except BaseException:
             os.close(fd)            # unpublished: a torn write is never seen
             raise
@@ -71,32 +98,60 @@ class Mount:
             ms = max(1, math.ceil(float(timeout) * 1000))
             os.setxattr(self.root, WAIT_XATTR, str(ms).encode())
 
-    def get(self, from_stage, to_stage, key, timeout=None):
-        """The bytes of a key (a bytearray), waiting inside open() until it is
-        published: timeout seconds, or the edge's wait_ms if None."""
+    def get(self, from_stage, to_stage, key, timeout=None, alloc=None):
+        """The bytes of a key, waiting inside open() until it is published:
+        timeout seconds, or the edge's wait_ms if None.  alloc(size, head)
+        gives the writable buffer to fill (default a bytearray), shown the
+        object's first HEAD bytes."""
         p = self.path(from_stage, to_stage, key)
         if timeout is not None and timeout <= 0:
             raise FileNotFoundError(errno.ENOENT, "omnifs: no time left to wait", p)
         self._arm(timeout)
         with open(p, "rb", buffering=0) as f:
-            # An object's size is known at open; a view's stat may say 0
-            # (it is made at open): then read to the end.
-            size = os.fstat(f.fileno()).st_size
-            buf, got = bytearray(size or 1 << 20), 0
-            while True:
-                if got == len(buf):
-                    if size:
-                        return buf
-                    buf.extend(bytes(len(buf)))
-                with memoryview(buf) as view:
-                    n = f.readinto(view[got:])
-                if not n:
-                    break
-                got += n
-            if size and got != size:
-                raise OSError(errno.EIO, "omnifs: %s ended at %d of %d bytes" % (p, got, size))
-            del buf[got:]
-            return buf
+            pl = self._direct(direct.where, f.fileno())
+            if pl is not None:
+                buf = self._get_direct(pl, alloc)
+                if buf is not None:
+                    return buf
+            return self._get_read(p, f, alloc)
+
+    def _get_direct(self, pl, alloc):
+        if alloc is None:
+            buf = bytearray(pl.size)
+            return buf if direct.copy_out(pl, buf) else None
+        head = bytearray(min(HEAD, pl.size))
+        if not direct.copy_out(pl, head):
+            return None
+        buf = alloc(pl.size, bytes(head))
+        with memoryview(buf).cast("B") as mv:
+            mv[:len(head)] = head
+            ok = direct.copy_out(pl, mv[len(head):], skip=len(head))
+        return buf if ok else None
+
+    @staticmethod
+    def _get_read(p, f, alloc):
+        # An object's size is known at open; a view's stat may say 0 (it
+        # is made at open): then read to the end.
+        size = os.fstat(f.fileno()).st_size
+        if alloc is not None and size:
+            buf = alloc(size, os.pread(f.fileno(), HEAD, 0))
+        else:
+            buf = bytearray(size or 1 << 20)
+        got = 0
+        while True:
+            if got == len(buf):
+                if size:
+                    return buf
+                buf.extend(bytes(len(buf)))
+            with memoryview(buf).cast("B") as view:
+                n = f.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        if size and got != size:
+            raise OSError(errno.EIO, "omnifs: %s ended at %d of %d bytes" % (p, got, size))
+        del buf[got:]
+        return buf
 
     def view(self, from_stage, to_stage, key, rank, of, timeout=None):
         """Rank `rank` of `of` of a KV payload's shards (SPEC §5)."""

@@ -87,7 +87,8 @@ class OmniFSConnector(_Base):
         try:
             if self._closed:
                 raise OSError(errno.EBADF, "the connector is closed")
-            raw = self._mount.get(str(from_stage), str(to_stage), str(get_key), timeout=wait)
+            raw = self._mount.get(str(from_stage), str(to_stage), str(get_key), timeout=wait,
+                                  alloc=codec.alloc)
             obj = codec.decode(raw)
         except FileNotFoundError:
             self._count(get_timeouts=1)

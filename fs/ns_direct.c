@@ -1,0 +1,80 @@
+/* ns_direct.c - where a local object's bytes lie in the pool, for a process
+ * on this node that copies them itself (fs/direct.h).  A 64 MiB read
+ * through FUSE is 64 requests and two copies through the kernel; handed
+ * over, it is one request and one copy by process_vm_readv(2).
+ */
+#define _GNU_SOURCE
+#include "ns_internal.h"
+
+#include <errno.h>
+
+#include "../transport/pool.h"
+
+/* The bytes of [0, size) of o as iovecs, all of them or -E2BIG. */
+static int direct_iov(struct ns *ns, struct object *o, struct iovec *iov, int max, int *n)
+{
+	return obj_iov(ns, o, 0, o->size, iov, n, max) == o->size ? 0 : -E2BIG;
+}
+
+int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int max,
+		    int *n, uint64_t *size, uint64_t *xxh3)
+{
+	struct object *o = h->obj;
+	int rc;
+
+	if (pool_kind_of(ns->pool) != POOL_HOST)
+		return -EOPNOTSUPP;     /* not memory a process can copy */
+	pthread_mutex_lock(&ns->lock);
+	if (h->write || h->source || h->served)
+		rc = -EBADF;
+	else if (o->state != OS_PUBLISHED)
+		rc = -ENOENT;
+	else if (h->stream || stream_wanted(h) || (o->owner >= 0 && o->fetch != F_DONE))
+		rc = -EREMOTE;          /* not all here: read(2) pulls them */
+	else if (!(rc = direct_iov(ns, o, iov, max, n))) {
+		*size = o->size;
+		*xxh3 = o->xxh3;
+		/* Handed over: the close counts it as a complete read. */
+		if (!rangeset_covers(&h->seen, 0, o->size)) {
+			rangeset_add(&h->seen, 0, o->size);
+			stat_add(ns->st, ST_BYTES_READ, o->size);
+			stat_add(ns->st, ST_DIRECT_GETS, 1);
+		}
+		h->done = o->size;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct iovec *iov,
+		    int max, int *n)
+{
+	struct object *o = h->obj;
+	int rc;
+
+	if (pool_kind_of(ns->pool) != POOL_HOST)
+		return -EOPNOTSUPP;
+	if (size > UINT64_MAX / 2)
+		return -EFBIG;
+	pthread_mutex_lock(&ns->lock);
+	if (!h->write)
+		rc = -EBADF;
+	else if (o->state != OS_WRITING)
+		rc = o->state == OS_DEAD ? -ENOENT : -EACCES;
+	else if (o->size || o->writers > 1 || o->error)
+		rc = -EBUSY;            /* only a fresh object, by its one writer */
+	else if (!(rc = obj_reserve(ns, o, size))) {
+		/* Not noted for the hasher: the bytes come after this returns,
+		 * so the publish hashes them all. */
+		obj_set_size(o, size);
+		if ((rc = direct_iov(ns, o, iov, max, n)))
+			obj_set_size(o, 0);     /* the reserve goes at publish */
+		else {
+			h->done = size;
+			stat_add(ns->st, ST_BYTES_WRITTEN, size);
+			stat_add(ns->st, ST_DIRECT_PUTS, 1);
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
