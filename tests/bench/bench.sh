@@ -206,6 +206,8 @@ $CONN "$T/a" "$T/a"
 printf 'OmniFSConnector put -> get, across two nodes over loopback TCP (a to b):\n'
 $CONN "$T/a" "$T/b"
 printf 'goals: 64 MiB and 256 MiB >= 8x the shm connector, 4 KiB median <= 0.2 ms\n'
+printf 'raw bytes again, the workers run with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (README):\n'
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 CONN_KINDS=bytes CONN_MIN=$((64 << 20)) $CONN "$T/a" "$T/a"
 
 # --- RDMA: in the soft-RoCE guest, one boot (tests/bench/rdma.sh) -----------------
 printf '\nRDMA, in the soft-RoCE guest (its CPU is emulated: the ratios are the point):\n'
