@@ -325,6 +325,26 @@ def test_small_puts_write_and_everything_works_without_direct():
     assert counters(ONE) == (g0, p0), "nothing went direct"
 
 
+@pytest.mark.parametrize("size", [100, 1 << 20])
+def test_a_put_that_fails_midway_leaves_nothing(monkeypatch, size):
+    """Placed but never filled (or half written): the close must not
+    publish the pool's old bytes under the key."""
+    from omnifs import direct
+    m, k = omnifs.Mount(ONE), rid()
+    used = pool_used(ONE)
+
+    def broken(*a):
+        raise RuntimeError("the worker died here")
+    monkeypatch.setattr(direct, "copy_in", broken)
+    monkeypatch.setattr(os, "write", broken)
+    with pytest.raises(RuntimeError):
+        m.put("0", "1", k, os.urandom(size))
+    monkeypatch.undo()
+    assert k not in m.keys("0", "1") and pool_used(ONE) == used
+    with pytest.raises(FileNotFoundError):
+        m.get("0", "1", k, timeout=0.2)
+
+
 def test_a_wrong_daemon_is_never_trusted():
     """The cookie: a pid that is some other process (another pid namespace)
     must not be read from or written to."""

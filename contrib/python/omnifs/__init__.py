@@ -88,7 +88,14 @@ class Mount:
                     while done < len(view):
                         done += os.write(fd, view[done:])
         except BaseException:
-            os.close(fd)            # unpublished: a torn write is never seen
+            # A close publishes: take the key away first, so that neither a
+            # half-written object nor a placed one (the pool's old bytes)
+            # is ever seen.  O_EXCL made it ours.
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+            os.close(fd)
             raise
         os.close(fd)                # publishes; EIO/ENOSPC surface here
         return total
