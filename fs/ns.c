@@ -1541,6 +1541,15 @@ int ns_truncate(struct ns *ns, uint64_t ino, uint64_t size)
 	return rc;
 }
 
+int handle_writable(const struct ns_handle *h)
+{
+	if (!h->write)
+		return -EBADF;
+	if (h->obj->state != OS_WRITING)
+		return h->obj->state == OS_DEAD ? -ENOENT : -EACCES;
+	return 0;
+}
+
 int ns_fallocate(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t len)
 {
 	struct object *o = h->obj;
@@ -1549,11 +1558,8 @@ int ns_fallocate(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t len)
 	if (off > UINT64_MAX / 2 || len > UINT64_MAX / 2 - off)
 		return -EFBIG;
 	pthread_mutex_lock(&ns->lock);
-	if (!h->write)
-		rc = -EBADF;
-	else if (o->state != OS_WRITING)
-		rc = o->state == OS_DEAD ? -ENOENT : -EACCES;
-	else if (!(rc = obj_reserve(ns, o, off + len)) && off + len > o->size) {
+	rc = handle_writable(h);
+	if (!rc && !(rc = obj_reserve(ns, o, off + len)) && off + len > o->size) {
 		obj_zero(ns, o, o->size, off + len - o->size);
 		obj_set_size(o, off + len);
 	}

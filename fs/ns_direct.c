@@ -57,13 +57,10 @@ int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct io
 	if (size > UINT64_MAX / 2)
 		return -EFBIG;
 	pthread_mutex_lock(&ns->lock);
-	if (!h->write)
-		rc = -EBADF;
-	else if (o->state != OS_WRITING)
-		rc = o->state == OS_DEAD ? -ENOENT : -EACCES;
-	else if (o->size || o->writers > 1 || o->error)
+	rc = handle_writable(h);
+	if (!rc && (o->size || o->writers > 1 || o->error))
 		rc = -EBUSY;            /* only a fresh object, by its one writer */
-	else if (!(rc = obj_reserve(ns, o, size))) {
+	if (!rc && !(rc = obj_reserve(ns, o, size))) {
 		/* Not noted for the hasher: the bytes come after this returns,
 		 * so the publish hashes them all. */
 		obj_set_size(o, size);

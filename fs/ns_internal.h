@@ -179,6 +179,9 @@ void obj_put(struct ns *ns, struct object *o);
 void obj_unlink(struct ns *ns, struct object *o, enum stat_id why);
 void obj_detach(struct ns *ns, struct object *o, enum stat_id why);  /* keeps o's key node */
 int obj_reserve(struct ns *ns, struct object *o, uint64_t end);
+/* 0 if h may still add bytes to its object; -EBADF (a reader's), -ENOENT
+ * (removed meanwhile) or -EACCES (published).  Called locked. */
+int handle_writable(const struct ns_handle *h);
 void obj_trim(struct ns *ns, struct object *o);
 size_t obj_iov(struct ns *ns, const struct object *o, uint64_t off,
 	       size_t len, struct iovec *iov, int *niov, int maxiov);

@@ -29,7 +29,10 @@ _STAGE = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 # Smaller puts write(): one request either way, and the daemon hashes
 # written bytes as they come.
 DIRECT_PUT_MIN = 64 << 10
-HEAD = 64               # what get()'s alloc is shown of an object's start
+# get()'s alloc chooses buffers this large, shown an object's first HEAD
+# bytes; smaller ones are bytearrays, with no extra read for the head.
+ALLOC_MIN = 1 << 20
+HEAD = 64
 
 
 def _bad(what, name):
@@ -108,8 +111,9 @@ class Mount:
     def get(self, from_stage, to_stage, key, timeout=None, alloc=None):
         """The bytes of a key, waiting inside open() until it is published:
         timeout seconds, or the edge's wait_ms if None.  alloc(size, head)
-        gives the writable buffer to fill (default a bytearray), shown the
-        object's first HEAD bytes."""
+        gives the writable buffer to fill for objects of ALLOC_MIN bytes and
+        more (otherwise, and by default, a bytearray), shown their first
+        HEAD bytes."""
         p = self.path(from_stage, to_stage, key)
         if timeout is not None and timeout <= 0:
             raise FileNotFoundError(errno.ENOENT, "omnifs: no time left to wait", p)
@@ -123,10 +127,10 @@ class Mount:
             return self._get_read(p, f, alloc)
 
     def _get_direct(self, pl, alloc):
-        if alloc is None:
+        if alloc is None or pl.size < ALLOC_MIN:
             buf = bytearray(pl.size)
             return buf if direct.copy_out(pl, buf) else None
-        head = bytearray(min(HEAD, pl.size))
+        head = bytearray(HEAD)
         if not direct.copy_out(pl, head):
             return None
         buf = alloc(pl.size, bytes(head))
@@ -140,7 +144,7 @@ class Mount:
         # An object's size is known at open; a view's stat may say 0 (it
         # is made at open): then read to the end.
         size = os.fstat(f.fileno()).st_size
-        if alloc is not None and size:
+        if alloc is not None and size >= ALLOC_MIN:
             buf = alloc(size, os.pread(f.fileno(), HEAD, 0))
         else:
             buf = bytearray(size or 1 << 20)

@@ -80,14 +80,11 @@ def encode(obj):
     return _framed({"k": "msgpack"}, msgpack.packb(obj, use_bin_type=True))
 
 
-ARRAY_MIN = 1 << 20
-
-
 def alloc(size, head):
-    """The buffer a get fills, chosen by the object's first bytes: arrays of
-    1 MiB and more get numpy's memory (huge pages: no fault per 4 KiB page),
-    the rest a bytearray, which decode() returns as it is for raw bytes."""
-    np = _numpy() if size >= ARRAY_MIN else None
+    """The buffer a large get fills, chosen by the object's first bytes:
+    arrays get numpy's memory (huge pages: no fault per 4 KiB page), the
+    rest a bytearray, which decode() returns as it is for raw bytes."""
+    np = _numpy()
     if np is not None and head.startswith(MAGIC) and (
             b'{"k":"numpy"' in head or b'{"k":"torch"' in head):
         raw = np.empty(size + 4096, dtype=np.uint8)    # page-aligned, as the pool is
