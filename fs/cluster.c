@@ -382,8 +382,7 @@ static int hook_remove(void *ctx, const struct ns_objinfo *o)
 	struct proto_msg m = { .type = PT_REMOVE };
 
 	to_proto(o, &m.u.obj);
-	int rc = xport_call(cl->x, o->owner, &m, NULL, NULL);
-	return rc == -ENOENT || rc == -EACCES ? rc : rc ? -EIO : 0;
+	return xport_post(cl->x, o->owner, &m) ? -EIO : 0;
 }
 
 static const char *hook_peer_name(void *ctx, int owner)
@@ -591,7 +590,8 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 		break;
 	case PT_GONE:           /* oid 0: all of the sender's, a resync follows */
 		if (m->u.obj.oid)
-			ns_remote_gone(cl->ns, peer, m->u.obj.oid);
+			ns_remote_gone(cl->ns, peer, m->u.obj.from, m->u.obj.to,
+				       m->u.obj.key, m->u.obj.oid);
 		else
 			ns_drop_owner(cl->ns, peer, 0);
 		break;
@@ -607,8 +607,10 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 		serve_list(cl, c, reqid, m);
 		break;
 	case PT_REMOVE:
-		st.u.status.err = -ns_remove_name(cl->ns, m->u.obj.from, m->u.obj.to, m->u.obj.key);
-		xport_reply(c, reqid, &st);
+		st.u.status.err = -ns_remove_name(cl->ns, m->u.obj.from, m->u.obj.to,
+						  m->u.obj.key, m->u.obj.oid);
+		if (reqid)      /* 0: sent one-way, as our nodes do */
+			xport_reply(c, reqid, &st);
 		break;
 	case PT_PULL:
 		serve_pull(cl, c, peer, reqid, m);

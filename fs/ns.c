@@ -149,6 +149,8 @@ struct ns_policy policy_of(struct ns *ns, const struct node *edge)
 
 static void node_attr(struct ns *ns, const struct node *n, struct ns_attr *a)
 {
+	const struct object *o = n->obj;
+
 	memset(a, 0, sizeof(*a));
 	a->ino = n->ino;
 	a->kind = n->kind;
@@ -164,13 +166,14 @@ static void node_attr(struct ns *ns, const struct node *n, struct ns_attr *a)
 		break;
 	case NK_KEY:
 		a->mode = S_IFREG | 0444;
-		if (!n->obj)
+		if (!o)
 			break;
-		a->uid = n->obj->uid;
-		a->gid = n->obj->gid;
-		if (n->obj->state == OS_PUBLISHED) {
-			a->size = n->obj->size;
-			a->mtime_ns = n->obj->published_ns;
+		a->uid = o->uid;
+		a->gid = o->gid;
+		if (o->state == OS_PUBLISHED) {
+			a->size = o->size;
+			a->mtime_ns = o->published_ns;
+			a->stable = 1;
 		} else {        /* no reader sees any of it before publish */
 			a->mode = S_IFREG | 0644;
 		}
@@ -247,6 +250,11 @@ void obj_detach(struct ns *ns, struct object *o, enum stat_id why)
 	replica_forget(ns, o);          /* its handles may keep the bytes */
 	if (o->state == OS_PUBLISHED)
 		npub_add(key, -1);
+	if (o->state == OS_PUBLISHED && key->nlookup) {
+		key->stale = 1;
+		if (ns->set.stale)
+			ns->set.stale(ns->set.sarg, key->ino);
+	}
 	if (o->state == OS_PUBLISHED && o->owner < 0) {
 		htab_del(&ns->byoid, &o->byoid);
 		ev_queue(ns, EV_GONE, o);
@@ -1046,6 +1054,7 @@ int ns_lookup(struct ns *ns, uint64_t parent, const char *name,
 	pthread_mutex_lock(&ns->lock);
 	if ((p = node_by_ino(ns, parent)) && !(rc = node_resolve(ns, p, name, placeholder, &n))) {
 		n->nlookup++;
+		n->stale = 0;
 		node_attr(ns, n, out);
 	}
 	pthread_mutex_unlock(&ns->lock);
@@ -1069,7 +1078,7 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct ns_attr *out)
 
 	pthread_mutex_lock(&ns->lock);
 	struct node *n = node_by_ino(ns, ino);
-	if (n) {
+	if (n && !(n->stale && !n->obj)) {      /* stale: see ns_open */
 		node_attr(ns, n, out);
 		rc = 0;
 	}
@@ -1258,6 +1267,10 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	struct object *o = n ? n->obj : NULL;
 	if (!n || n->kind != NK_KEY) {
 		rc = !n ? -ENOENT : -EISDIR;
+	} else if (!o && n->stale && !(flags & NS_OPEN_SOURCE)) {
+		/* Through a name the kernel kept after its object left: the
+		 * kernel looks it up again and opens what that says. */
+		rc = -ESTALE;
 	} else if ((flags & O_ACCMODE) != O_RDONLY) {
 		if (!o)
 			rc = -ENOENT;
@@ -1579,7 +1592,9 @@ int ns_unlink(struct ns *ns, uint64_t parent, const char *name)
 	} else if (n && n->obj && n->obj->owner >= 0) {
 		rc = unlink_remote(ns, n->obj);
 	} else if (n && n->obj) {
-		obj_unlink(ns, n->obj, ST_REMOVED);
+		obj_detach(ns, n->obj, ST_REMOVED);
+		n->stale = 0;           /* the kernel forgets the name itself */
+		node_maybe_free(ns, n);
 		rc = 0;
 	}
 	ns_unlock(ns);

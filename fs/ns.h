@@ -78,7 +78,9 @@ struct ns_hooks {
 	 * ns_fetch_progress(token).  0, or -errno (nothing will be reported). */
 	int (*fetch)(void *ctx, int owner, uint64_t oid, uint64_t size,
 		     const struct iovec *dst, int n, void *token);
-	/* rm of a remote object: ask its owner.  0 or -errno. */
+	/* rm of a remote object: tell its owner, without waiting for it
+	 * (so an rm of many costs no round trip each).  0 once the request
+	 * is on its way, -EIO if the owner cannot be reached. */
 	int (*remove)(void *ctx, const struct ns_objinfo *o);
 	const char *(*peer_name)(void *ctx, int owner);
 	/* A stream's window (see ns_stream.c): bring [off, off+len) of a
@@ -100,6 +102,12 @@ struct ns_settings {
 	ns_wake_fn wake;        /* answers a waiting open; called unlocked */
 	const struct ns_hooks *hooks;
 	void *hctx;
+	/* The kernel keeps a published object's name and attributes
+	 * (ns_attr.stable): called, locked, when such an object leaves a
+	 * name the kernel knows (ino), so that the kernel asks again.  Must
+	 * not wait for ns.  May be NULL. */
+	void (*stale)(void *arg, uint64_t ino);
+	void *sarg;
 };
 
 /* A waiting open, owned by the caller until wake() hands it back. */
@@ -129,6 +137,7 @@ struct ns_attr {
 	uint32_t mode;          /* with S_IFDIR or S_IFREG */
 	uint32_t uid, gid;
 	uint64_t mtime_ns;
+	int stable;             /* a published object: nothing above changes */
 };
 
 struct ns_dirent {
@@ -239,16 +248,20 @@ int ns_removexattr(struct ns *ns, uint64_t ino, const char *name);
  * visible here.  0; -EEXIST if this node owns a key of that name; -EINVAL
  * for a bad name.  Bytes given in o->data are checked against o->xxh3. */
 int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *o);
-/* The owner says its object oid left (consumed, removed, expired). */
-void ns_remote_gone(struct ns *ns, int owner, uint64_t oid);
+/* The owner says its object oid, from/to/key, left (consumed, removed,
+ * expired). */
+void ns_remote_gone(struct ns *ns, int owner, const char *from, const char *to,
+		    const char *key, uint64_t oid);
 /* An owner is lost (lost set), or is about to tell us again all it has:
  * its objects leave. */
 void ns_drop_owner(struct ns *ns, int owner, int lost);
 /* A fetch's bytes [0, upto) are here and verified; err ends it. */
 void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err);
-/* Requests from peers about objects this node owns. */
+/* Requests from peers about objects this node owns.  ns_remove_name
+ * removes the object named, if it is still oid (0: whichever it is). */
 int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c);
-int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key);
+int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key,
+		   uint64_t oid);
 /* Our published object of that name (names point into ns: copy them
  * before the next call; kvhdr is malloc'd: the caller frees it). */
 int ns_find(struct ns *ns, const char *from, const char *to, const char *key,

@@ -82,6 +82,8 @@ struct node {
 	struct ns_waiter *waiters;
 	char *name;
 	uint64_t lost_ns;               /* its object went with its owner then */
+	int stale;      /* its published object left while the kernel knew the
+			 * name; cleared by the next lookup (see ns_open) */
 };
 
 /* Other nodes' objects that they said are gone, lately.  A listing or a

@@ -225,7 +225,10 @@ void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 
 /* ---------------------------------------------------------------- cluster */
 
-/* rm of another node's object: its owner removes it, and says so to all. */
+/* rm of another node's object: its owner removes it, and says so to all.
+ * Gone here at once; the request overtakes nothing this node sends the
+ * owner later (one ordered connection), so a listing, a lookup or a new
+ * object of the same name from here comes after it. */
 int unlink_remote(struct ns *ns, struct object *o)
 {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
@@ -242,8 +245,11 @@ int unlink_remote(struct ns *ns, struct object *o)
 	if (ns->set.hooks && ns->set.hooks->remove)
 		rc = ns->set.hooks->remove(ns->set.hctx, &info);
 	pthread_mutex_lock(&ns->lock);
-	if (!rc || rc == -ENOENT)       /* gone there: gone here */
-		obj_unlink(ns, o, rc ? ST_NONE : ST_REMOVED);
+	if (!rc && o->node) {   /* not taken by the owner's own GONE meanwhile */
+		obj_detach(ns, o, ST_REMOVED);
+		k->stale = 0;           /* the kernel forgets the name itself */
+		node_maybe_free(ns, k);
+	}
 	obj_put(ns, o);
 	return rc;
 }
@@ -381,18 +387,16 @@ unlock:
 	return rc;
 }
 
-void ns_remote_gone(struct ns *ns, int owner, uint64_t oid)
+void ns_remote_gone(struct ns *ns, int owner, const char *from, const char *to,
+		    const char *key, uint64_t oid)
 {
 	pthread_mutex_lock(&ns->lock);
 	gone_note(ns, owner, oid);
-	for (struct node *s = ns->root->child; s; s = s->next)
-		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL; e; e = e->next)
-			for (struct node *k = e->child; k; k = k->next)
-				if (k->obj && k->obj->owner == owner && k->obj->oid == oid) {
-					obj_unlink(ns, k->obj, ST_NONE);
-					goto unlock;
-				}
-unlock:
+	/* By name, as the owner says it: a scan of every key for the oid
+	 * made removing n objects cost n^2. */
+	struct node *k = key_node(ns, from, to, key);
+	if (k && k->obj && k->obj->owner == owner && k->obj->oid == oid)
+		obj_unlink(ns, k->obj, ST_NONE);
 	pthread_mutex_unlock(&ns->lock);
 }
 
@@ -472,13 +476,14 @@ int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c)
 	return rc;
 }
 
-int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key)
+int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key,
+		   uint64_t oid)
 {
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&ns->lock);
 	struct node *k = key_node(ns, from, to, key);
-	if (k && k->obj && k->obj->owner < 0) {
+	if (k && k->obj && k->obj->owner < 0 && (!oid || k->obj->oid == oid)) {
 		obj_unlink(ns, k->obj, ST_REMOVED);
 		rc = 0;
 	}

@@ -56,7 +56,7 @@ static struct object *xattr_obj(struct ns *ns, uint64_t ino, int *rc)
 {
 	struct node *n = node_by_ino(ns, ino);
 
-	*rc = !n ? -ENOENT : -ENODATA;
+	*rc = !n || (n->stale && !n->obj) ? -ENOENT : -ENODATA;
 	return n && n->kind == NK_KEY && n->obj ? n->obj : NULL;
 }
 
@@ -65,6 +65,10 @@ int ns_getxattr(struct ns *ns, uint64_t ino, const char *name, char *buf, size_t
 	char v[1024];           /* user.omni.kv is the longest */
 	int rc;
 
+	/* Only the user namespace exists here.  ENOTSUP (not ENODATA) for
+	 * security.* and system.* lets ls -l and cp stop asking per file. */
+	if (strncmp(name, "user.", 5))
+		return -ENOTSUP;
 	pthread_mutex_lock(&ns->lock);
 	struct object *o = xattr_obj(ns, ino, &rc);
 	if (o && (rc = xattr_value(ns, o, name, v, sizeof(v))) >= 0) {

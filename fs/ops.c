@@ -1,9 +1,11 @@
 /* ops.c - the FUSE low-level operations over ns.
  *
  * Keys are served with direct_io so every read and write reaches the pool
- * in requests of up to 1 MiB, and with zero entry and attribute timeouts so
- * the kernel never answers from a stale view of a key that was consumed,
- * removed or rewritten.  Directories are implicit and cached freely.
+ * in requests of up to 1 MiB.  The kernel keeps the names and attributes
+ * of published objects (they never change) and is told when one leaves;
+ * everything else about a key it asks again every time, so it never
+ * answers from a stale view of a key that was consumed, removed or
+ * rewritten.  Directories are implicit and cached freely.
  */
 #define _GNU_SOURCE
 #include "fs.h"
@@ -91,19 +93,44 @@ static void to_stat(const struct ns_attr *a, struct stat *st)
 	st->st_atim = st->st_ctim = st->st_mtim;
 }
 
+/* A published object's name and attributes never change while it
+ * exists, so the kernel keeps them (ls -l and rm of a big edge ask
+ * nothing per name), and is told when the object leaves (attrs_stale).
+ * Everything else about keys goes back to ns every time. */
 static double attr_timeout(const struct ns_attr *a)
 {
-	return a->kind == NK_KEY || a->kind == NK_VFILE ? 0.0 : DIR_TIMEOUT;
+	if (a->kind == NK_KEY || a->kind == NK_VFILE)
+		return a->stable ? DIR_TIMEOUT : 0.0;
+	return DIR_TIMEOUT;
+}
+
+static void fill_entry(const struct ns_attr *a, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = a->ino;
+	to_stat(a, &e->attr);
+	e->attr_timeout = e->entry_timeout = attr_timeout(a);
 }
 
 static void reply_entry(fuse_req_t req, const struct ns_attr *a)
 {
-	struct fuse_entry_param e = { .ino = a->ino };
+	struct fuse_entry_param e;
 
-	to_stat(a, &e.attr);
-	e.attr_timeout = e.entry_timeout = attr_timeout(a);
+	fill_entry(a, &e);
 	if (fuse_reply_entry(req, &e))
 		ns_forget(fs_of(req)->ns, a->ino, 1);   /* the kernel never saw it */
+}
+
+/* ns's stale hook: the kernel drops what it kept of ino's attributes, so
+ * its next stat or open asks, and hears ENOENT or ESTALE (see ns_open).
+ * Taking no lock in the kernel, this is safe under ns's lock, and done
+ * before whatever consumed or removed the object answers. */
+static void attrs_stale(void *arg, uint64_t ino)
+{
+	struct fs *fs = arg;
+
+	if (fs->se)
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 }
 
 static void op_init(void *data, struct fuse_conn_info *conn)
@@ -253,32 +280,61 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 }
 
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		       struct fuse_file_info *fi)
+/* READDIR and READDIRPLUS.  Offsets: 0 ".", 1 "..", 2+i the i-th entry
+ * of the snapshot.  Plus, each entry is looked up as it is listed (so
+ * ls -l asks nothing more); one gone since the snapshot is left out. */
+static void list_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		     struct fuse_file_info *fi, int plus)
 {
+	struct fs *fs = fs_of(req);
 	struct dir_snap *d = (struct dir_snap *)(uintptr_t)fi->fh;
 	char *buf = malloc(size);
-	size_t used = 0;
+	size_t used = 0, n;
 
 	if (!buf)
 		return (void)fuse_reply_err(req, ENOMEM);
-	/* Offsets: 0 ".", 1 "..", 2+i the i-th entry of the snapshot. */
 	for (size_t i = (size_t)off; i < d->n + 2; i++) {
-		struct stat st = { .st_ino = ino, .st_mode = S_IFDIR };
+		struct fuse_entry_param e = { .attr = { .st_ino = ino, .st_mode = S_IFDIR } };
 		const char *name = i == 0 ? "." : "..";
+		struct ns_attr a;
 		if (i >= 2) {
-			st.st_ino = d->ents[i - 2].ino;
-			st.st_mode = d->ents[i - 2].mode;
 			name = d->ents[i - 2].name;
+			e.attr.st_ino = d->ents[i - 2].ino;
+			e.attr.st_mode = d->ents[i - 2].mode;
 		}
-		size_t n = fuse_add_direntry(req, buf + used, size - used, name, &st,
-					     (off_t)i + 1);
+		if (!plus) {
+			n = fuse_add_direntry(req, buf + used, size - used, name, &e.attr,
+					      (off_t)i + 1);
+		} else if (i < 2) {     /* e.ino 0: the kernel makes no entry */
+			n = fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
+						   (off_t)i + 1);
+		} else if (ns_lookup(fs->ns, ino, name, 0, &a)) {
+			continue;
+		} else {
+			fill_entry(&a, &e);
+			n = fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
+						   (off_t)i + 1);
+			if (n > size - used)
+				ns_forget(fs->ns, a.ino, 1);    /* not given */
+		}
 		if (n > size - used)
 			break;
 		used += n;
 	}
 	fuse_reply_buf(req, buf, used);
 	free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	list_dir(req, ino, size, off, fi, 0);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	list_dir(req, ino, size, off, fi, 1);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -424,8 +480,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct op_wait *w;
 	int rc;
 
+	/* ENOENT: a name the kernel kept after its object left (see
+	 * ns_open); ESTALE makes the kernel look it up again. */
 	if ((rc = ns_getattr(fs->ns, ino, &a)))
-		return (void)fuse_reply_err(req, -rc);
+		return (void)fuse_reply_err(req, rc == -ENOENT ? ESTALE : -rc);
 	if (a.kind == NK_VFILE)
 		return open_vfile(req, ino, fi);
 	if (!(w = calloc(1, sizeof(*w))))
@@ -702,6 +760,7 @@ static const struct fuse_lowlevel_ops ops = {
 	.setattr = op_setattr,
 	.opendir = op_opendir,
 	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
 	.releasedir = op_releasedir,
 	.mkdir = op_mkdir,
 	.rmdir = op_rmdir,
@@ -729,6 +788,7 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 	struct ns_settings set = {
 		.node_name = p->node_name, .dflt = p->dflt, .rules = p->rules,
 		.nrules = p->nrules, .wake = wait_answer,
+		.stale = attrs_stale, .sarg = fs,
 	};
 	int rc = -ENOMEM;
 

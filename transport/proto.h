@@ -51,7 +51,7 @@ enum proto_type {
 	PT_CONSUMED,    /* one-way: oid delivered on the sender (whole, or heads of it) */
 	PT_LOOKUP,      /* request: names; reply OBJECT or STATUS */
 	PT_LIST,        /* request: from, to (either may be ""); reply LISTING frames */
-	PT_REMOVE,      /* request: names; reply STATUS */
+	PT_REMOVE,      /* names and oid (0: any); reply STATUS, none if reqid 0 */
 	PT_PULL,        /* request: oid, count pieces of len at off + k*stride,
 			   lease; reply DATA frames of the pieces back to back, or STATUS */
 	PT_STATUS,      /* reply: an errno (0 = ok) */

@@ -879,6 +879,18 @@ int xport_send(struct xport *x, int peer, const struct proto_msg *m)
 	return rc;
 }
 
+int xport_post(struct xport *x, int peer, const struct proto_msg *m)
+{
+	struct xport_conn *c = peer_conn(x, peer);
+	int rc;
+
+	if (!c)
+		return -EHOSTDOWN;
+	rc = conn_send(c, 0, m);
+	conn_unref(x, c);
+	return rc;
+}
+
 int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 	       xport_reply_fn on_reply, void *arg)
 {

@@ -111,8 +111,10 @@ int xport_peer_up(struct xport *x, int peer);
  * 0, or -ENODEV if it moves no byte by RDMA. */
 int xport_rdma(const struct xport *x, const char **device, const char **grants);
 
-/* A one-way message on our connection to peer: 0, or -EHOSTDOWN. */
+/* A one-way message on our connection to peer: 0, or -EHOSTDOWN.
+ * xport_post connects first where no connection is up, as a call does. */
 int xport_send(struct xport *x, int peer, const struct proto_msg *m);
+int xport_post(struct xport *x, int peer, const struct proto_msg *m);
 /* A request.  on_reply sees each reply frame on the receiving thread and
  * returns 1 while more are due (LISTING with more set).  0, -EHOSTDOWN,
  * -ETIMEDOUT (no reply within call_ms) or the error the reply carries. */

@@ -209,6 +209,34 @@ printf 'goals: 64 MiB and 256 MiB >= 8x the shm connector, 4 KiB median <= 0.2 m
 printf 'raw bytes again, the workers run with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (README):\n'
 GLIBC_TUNABLES=glibc.malloc.hugetlb=1 CONN_KINDS=bytes CONN_MIN=$((64 << 20)) $CONN "$T/a" "$T/a"
 
+# --- big edges: EDGE_N small objects a owns, listed and removed from b, and the
+# same commands on tmpfs (issue 21) --------------------------------------------
+EDGE_N=${EDGE_N:-100000}
+many() {        # many DIR: EDGE_N files of 64 bytes in DIR
+	/usr/bin/python3 -c '
+import sys
+for i in range(int(sys.argv[2])):
+    with open("%s/e%06d" % (sys.argv[1], i), "wb") as f:
+        f.write(b"x" * 64)' "$1" "$EDGE_N"
+}
+secs() { local t0; t0=$(date +%s%N); "$@" >/dev/null 2>&1; awk -v d=$(( $(date +%s%N) - t0 )) 'BEGIN { printf "%.3f", d / 1e9 }'; }
+mount -t tmpfs -o size=1g tmpfs "$T/tmpfs" && MNTS+=("$T/tmpfs")
+mkdir -p "$T/tmpfs/e" && many "$T/tmpfs/e"
+TLS=$(secs ls -l "$T/tmpfs/e")
+TRM=$(secs find "$T/tmpfs/e" -mindepth 1 -delete)
+umount "$T/tmpfs"
+many "$T/a/0/1"
+BLS=$(secs ls -l "$T/b/0/1")
+BLS2=$(secs ls -l "$T/b/0/1")
+BRM=$(secs find "$T/b/0/1" -mindepth 1 -delete)
+AGONE=$(secs sh -c "for _ in \$(seq 3000); do [ -z \"\$(ls '$T/a/0/1')\" ] && exit 0; sleep 0.01; done; exit 1")
+printf '\nbig edges: %s objects of 64 B that a owns, from b (seconds; goals: ls -l <= 3x tmpfs, rm <= 5x):\n' "$EDGE_N"
+printf '  %-34s %7s   %7s\n' "" "ls -l" "rm"
+printf '  %-34s %7.3f   %7.3f\n' "tmpfs" "$TLS" "$TRM"
+printf '  %-34s %7.3f   %7.3f   (%s, %s of tmpfs; ls -l again %.3f s)\n' "omnifs, on b (find -delete for rm)" \
+	"$BLS" "$BRM" "$(ratio "$BLS" "$TLS" | tr -d ' ')" "$(ratio "$BRM" "$TRM" | tr -d ' ')" "$BLS2"
+printf '  %-34s %7s   %7.3f   (after the rm returned)\n' "... until a has none left" "" "$AGONE"
+
 # --- RDMA: in the soft-RoCE guest, one boot (tests/bench/rdma.sh) -----------------
 printf '\nRDMA, in the soft-RoCE guest (its CPU is emulated: the ratios are the point):\n'
 "$(dirname "$0")/../rdma/vm" tests/bench/rdma.sh "$B" | sed 's/^/  /'

@@ -1,0 +1,88 @@
+#!/bin/bash
+# 22-kcache.t - what the kernel keeps: the names and attributes of published
+# objects (so ls -l and rm of a big edge ask the daemon nothing per name),
+# forgotten the moment an object leaves - consumed, removed here or on
+# another node - so no stat, open or create ever sees a stale one
+# (SPEC §3, §4).  And rm of another node's objects answers at once.
+. "$(dirname "$0")/../lib.sh"
+
+absent() { ! [ -e "$1" ]; }
+size_of() { stat -c %s "$1" 2>&1; }
+
+start_node s "pool=host:64M"
+E=$T/s/0/1
+
+# --- consumed: forgotten at once ----------------------------------------------
+printf 0123456789 >"$E/k"
+is "$(size_of "$E/k")" 10 "a published object's size"
+cat "$E/k" >/dev/null                   # readers 1: consumed at its close
+ok "consumed: gone for [ -e ] at once" absent "$E/k"
+is "$(M=$T/s pyerr "os.stat(M + '/0/1/k')")" ENOENT "... stat: ENOENT"
+is "$(M=$T/s pyerr "os.getxattr(M + '/0/1/k', 'user.omni.size')")" ENOENT "... getxattr: ENOENT"
+is "$(M=$T/s pyerr "open(M + '/0/1/k', 'wb').write(b'again, longer')")" OK \
+	"... a plain create of the name works"
+is "$(size_of "$E/k")" 13 "... and its new size shows at once"
+cat "$E/k" >/dev/null                   # consumed again, through the kept name
+printf abc >"$T/abc"
+read_later "$E/k" "$T/abc"
+waiting() { [ "$(stat_of s waiters)" = 1 ]; }
+ok "a reader that opens a consumed name waits" wait_until 5 waiting
+printf abc >"$E/k"
+wait "$LATE"
+is "$(cat "$T/late.out")" same "... and reads the next object of that name"
+
+# --- removed and written again: the new size, never the old -------------------
+exec 6>"$E/r"; setfattr -n user.omni.readers -v 0 "$E/r"; printf 12345 >&6; exec 6>&-
+is "$(size_of "$E/r")" 5 "readers 0: five bytes"
+rm "$E/r"
+printf 123456789 >"$E/r"
+is "$(size_of "$E/r")" 9 "rm, then the same name written again: nine"
+
+# --- a reader still reading an object another reader consumed ----------------
+head -c 300000 /dev/urandom >"$T/rand"
+cp "$T/rand" "$E/held"
+exec 7<"$E/held"
+cat "$E/held" >/dev/null                # another reader consumes it
+ok "consumed: its name is gone though a file is still open on it" absent "$E/held"
+is "$($SYSPY -c '
+import os, sys
+data = b""
+while (b := os.read(7, 1 << 16)):
+    data += b
+print("same" if data == open(sys.argv[1], "rb").read() else "differs")' "$T/rand")" same \
+	"... and that file still reads every byte"
+exec 7<&-
+
+# --- ls -l lists true sizes; foreign attribute spaces are not supported -------
+for i in 1 2 3; do head -c $((i * 1000)) /dev/zero >"$E/l$i"; done
+is "$(ls -l "$E" | awk '$NF ~ /^l[0-9]$/ { printf "%s=%s ", $NF, $5 }')" "l1=1000 l2=2000 l3=3000 " \
+	"ls -l: every object with its size"
+is "$(M=$T/s pyerr "os.getxattr(M + '/0/1/l1', 'security.selinux')")" ENOTSUP \
+	"security.*: ENOTSUP (so ls -l stops asking)"
+is "$(M=$T/s pyerr "os.getxattr(M + '/0/1/l1', 'system.posix_acl_access')")" ENOTSUP \
+	"system.*: ENOTSUP"
+is "$(M=$T/s pyerr "os.getxattr(M + '/0/1/l1', 'user.other')")" ENODATA "user.other: ENODATA"
+stop_node s
+
+# --- two nodes: names b keeps, of objects a owns -------------------------------
+loopback_cluster 3000 a b
+for n in a b; do start_node $n "config=$T/omni.yaml,node=$n"; done
+up() { [ "$(health "$1" "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
+both_up() { up a && up b; }
+ok "the two are up" wait_until 10 both_up
+for i in $(seq 200); do printf "m$i" >"$T/a/0/1/m$i"; done
+printf xyz >"$T/a/0/1/y"
+ok "b lists a's 201 objects" wait_until 10 sh -c "[ \$(ls '$T/b/0/1' | wc -l) = 201 ]"
+is "$(ls -l "$T/b/0/1" | awk '$NF == "m77" { print $5 }')" 3 "b's ls -l: their true sizes"
+cat "$T/a/0/1/y" >/dev/null             # consumed on its owner
+ok "consumed on a: b's name of it goes" wait_until 5 absent "$T/b/0/1/y"
+removed=$(stat_of a removed)
+rm "$T"/b/0/1/m*
+ok "rm on b of a's 200: gone on b at once" sh -c "[ \$(ls '$T/b/0/1' | wc -l) = 0 ] && ! [ -e '$T/b/0/1/m7' ]"
+ok "... and on a" wait_until 10 sh -c "[ \$(ls '$T/a/0/1' | wc -l) = 0 ]"
+is "$(stat_of a removed)" $((removed + 200)) "a counted 200 removals"
+is "$(M=$T/b pyerr "os.unlink(M + '/0/1/m7')")" ENOENT "rm again on b: ENOENT"
+printf new >"$T/b/0/1/m7"               # b's own now, same name
+ok "b writes the name again; a sees b's" wait_until 5 sh -c "[ \"\$(cat '$T/a/0/1/m7')\" = new ]"
+
+done_testing
