@@ -149,8 +149,6 @@ struct ns_policy policy_of(struct ns *ns, const struct node *edge)
 
 static void node_attr(struct ns *ns, const struct node *n, struct ns_attr *a)
 {
-	const struct object *o = n->obj;
-
 	memset(a, 0, sizeof(*a));
 	a->ino = n->ino;
 	a->kind = n->kind;
@@ -166,13 +164,13 @@ static void node_attr(struct ns *ns, const struct node *n, struct ns_attr *a)
 		break;
 	case NK_KEY:
 		a->mode = S_IFREG | 0444;
-		if (!o)
+		if (!n->obj)
 			break;
-		a->uid = o->uid;
-		a->gid = o->gid;
-		if (o->state == OS_PUBLISHED) {
-			a->size = o->size;
-			a->mtime_ns = o->published_ns;
+		a->uid = n->obj->uid;
+		a->gid = n->obj->gid;
+		if (n->obj->state == OS_PUBLISHED) {
+			a->size = n->obj->size;
+			a->mtime_ns = n->obj->published_ns;
 			a->stable = 1;
 		} else {        /* no reader sees any of it before publish */
 			a->mode = S_IFREG | 0644;
@@ -221,6 +219,7 @@ struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uint32_t g
 	o->node = key;
 	key->obj = o;
 	key->lost_ns = 0;               /* written again: no longer lost */
+	key->stale = 0;
 	ns->nobjects++;
 	return o;
 }
@@ -235,6 +234,17 @@ void obj_unlink(struct ns *ns, struct object *o, enum stat_id why)
 	struct node *key = o->node;
 
 	obj_detach(ns, o, why);
+	node_maybe_free(ns, key);
+}
+
+/* rm through this node's kernel, which forgets the name itself: so the
+ * name is not stale, and an fstat of a file still open on o works. */
+void obj_remove(struct ns *ns, struct object *o)
+{
+	struct node *key = o->node;
+
+	obj_detach(ns, o, ST_REMOVED);
+	key->stale = 0;
 	node_maybe_free(ns, key);
 }
 
@@ -1078,7 +1088,7 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct ns_attr *out)
 
 	pthread_mutex_lock(&ns->lock);
 	struct node *n = node_by_ino(ns, ino);
-	if (n && !(n->stale && !n->obj)) {      /* stale: see ns_open */
+	if (n && !n->stale) {           /* stale: see ns_open */
 		node_attr(ns, n, out);
 		rc = 0;
 	}
@@ -1267,7 +1277,7 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	struct object *o = n ? n->obj : NULL;
 	if (!n || n->kind != NK_KEY) {
 		rc = !n ? -ENOENT : -EISDIR;
-	} else if (!o && n->stale && !(flags & NS_OPEN_SOURCE)) {
+	} else if (n->stale && !(flags & NS_OPEN_SOURCE)) {
 		/* Through a name the kernel kept after its object left: the
 		 * kernel looks it up again and opens what that says. */
 		rc = -ESTALE;
@@ -1592,9 +1602,7 @@ int ns_unlink(struct ns *ns, uint64_t parent, const char *name)
 	} else if (n && n->obj && n->obj->owner >= 0) {
 		rc = unlink_remote(ns, n->obj);
 	} else if (n && n->obj) {
-		obj_detach(ns, n->obj, ST_REMOVED);
-		n->stale = 0;           /* the kernel forgets the name itself */
-		node_maybe_free(ns, n);
+		obj_remove(ns, n->obj);
 		rc = 0;
 	}
 	ns_unlock(ns);

@@ -83,7 +83,7 @@ struct node {
 	char *name;
 	uint64_t lost_ns;               /* its object went with its owner then */
 	int stale;      /* its published object left while the kernel knew the
-			 * name; cleared by the next lookup (see ns_open) */
+			 * name; until the next lookup or object (see ns_open) */
 };
 
 /* Other nodes' objects that they said are gone, lately.  A listing or a
@@ -180,6 +180,7 @@ struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uint32_t g
 void obj_put(struct ns *ns, struct object *o);
 void obj_unlink(struct ns *ns, struct object *o, enum stat_id why);
 void obj_detach(struct ns *ns, struct object *o, enum stat_id why);  /* keeps o's key node */
+void obj_remove(struct ns *ns, struct object *o);       /* the kernel's rm */
 int obj_reserve(struct ns *ns, struct object *o, uint64_t end);
 /* 0 if h may still add bytes to its object; -EBADF (a reader's), -ENOENT
  * (removed meanwhile) or -EACCES (published).  Called locked. */

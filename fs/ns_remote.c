@@ -245,11 +245,8 @@ int unlink_remote(struct ns *ns, struct object *o)
 	if (ns->set.hooks && ns->set.hooks->remove)
 		rc = ns->set.hooks->remove(ns->set.hctx, &info);
 	pthread_mutex_lock(&ns->lock);
-	if (!rc && o->node) {   /* not taken by the owner's own GONE meanwhile */
-		obj_detach(ns, o, ST_REMOVED);
-		k->stale = 0;           /* the kernel forgets the name itself */
-		node_maybe_free(ns, k);
-	}
+	if (!rc && o->node)     /* not taken by the owner's own GONE meanwhile */
+		obj_remove(ns, o);
 	obj_put(ns, o);
 	return rc;
 }

@@ -56,7 +56,7 @@ static struct object *xattr_obj(struct ns *ns, uint64_t ino, int *rc)
 {
 	struct node *n = node_by_ino(ns, ino);
 
-	*rc = !n || (n->stale && !n->obj) ? -ENOENT : -ENODATA;
+	*rc = !n || n->stale ? -ENOENT : -ENODATA;
 	return n && n->kind == NK_KEY && n->obj ? n->obj : NULL;
 }
 

@@ -863,15 +863,11 @@ static void conn_unref(struct xport *x, struct xport_conn *c)
 	pthread_mutex_unlock(&x->lock);
 }
 
-int xport_send(struct xport *x, int peer, const struct proto_msg *m)
+/* A one-way message on c (a reference the caller took), which it drops. */
+static int send_on(struct xport *x, struct xport_conn *c, const struct proto_msg *m)
 {
-	struct xport_conn *c;
 	int rc;
 
-	pthread_mutex_lock(&x->lock);
-	if ((c = x->peers[peer].out))   /* one-way messages never wait to connect */
-		c->refs++;
-	pthread_mutex_unlock(&x->lock);
 	if (!c)
 		return -EHOSTDOWN;
 	rc = conn_send(c, 0, m);
@@ -879,16 +875,20 @@ int xport_send(struct xport *x, int peer, const struct proto_msg *m)
 	return rc;
 }
 
+int xport_send(struct xport *x, int peer, const struct proto_msg *m)
+{
+	struct xport_conn *c;
+
+	pthread_mutex_lock(&x->lock);
+	if ((c = x->peers[peer].out))   /* one-way messages never wait to connect */
+		c->refs++;
+	pthread_mutex_unlock(&x->lock);
+	return send_on(x, c, m);
+}
+
 int xport_post(struct xport *x, int peer, const struct proto_msg *m)
 {
-	struct xport_conn *c = peer_conn(x, peer);
-	int rc;
-
-	if (!c)
-		return -EHOSTDOWN;
-	rc = conn_send(c, 0, m);
-	conn_unref(x, c);
-	return rc;
+	return send_on(x, peer_conn(x, peer), m);
 }
 
 int xport_call(struct xport *x, int peer, const struct proto_msg *req,

@@ -28,6 +28,30 @@ static uint64_t edge(struct ns *ns, const char *from, const char *to)
 	return a.ino;
 }
 
+static uint64_t stale_ino;
+static int stale_calls;
+
+static void stale(void *arg, uint64_t ino)
+{
+	(void)arg;
+	stale_ino = ino;
+	stale_calls++;
+}
+
+/* A published object of 3 bytes; the kernel has looked its name up. */
+static uint64_t put3(struct ns *ns, uint64_t e, const char *key)
+{
+	struct ns_attr a;
+	struct ns_handle *w;
+
+	ns_create_key(ns, e, key, 1, 0, 0, &a, &w);
+	ns_write(ns, w, "abc", 3, 0);
+	ns_flush(ns, w, NS_CLOSE_LAST);
+	ns_release(ns, w);
+	ns_lookup(ns, e, key, 0, &a);
+	return a.ino;
+}
+
 static struct ns_waiter *waiter(struct ns *ns)
 {
 	struct ns_waiter *w = calloc(1, sizeof(*w));
@@ -40,7 +64,8 @@ int main(void)
 	struct pool *pool;
 	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
 	struct stats st = { 0 };
-	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake };
+	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake,
+				   .stale = stale };
 	struct ns *ns;
 	struct ns_attr a;
 	struct ns_handle *w, *r;
@@ -132,6 +157,35 @@ int main(void)
 	is(ns_unlink(ns, e, "p"), -ENOENT, "rm again: ENOENT");
 	pool_usage(pool, &u);
 	is(u.used, 0, "pool empty");
+
+	/* Names the kernel keeps: a published object that leaves one is
+	 * told (stale), and the name answers ENOENT / ESTALE until looked up
+	 * again or given a new object. */
+	struct ns_objinfo oi;
+	char names[3][256];
+	stale_calls = 0;
+	uint64_t si = put3(ns, e, "s");
+	ns_find(ns, "0", "1", "s", &oi, names);
+	free((void *)oi.kvhdr);
+	is(ns_remove_name(ns, "0", "1", "s", oi.oid + 1), -ENOENT, "a peer's rm of another oid: ENOENT");
+	is(ns_getattr(ns, si, &a), 0, "... and the object stays");
+	is(stale_calls, 0, "... nothing stale");
+	is(ns_remove_name(ns, "0", "1", "s", oi.oid), 0, "a peer's rm of its oid");
+	ok(stale_calls == 1 && stale_ino == si, "the kernel is told its name is stale");
+	is(ns_getattr(ns, si, &a), -ENOENT, "stale: getattr ENOENT");
+	is(ns_getxattr(ns, si, "user.omni.size", v, sizeof(v)), -ENOENT, "stale: getxattr ENOENT");
+	struct ns_handle *sh;
+	struct ns_waiter *sw = waiter(ns);
+	is(ns_open(ns, si, O_RDONLY, sw, &sh), -ESTALE, "stale: open ESTALE (the kernel looks again)");
+	is(ns_open(ns, si, O_WRONLY, sw, &sh), -ESTALE, "... for a writer too");
+	free(sw);
+	ok(!ns_create_key(ns, e, "s", 1, 0, 0, &a, &w) && a.ino == si, "a new object on the name");
+	is(ns_getattr(ns, si, &a), 0, "... is not stale");
+	ns_flush(ns, w, NS_CLOSE_LAST);
+	ns_release(ns, w);
+	ns_unlink(ns, e, "s");
+	is(ns_getattr(ns, si, &a), 0, "the kernel's own rm leaves no stale name");
+	ns_forget(ns, si, 3);
 	ns_stop(ns);
 	ns_destroy(ns);
 	pool_destroy(pool);
