@@ -39,4 +39,35 @@ struct omnifs_direct {
 #define OMNIFS_IOC_WHERE _IOR('O', 0x10, struct omnifs_direct)
 #define OMNIFS_IOC_PLACE _IOWR('O', 0x11, struct omnifs_direct)
 
+/* OMNIFS_IOC_PUT and OMNIFS_IOC_GET, on a descriptor of an edge directory
+ * (open(2) of <mnt>/<from>/<to>, O_RDONLY): a small object created and
+ * published, or waited for, read whole and closed, in one request instead
+ * of the five or four that open, write or read, and close take (README,
+ * "Small objects").  They mean what those calls mean: PUT is an
+ * O_CREAT|O_EXCL create, GET a plain open that waits and a read to the
+ * end.  Open to every user, as those calls are.
+ *
+ * The argument is the header, the key's bytes, then (PUT) the object's;
+ * its size, header included, is the command's size field (at most
+ * OMNIFS_SMALL_MAX): OMNIFS_IOC_PUT(n), OMNIFS_IOC_GET(n).  GET answers
+ * the header then the object's bytes in the same buffer; it fails, having
+ * consumed nothing, with E2BIG for an object larger than the buffer's
+ * room after the header, EREMOTE for one whose bytes are on another node
+ * and larger than what announces carry, EOPNOTSUPP for a view or a pool
+ * a memcpy cannot read: open and read those instead. */
+#define OMNIFS_SMALL_MAGIC 0x4c4d534fu         /* "OSML" little-endian */
+
+struct omnifs_small {
+	uint32_t magic;
+	uint32_t key_len;       /* bytes of key after the header, no NUL */
+	uint64_t size;          /* PUT: the bytes after the key; GET: out */
+	int64_t readers;        /* PUT: as user.omni.readers; -1: the edge's */
+	int64_t wait_ms;        /* GET: how long to wait; 0: the edge's */
+	uint64_t xxh3;          /* GET: out, the published object's */
+};
+
+#define OMNIFS_SMALL_MAX _IOC_SIZEMASK         /* 16383 */
+#define OMNIFS_IOC_PUT(n) _IOC(_IOC_WRITE, 'O', 0x12, (n))
+#define OMNIFS_IOC_GET(n) _IOC(_IOC_READ | _IOC_WRITE, 'O', 0x13, (n))
+
 #endif

@@ -1299,6 +1299,9 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 		rc = -EIO;              /* its owner died with it (SPEC §4.7) */
 	} else if (!o && !(flags & NS_OPEN_EXACT) && views_possible(ns, n)) {
 		rc = -EAGAIN;           /* a view of published shards: see view.c */
+	} else if (o && o->state == OS_PUBLISHED && (flags & NS_OPEN_HERE) && o->owner >= 0 &&
+		   o->fetch != F_DONE) {
+		rc = -EREMOTE;
 	} else if (o && o->state == OS_PUBLISHED && obj_streamed(o)) {
 		rc = stream_open(ns, o, h);     /* streamed: its window fills from now */
 		if (!rc)

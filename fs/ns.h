@@ -184,6 +184,8 @@ int ns_create_key(struct ns *ns, uint64_t parent, const char *name, int excl,
 #define NS_OPEN_SOURCE (1 << 30)        /* a view's source: answered once published,
 					   never fetched whole, never counted */
 #define NS_OPEN_EXACT  (1 << 29)        /* this name only, never -EAGAIN */
+#define NS_OPEN_HERE   (1 << 28)        /* -EREMOTE for a published object whose
+					   bytes are elsewhere: start no pull */
 int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	    struct ns_handle **h);
 /* A fresh waiter id, to register for interrupts before ns_open. */
@@ -234,6 +236,13 @@ int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int m
 		    int *n, uint64_t *size, uint64_t *xxh3);
 int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct iovec *iov,
 		    int max, int *n);
+/* copy: a reader's handle of a complete local object of at most cap bytes,
+ * its bytes copied into buf; -EREMOTE and -EOPNOTSUPP as for where, -E2BIG
+ * when larger than cap.  Nothing is counted until done says the caller
+ * has them: the handle's close then counts a complete read. */
+int ns_direct_copy(struct ns *ns, struct ns_handle *h, void *buf, size_t cap,
+		   uint64_t *size, uint64_t *xxh3);
+void ns_direct_done(struct ns *ns, struct ns_handle *h);
 
 int ns_getxattr(struct ns *ns, uint64_t ino, const char *name, char *buf,
 		size_t size);

@@ -7,6 +7,7 @@
 #include "ns_internal.h"
 
 #include <errno.h>
+#include <string.h>
 
 #include "../transport/pool.h"
 
@@ -14,6 +15,33 @@
 static int direct_iov(struct ns *ns, struct object *o, struct iovec *iov, int max, int *n)
 {
 	return obj_iov(ns, o, 0, o->size, iov, n, max) == o->size ? 0 : -E2BIG;
+}
+
+/* Under ns's lock: 0 if reader h may be handed o's bytes whole now. */
+static int whole_here(const struct ns_handle *h)
+{
+	const struct object *o = h->obj;
+
+	if (h->write || h->source || h->served)
+		return -EBADF;
+	if (o->state != OS_PUBLISHED)
+		return -ENOENT;
+	if (h->stream || stream_wanted(h) || (o->owner >= 0 && o->fetch != F_DONE))
+		return -EREMOTE;        /* not all here: read(2) pulls them */
+	return 0;
+}
+
+/* Under ns's lock: h has had every byte, as a read to the end would. */
+static void handed_whole(struct ns *ns, struct ns_handle *h, enum stat_id what)
+{
+	struct object *o = h->obj;
+
+	if (!rangeset_covers(&h->seen, 0, o->size)) {
+		rangeset_add(&h->seen, 0, o->size);
+		stat_add(ns->st, ST_BYTES_READ, o->size);
+	}
+	stat_add(ns->st, what, 1);
+	h->done = o->size;
 }
 
 int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int max,
@@ -25,25 +53,48 @@ int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int m
 	if (pool_kind_of(ns->pool) != POOL_HOST)
 		return -EOPNOTSUPP;     /* not memory a process can copy */
 	pthread_mutex_lock(&ns->lock);
-	if (h->write || h->source || h->served)
-		rc = -EBADF;
-	else if (o->state != OS_PUBLISHED)
-		rc = -ENOENT;
-	else if (h->stream || stream_wanted(h) || (o->owner >= 0 && o->fetch != F_DONE))
-		rc = -EREMOTE;          /* not all here: read(2) pulls them */
-	else if (!(rc = direct_iov(ns, o, iov, max, n))) {
+	if (!(rc = whole_here(h)) && !(rc = direct_iov(ns, o, iov, max, n))) {
 		*size = o->size;
 		*xxh3 = o->xxh3;
-		/* Handed over: the close counts it as a complete read. */
-		if (!rangeset_covers(&h->seen, 0, o->size)) {
-			rangeset_add(&h->seen, 0, o->size);
-			stat_add(ns->st, ST_BYTES_READ, o->size);
-			stat_add(ns->st, ST_DIRECT_GETS, 1);
-		}
-		h->done = o->size;
+		handed_whole(ns, h, ST_DIRECT_GETS);    /* the close counts it */
 	}
 	pthread_mutex_unlock(&ns->lock);
 	return rc;
+}
+
+int ns_direct_copy(struct ns *ns, struct ns_handle *h, void *buf, size_t cap,
+		   uint64_t *size, uint64_t *xxh3)
+{
+	struct object *o = h->obj;
+	struct iovec iov[16];
+	int n, rc;
+
+	if (pool_kind_of(ns->pool) != POOL_HOST)
+		return -EOPNOTSUPP;
+	pthread_mutex_lock(&ns->lock);
+	if (!(rc = whole_here(h)) && o->size > cap)
+		rc = -E2BIG;
+	/* A few KiB: copied under the lock, in as many goes as it has pieces. */
+	for (uint64_t done = 0; !rc && done < o->size;) {
+		obj_iov(ns, o, done, o->size - done, iov, &n, 16);
+		for (int i = 0; i < n; i++) {
+			memcpy((char *)buf + done, iov[i].iov_base, iov[i].iov_len);
+			done += iov[i].iov_len;
+		}
+	}
+	if (!rc) {
+		*size = o->size;
+		*xxh3 = o->xxh3;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+void ns_direct_done(struct ns *ns, struct ns_handle *h)
+{
+	pthread_mutex_lock(&ns->lock);
+	handed_whole(ns, h, ST_SMALL_GETS);
+	pthread_mutex_unlock(&ns->lock);
 }
 
 int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct iovec *iov,

@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#define HASH_STEP_MIN (256u << 10)
+
 /* Chunk idx's hash, growing the table as the hasher goes. */
 static int chunk_store(struct object *o, uint64_t idx, uint64_t h)
 {
@@ -216,6 +218,8 @@ void hash_note_write(struct ns *ns, struct object *o, uint64_t off, uint64_t end
 		o->hash_dirty = 1;
 	else if (off <= o->front && end > o->front)
 		o->front = end;
-	if (ns->hasher_running)
+	/* Only once there is enough to be worth a thread's wake-up: publish
+	 * hashes a small rest itself in less time than that takes. */
+	if (ns->hasher_running && o->front - o->hashed >= HASH_STEP_MIN)
 		hasher_queue(ns, o);
 }

@@ -148,19 +148,19 @@ static void op_init(void *data, struct fuse_conn_info *conn)
 
 /* 1 if a peer had parent/name (it is in ns now).  If none had and learn
  * is set, what the edge holds is brought in: a reader of a missing key may
- * want a view of shards published elsewhere under other names. */
+ * want a view of shards published elsewhere under other names.  A reader
+ * that will wait says so (own_ms: its own wait, or 0 for the edge's), and
+ * the peers tell it when the key comes. */
 static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait,
-		     int learn, pid_t tid)
+		     int64_t own_ms, int learn)
 {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
 
 	if (ns_dir_names(fs->ns, parent, from, to) != NK_EDGE || cluster_hosts(fs->cl, to) ||
 	    name_check_key(name))
 		return 0;
-	int64_t ms = will_wait ? callwait_peek(&fs->cw, tid) : 0;
+	int64_t ms = !will_wait ? 0 : own_ms > 0 ? own_ms : ns_wait_ms(fs->ns, parent);
 
-	if (will_wait && !ms)
-		ms = ns_wait_ms(fs->ns, parent);
 	if (!cluster_ask(fs->cl, from, to, name, ms > 0 ? (unsigned)ms : 0))
 		return 1;
 	if (learn)
@@ -196,8 +196,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		 * elsewhere is found when it publishes): no round trip. */
 		if (fs->cl && in != CALLER_OPEN_CREATE &&
 		    ask_peers(fs, parent, name, in == CALLER_OPEN_READ,
-			      in == CALLER_OPEN_READ || in == CALLER_OTHER || in == CALLER_UNKNOWN,
-			      fuse_req_ctx(req)->pid))
+			      callwait_peek(&fs->cw, fuse_req_ctx(req)->pid),
+			      in == CALLER_OPEN_READ || in == CALLER_OTHER || in == CALLER_UNKNOWN))
 			rc = ns_lookup(fs->ns, parent, name, 0, &a);
 		if (in == CALLER_UNKNOWN && !fs->unknown_intent_logged) {
 			fs->unknown_intent_logged = 1;
@@ -643,9 +643,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 /* The same-node hand-over (fs/direct.h): one request instead of one per
  * MiB.  Only for those who could read and write our memory anyway. */
-static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, void *arg,
-		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
-		     size_t in_bufsz, size_t out_bufsz)
+static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi,
+			 const void *in_buf, size_t in_bufsz, size_t out_bufsz)
 {
 	struct fs *fs = fs_of(req);
 	struct omnifs_direct d = { .magic = OMNIFS_DIRECT_MAGIC };
@@ -653,9 +652,7 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, void *arg,
 	uid_t uid = fuse_req_ctx(req)->uid;
 	int n = 0, rc;
 
-	(void)ino, (void)arg;
-	if ((cmd != OMNIFS_IOC_WHERE && cmd != OMNIFS_IOC_PLACE) ||
-	    (flags & FUSE_IOCTL_COMPAT))
+	if (cmd != OMNIFS_IOC_WHERE && cmd != OMNIFS_IOC_PLACE)
 		return (void)fuse_reply_err(req, ENOTTY);
 	if (fi->fh & FH_TAGS)           /* views, .omni files: no one place */
 		return (void)fuse_reply_err(req, EOPNOTSUPP);
@@ -684,6 +681,169 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, void *arg,
 		d.ext[i].len = iov[i].iov_len;
 	}
 	fuse_reply_ioctl(req, 0, &d, sizeof(d));
+}
+
+/* Small objects in one request (fs/direct.h): a create, a write and a
+ * close; or an open that may wait, a read to the end and a close. */
+
+/* A waiting GET: an open's wait, and the room the caller gave. */
+struct op_get {
+	struct op_wait w;       /* first: the wait's interrupt frees it whole */
+	size_t cap;             /* the caller's buffer, header included */
+};
+
+static void get_answer(struct ns_waiter *nw, int err, struct ns_handle *h)
+{
+	struct op_get *g = (struct op_get *)nw;
+	struct ns *ns = fs_of(g->w.req)->ns;
+	struct omnifs_small *s = NULL;
+
+	if (err == -EAGAIN)             /* a view: open(2) makes it */
+		err = -EOPNOTSUPP;
+	if (!err && !(s = calloc(1, g->cap)))
+		err = -ENOMEM;
+	if (!err)
+		err = ns_direct_copy(ns, h, s + 1, g->cap - sizeof(*s), &s->size, &s->xxh3);
+	if (err) {
+		fuse_reply_err(g->w.req, -err);
+	} else {
+		s->magic = OMNIFS_SMALL_MAGIC;
+		/* Counted as read only once the caller has the bytes. */
+		if (!fuse_reply_ioctl(g->w.req, 0, s, sizeof(*s) + s->size)) {
+			ns_direct_done(ns, h);
+			ns_flush(ns, h, NS_CLOSE_LAST);
+		}
+	}
+	if (h)
+		ns_release(ns, h);
+	free(s);
+	free(g);
+}
+
+static void small_get(fuse_req_t req, fuse_ino_t parent, const struct omnifs_small *s,
+		      const char *key, size_t out_bufsz)
+{
+	struct fs *fs = fs_of(req);
+	struct ns_handle *h = NULL;
+	struct ns_attr a;
+	struct op_get *g;
+	int rc;
+
+	if (s->wait_ms < 0 || out_bufsz < sizeof(*s))
+		return (void)fuse_reply_err(req, EINVAL);
+	/* As op_lookup does for a plain open of a missing key. */
+	rc = ns_lookup(fs->ns, parent, key, 0, &a);
+	if (rc == -ENOENT && fs->cl && ask_peers(fs, parent, key, 1, s->wait_ms, 1))
+		rc = ns_lookup(fs->ns, parent, key, 0, &a);
+	if (rc == -ENOENT)
+		rc = ns_lookup(fs->ns, parent, key, 1, &a);
+	if (rc)
+		return (void)fuse_reply_err(req, -rc);
+	if (!(g = calloc(1, sizeof(*g)))) {
+		ns_forget(fs->ns, a.ino, 1);
+		return (void)fuse_reply_err(req, ENOMEM);
+	}
+	g->cap = out_bufsz;
+	g->w.req = req;
+	g->w.ino = a.ino;
+	g->w.w.ctx = g;
+	g->w.w.interrupted = wait_interrupted;
+	g->w.w.done = get_answer;
+	g->w.w.wait_ms = s->wait_ms;
+	g->w.w.id = ns_waiter_id(fs->ns);
+	fuse_req_interrupt_func(req, wait_interrupt, (void *)(uintptr_t)g->w.w.id);
+	rc = ns_open(fs->ns, a.ino, O_RDONLY | NS_OPEN_HERE, &g->w.w, &h);
+	/* The handle or the queued wait keeps the node now (g may be gone). */
+	ns_forget(fs->ns, a.ino, 1);
+	if (rc != -EINPROGRESS)
+		get_answer(&g->w.w, rc, rc ? NULL : h);
+}
+
+static void small_put(fuse_req_t req, fuse_ino_t parent, const struct omnifs_small *s,
+		      const char *key, const void *data)
+{
+	struct fs *fs = fs_of(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct ns_handle *h;
+	struct ns_attr a;
+	char v[24];
+	int rc, frc;
+
+	if (s->readers < -1)
+		return (void)fuse_reply_err(req, EINVAL);
+	if (fs->cl && ask_peers(fs, parent, key, 0, 0, 0))     /* as O_EXCL */
+		return (void)fuse_reply_err(req, EEXIST);
+	if ((rc = ns_create_key(fs->ns, parent, key, 1, ctx->uid, ctx->gid, &a, &h)))
+		return (void)fuse_reply_err(req, -rc);
+	if (s->readers >= 0)
+		rc = ns_setxattr(fs->ns, a.ino, "user.omni.readers", v,
+				 (size_t)snprintf(v, sizeof(v), "%lld", (long long)s->readers));
+	if (!rc && s->size) {
+		ssize_t w = ns_write(fs->ns, h, data, s->size, 0);
+		rc = w < 0 ? (int)w : 0;
+	}
+	/* Failed half way: dropped as a killed writer's would be. */
+	frc = ns_flush(fs->ns, h, rc ? NS_CLOSE_KILLED : NS_CLOSE_LAST);
+	ns_release(fs->ns, h);
+	ns_forget(fs->ns, a.ino, 1);
+	if ((rc = rc ? rc : frc))
+		return (void)fuse_reply_err(req, -rc);
+	stat_add(&fs->st, ST_SMALL_PUTS, 1);
+	fuse_reply_ioctl(req, 0, NULL, 0);
+}
+
+/* The header and key of a small PUT or GET; ENOTTY for other commands. */
+static int small_args(unsigned cmd, const void *in, size_t in_bufsz,
+		      struct omnifs_small *s, char *key)
+{
+	unsigned n = _IOC_SIZE(cmd);
+
+	if (cmd != OMNIFS_IOC_PUT(n) && cmd != OMNIFS_IOC_GET(n))
+		return -ENOTTY;
+	if (in_bufsz < sizeof(*s))
+		return -EINVAL;
+	memcpy(s, in, sizeof(*s));
+	if (s->magic != OMNIFS_SMALL_MAGIC || !s->key_len || s->key_len > NAME_KEY_MAX ||
+	    s->key_len > in_bufsz - sizeof(*s))
+		return -EINVAL;
+	memcpy(key, (const char *)in + sizeof(*s), s->key_len);
+	key[s->key_len] = 0;
+	if (strlen(key) != s->key_len || name_check_key(key))
+		return -EINVAL;
+	if (cmd == OMNIFS_IOC_PUT(n) && s->size != in_bufsz - sizeof(*s) - s->key_len)
+		return -EINVAL;
+	return 0;
+}
+
+static void small_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, const void *in_buf,
+			size_t in_bufsz, size_t out_bufsz)
+{
+	struct fs *fs = fs_of(req);
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
+	struct omnifs_small s;
+	int rc = small_args(cmd, in_buf, in_bufsz, &s, key);
+
+	if (!rc && ns_dir_names(fs->ns, ino, from, to) != NK_EDGE)
+		rc = -ENOTTY;           /* the root, a stage, .omni */
+	if (rc)
+		return (void)fuse_reply_err(req, -rc);
+	if (cmd == OMNIFS_IOC_PUT(_IOC_SIZE(cmd)))
+		small_put(req, ino, &s, key, (const char *)in_buf + sizeof(s) + s.key_len);
+	else
+		small_get(req, ino, &s, key, out_bufsz);
+}
+
+static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, void *arg,
+		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		     size_t in_bufsz, size_t out_bufsz)
+{
+	(void)arg;
+	if (flags & FUSE_IOCTL_COMPAT)
+		fuse_reply_err(req, ENOTTY);
+	else if (flags & FUSE_IOCTL_DIR)
+		small_ioctl(req, ino, cmd, in_buf, in_bufsz, out_bufsz);
+	else
+		direct_ioctl(req, cmd, fi, in_buf, in_bufsz, out_bufsz);
 }
 
 /* ---------------------------------------------------------------- xattrs */

@@ -39,6 +39,8 @@ static const struct {
 	[ST_RDMA_ERRORS] = { "rdma_errors", "RDMA READs that failed, and queue pairs that stalled", 0 },
 	[ST_DIRECT_GETS] = { "direct_gets", "Objects a process on this node copied out itself (OMNIFS_IOC_WHERE)", 0 },
 	[ST_DIRECT_PUTS] = { "direct_puts", "Objects a process on this node copied in itself (OMNIFS_IOC_PLACE)", 0 },
+	[ST_SMALL_GETS] = { "small_gets", "Small objects waited for and read in one request (OMNIFS_IOC_GET)", 0 },
+	[ST_SMALL_PUTS] = { "small_puts", "Small objects written and published in one request (OMNIFS_IOC_PUT)", 0 },
 };
 
 static const char *hist_name[H__COUNT] = {

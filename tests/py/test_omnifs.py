@@ -331,6 +331,7 @@ def test_a_put_that_fails_midway_leaves_nothing(monkeypatch, size):
     publish the pool's old bytes under the key."""
     from omnifs import direct
     m, k = omnifs.Mount(ONE), rid()
+    m.small = False             # one request cannot fail midway
     used = pool_used(ONE)
 
     def broken(*a):
@@ -410,3 +411,161 @@ def test_another_nodes_object_is_pulled_first():
     pulled = omnifs.Mount(C).stats()["bytes_pulled"]
     assert bytes(omnifs.Mount(C).get("0", "1", k, timeout=5)) == data
     assert omnifs.Mount(C).stats()["bytes_pulled"] >= pulled + len(data)
+
+
+# ---- small objects in one request (omnifs.small, fs/direct.h) ----
+
+def small_counters(mount):
+    s = omnifs.Mount(mount).stats()
+    return s["small_gets"], s["small_puts"]
+
+
+def small_errno(path, cmd_nr, head, body=b"", size=None):
+    """The errno of a hand-made small ioctl on path (0: it worked)."""
+    import fcntl
+    from omnifs import small
+    buf = bytearray(small._HEAD.pack(*head) + body)
+    n = len(buf) if size is None else size
+    buf.extend(bytes(max(0, n - len(buf))))
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.ioctl(fd, small._ioc(1 if cmd_nr == 0x12 else 3, cmd_nr, n), buf, True)
+        return 0
+    except OSError as e:
+        return e.errno
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, "room"])
+def test_small_objects_go_in_one_request_each(size):
+    from omnifs import small
+    m, k = omnifs.Mount(ONE), rid()
+    data = os.urandom(small.room(k) if size == "room" else size)
+    size = len(data)
+    g0, p0 = small_counters(ONE)
+    assert m.put("0", "1", k, [data[:3], data[3:]], readers=2) == size
+    assert small_counters(ONE) == (g0, p0 + 1), "the put was one request"
+    p = os.path.join(ONE, "0", "1", k)
+    assert os.stat(p).st_size == size and open(p, "rb").read() == data    # cat sees it
+    import xxhash
+    assert int(os.getxattr(p, "user.omni.xxh3"), 16) == xxhash.xxh3_64_intdigest(data)
+    assert bytes(m.get("0", "1", k, timeout=5)) == data
+    assert small_counters(ONE)[0] == g0 + 1, "the get was one request"
+    assert k not in m.keys("0", "1"), "its second complete read consumed it"
+    m.put("0", "1", k + "x", b"a")
+    with pytest.raises(FileExistsError):
+        m.put("0", "1", k + "x", b"b")
+    assert bytes(m.get("0", "1", k + "x", timeout=5)) == b"a"
+
+
+def test_a_small_get_of_a_larger_object_consumes_nothing_and_reads_it():
+    m, k, data = omnifs.Mount(ONE), rid(), os.urandom(40000)
+    m.put("0", "1", k, data)
+    g0, _ = small_counters(ONE)
+    from omnifs import small
+    with pytest.raises(OSError) as e:
+        small.get(m._edge("0", "1"), k, 1000)
+    assert e.value.errno == errno.E2BIG
+    assert k in m.keys("0", "1"), "still there for its reader"
+    assert bytes(m.get("0", "1", k, timeout=5)) == data
+    assert small_counters(ONE)[0] == g0 and k not in m.keys("0", "1")
+
+
+GETTER = ("import sys, omnifs\n"
+          "sys.stdout.buffer.write(omnifs.Mount(sys.argv[1]).get('0', '1', sys.argv[2], timeout=10))")
+
+
+def getter(mount, key):
+    """A process that gets key from mount, started once it waits there."""
+    w0 = omnifs.Mount(mount).stats()["waiters"]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(omnifs.__path__[0]))
+    r = subprocess.Popen([sys.executable, "-c", GETTER, mount, key], stdout=subprocess.PIPE,
+                         env=env)
+    deadline = time.monotonic() + 5
+    while omnifs.Mount(mount).stats()["waiters"] <= w0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return r
+
+
+def test_a_small_get_waits_for_a_later_put_and_times_out_on_time():
+    m, k = omnifs.Mount(ONE), rid()
+    r = getter(ONE, k)
+    m.put("0", "1", k, b"later")
+    assert r.communicate(timeout=10)[0] == b"later" and r.returncode == 0
+    t0 = time.monotonic()
+    with pytest.raises(FileNotFoundError):
+        m.get("0", "1", k, timeout=0.3)
+    assert 0.3 <= time.monotonic() - t0 < 0.33 + 0.05
+
+
+def test_an_interrupted_small_get_leaves_no_waiter():
+    m, k = omnifs.Mount(ONE), rid()
+    w0 = m.stats()["waiters"]
+    code = "import sys, omnifs\nomnifs.Mount(sys.argv[1]).get('0', '1', sys.argv[2], timeout=30)"
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(omnifs.__path__[0]))
+    r = subprocess.Popen([sys.executable, "-c", code, ONE, k], env=env, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 5
+    while m.stats()["waiters"] <= w0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert m.stats()["waiters"] == w0 + 1
+    r.send_signal(2)
+    assert b"KeyboardInterrupt" in r.communicate(timeout=5)[1]
+    while m.stats()["waiters"] > w0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert m.stats()["waiters"] == w0
+    m.put("0", "1", k, b"for a later reader")
+    assert m.get("0", "1", k, timeout=1) == b"for a later reader"
+
+
+def test_small_requests_refuse_bad_input_and_change_nothing():
+    from omnifs import small
+    m, k = omnifs.Mount(ONE), rid()
+    edge, used = os.path.join(ONE, "0", "1"), pool_used(ONE)
+    kb = k.encode()
+
+    def head(magic=small.MAGIC, klen=len(kb), size=1, readers=-1, wait=0):
+        return (magic, klen, size, readers, wait, 0)
+    assert small_errno(edge, 0x12, head(magic=1), kb + b"x") == errno.EINVAL
+    assert small_errno(edge, 0x12, head(size=2), kb + b"x") == errno.EINVAL    # size != bytes
+    assert small_errno(edge, 0x12, head(klen=0), kb + b"x") == errno.EINVAL
+    assert small_errno(edge, 0x12, head(klen=999), kb + b"x") == errno.EINVAL
+    assert small_errno(edge, 0x12, head(klen=3, size=1), b"a/bx") == errno.EINVAL
+    assert small_errno(edge, 0x12, head(klen=1, size=1), b".x") == errno.EINVAL
+    assert small_errno(edge, 0x12, head(readers=-2), kb + b"x") == errno.EINVAL
+    assert small_errno(edge, 0x13, head(wait=-1, size=0), kb, 4096) == errno.EINVAL
+    assert small_errno(edge, 0x14, head(), kb + b"x") == errno.ENOTTY        # no such command
+    assert small_errno(ONE, 0x12, head(), kb + b"x") == errno.ENOTTY          # the root
+    assert small_errno(os.path.join(ONE, "0"), 0x12, head(), kb + b"x") == errno.ENOTTY
+    assert k not in m.keys("0", "1") and pool_used(ONE) == used
+    # more than the pool holds, through the plain path's checks: ENOSPC
+    big = omnifs.Mount(ONE)
+    fill = rid()
+    free = big.health()["pool"]["size"] - pool_used(ONE)
+    fd = os.open(os.path.join(edge, fill), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    os.posix_fallocate(fd, 0, free - 4096)
+    os.close(fd)
+    with pytest.raises(OSError) as e:
+        m.put("0", "1", k, os.urandom(12000))
+    assert e.value.errno == errno.ENOSPC and k not in m.keys("0", "1")
+    m.remove("0", "1", fill)
+    assert pool_used(ONE) == used
+
+
+def test_small_objects_across_nodes():
+    k, data = rid(), os.urandom(5000)
+    b, c = omnifs.Mount(B), omnifs.Mount(C)
+    g0 = small_counters(C)[0]
+    b.put("0", "1", k, data)
+    assert bytes(c.get("0", "1", k, timeout=5)) == data, "announced with its bytes"
+    assert small_counters(C)[0] == g0 + 1
+    r = getter(C, k + "later")          # waiting on c before b puts it
+    b.put("0", "1", k + "later", data)
+    assert r.communicate(timeout=10)[0] == data
+    assert small_counters(C)[0] == g0 + 2
+    # larger than announces carry: EREMOTE, then pulled by a read
+    r = getter(C, k + "big")
+    big = os.urandom(100 << 10)
+    b.put("0", "1", k + "big", big)
+    assert r.communicate(timeout=10)[0] == big
+    assert small_counters(C)[0] == g0 + 2

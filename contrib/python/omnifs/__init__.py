@@ -4,6 +4,7 @@
     m.put("0", "1", "req-7", b"...")          # write + close: published
     data = m.get("0", "1", "req-7", timeout=5) # waits inside open(), no polling
 
+Small objects (up to 16 KiB) go in one request each way (omnifs.small).
 On the node that holds an object, get() and large put()s copy its bytes
 straight from and into the daemon's pool (omnifs.direct) when this process
 may (root, or the daemon's user); elsewhere they read and write the file.
@@ -17,8 +18,9 @@ import json
 import math
 import os
 import re
+import threading
 
-from . import direct
+from . import direct, small
 
 __all__ = ["Mount", "WAIT_XATTR"]
 
@@ -47,6 +49,60 @@ class Mount:
         if not os.path.isfile(os.path.join(self.root, ".omni", "health")):
             raise OSError(errno.ENOTCONN, "omnifs: %s is not an omnifs mount" % self.root)
         self.direct = direct.available()
+        self.small = True
+        self._edges = {}            # (from, to): an open descriptor of the edge
+        self._edges_lock = threading.Lock()
+
+    def close(self):
+        """Closes the edges' descriptors; the Mount stays usable."""
+        with self._edges_lock:
+            fds, self._edges = list(self._edges.values()), {}
+        for fd in fds:
+            os.close(fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _edge(self, from_stage, to_stage):
+        fd = self._edges.get((from_stage, to_stage))
+        if fd is None:
+            fd = os.open(os.path.join(self.root, from_stage, to_stage),
+                         os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            with self._edges_lock:
+                fd, extra = self._edges.setdefault((from_stage, to_stage), fd), fd
+            if extra != fd:
+                os.close(extra)     # another thread opened it first
+        return fd
+
+    def _small_put(self, p, from_stage, to_stage, key, views, total, readers):
+        """True if put in one request; False: write the file instead."""
+        if not self.small or total > small.room(key):
+            return False
+        try:
+            small.put(self._edge(from_stage, to_stage), key, views, total, readers)
+            return True
+        except OSError as e:
+            if e.errno not in small.NEVER:
+                raise OSError(e.errno, e.strerror, p) from None
+            self.small = False
+            return False
+
+    def _small_get(self, p, from_stage, to_stage, key, timeout):
+        """The bytes of a small object, or None: open and read it instead."""
+        if not self.small:
+            return None
+        ms = 0 if timeout is None else max(1, math.ceil(float(timeout) * 1000))
+        try:
+            return small.get(self._edge(from_stage, to_stage), key, ms)
+        except OSError as e:
+            if e.errno in small.NEVER:
+                self.small = False
+            elif e.errno not in small.FALLBACK:
+                raise OSError(e.errno, e.strerror, p) from None
+            return None
 
     def _direct(self, fn, *args):
         """A Place from where()/place(), or None to read and write instead
@@ -80,6 +136,8 @@ class Mount:
         pieces = data if isinstance(data, (list, tuple)) else [data]
         views = [memoryview(piece).cast("B") for piece in pieces]
         total = sum(len(v) for v in views)
+        if self._small_put(p, from_stage, to_stage, key, views, total, readers):
+            return total
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             if readers is not None:
@@ -117,6 +175,9 @@ class Mount:
         p = self.path(from_stage, to_stage, key)
         if timeout is not None and timeout <= 0:
             raise FileNotFoundError(errno.ENOENT, "omnifs: no time left to wait", p)
+        buf = self._small_get(p, from_stage, to_stage, key, timeout)
+        if buf is not None:
+            return buf
         self._arm(timeout)
         with open(p, "rb", buffering=0) as f:
             pl = self._direct(direct.where, f.fileno())

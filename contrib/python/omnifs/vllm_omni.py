@@ -147,6 +147,7 @@ class OmniFSConnector(_Base):
     def close(self):
         """Idempotent.  Objects already put stay for their readers."""
         self._closed = True
+        self._mount.close()
 
     def __enter__(self):
         return self

@@ -1,0 +1,65 @@
+"""small - small objects in one request each (README, "Small objects").
+
+A put of a few KiB through open, write and close is five FUSE requests
+(two lookups, create, write, flush) and a get four (open, read, flush,
+release), each a trip through the kernel and a daemon thread.  One ioctl
+on the edge's directory does either: OMNIFS_IOC_PUT creates, writes and
+publishes (an O_CREAT|O_EXCL create and a close), OMNIFS_IOC_GET waits
+like a plain open, reads the object whole and closes it.  The layout is
+fs/direct.h's.  A GET that cannot answer here (larger than its buffer,
+bytes on another node, a view) consumes nothing: the caller opens and
+reads instead.
+"""
+import errno
+import fcntl
+import struct
+
+MAGIC = 0x4C4D534F
+_HEAD = struct.Struct("<IIQqqQ")    # magic key_len size readers wait_ms xxh3
+HEAD = _HEAD.size
+MAX = (1 << 14) - 1                 # the ioctl size field's 14 bits
+# GET answers meaning "open and read this one instead".
+FALLBACK = (errno.E2BIG, errno.EREMOTE, errno.EOPNOTSUPP)
+# Answers meaning "not this way, ever, here" (a daemon without them).
+NEVER = (errno.ENOTTY, errno.ENOSYS)
+
+
+def _ioc(rw, nr, size):     # asm-generic/ioctl.h: x86-64, arm64, riscv
+    return (rw << 30) | (size << 16) | (ord("O") << 8) | nr
+
+
+def room(key):
+    """The most bytes a put of key can carry."""
+    return MAX - HEAD - len(key)
+
+
+def put(dirfd, key, views, total, readers=None):
+    """Publishes the bytes of views (total in all) as key in the edge open
+    at dirfd.  OSError as a create and close would raise."""
+    k = key.encode()
+    buf = bytearray(HEAD + len(k) + total)
+    _HEAD.pack_into(buf, 0, MAGIC, len(k), total, -1 if readers is None else int(readers), 0, 0)
+    at = HEAD + len(k)
+    buf[HEAD:at] = k
+    for v in views:
+        buf[at:at + len(v)] = v
+        at += len(v)
+    fcntl.ioctl(dirfd, _ioc(1, 0x12, len(buf)), buf, True)
+
+
+def get(dirfd, key, wait_ms, size=MAX):
+    """The bytes of key (a bytearray), waited for up to wait_ms (0: the
+    edge's wait) and read whole, in a buffer with room for size bytes;
+    OSError as an open and read would raise, or with an errno in FALLBACK."""
+    k = key.encode()
+    n = min(MAX, max(HEAD + len(k), HEAD + size))
+    buf = bytearray(n)
+    _HEAD.pack_into(buf, 0, MAGIC, len(k), 0, 0, int(wait_ms), 0)
+    buf[HEAD:HEAD + len(k)] = k
+    fcntl.ioctl(dirfd, _ioc(3, 0x13, n), buf, True)
+    magic, _, got, _, _, _ = _HEAD.unpack_from(buf)
+    if magic != MAGIC or got > n - HEAD:
+        raise OSError(errno.EPROTO, "omnifs: a bad small answer")
+    del buf[HEAD + got:]
+    del buf[:HEAD]
+    return buf
