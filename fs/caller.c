@@ -121,15 +121,15 @@ int caller_holds_fd(pid_t tid, const char *suffix)
 	char path[64], link[4096];
 	size_t slen = strlen(suffix);
 	struct dirent *de;
-	int found = 0;
+	int found = -1;
 
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)tid);
 	DIR *d = tid > 0 ? opendir(path) : NULL;
 	if (!d)
-		return 0;
+		return -1;
 	/* readlinkat from the open directory: a full path would walk
 	 * /proc/<pid> again for every descriptor, on every writer's close. */
-	while (!found && (de = readdir(d))) {
+	while (found < 1 && (de = readdir(d))) {
 		if (de->d_name[0] == '.')
 			continue;
 		ssize_t n = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);

@@ -615,12 +615,15 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		pid_t tid = fuse_req_ctx(req)->pid;
 		char path[2 * NAME_STAGE_MAX + NAME_KEY_MAX + 4];
 		ns_handle_path(fs_of(req)->ns, h, path, sizeof(path));
-		enum caller_state cs = caller_state(tid);
+		/* A task closing its files on the way out has no table of
+		 * them left: only a task with no descriptors can be one. */
+		int held = caller_holds_fd(tid, path);
+		enum caller_state cs = held < 0 ? caller_state(tid) : CALLER_ALIVE;
 		if (cs == CALLER_KILLED)
 			how = NS_CLOSE_KILLED;
 		else if (cs == CALLER_EXITING)
 			how = NS_CLOSE_EXIT;
-		else if (caller_holds_fd(tid, path))
+		else if (held > 0)
 			how = NS_CLOSE_DUP;
 	}
 	fuse_reply_err(req, -ns_flush(fs_of(req)->ns, h, how));
