@@ -206,8 +206,6 @@ $CONN "$T/a" "$T/a"
 printf 'OmniFSConnector put -> get, across two nodes over loopback TCP (a to b):\n'
 $CONN "$T/a" "$T/b"
 printf 'goals: 64 MiB and 256 MiB >= 8x the shm connector, 4 KiB median <= 0.2 ms\n'
-printf 'raw bytes again, the workers run with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (README):\n'
-GLIBC_TUNABLES=glibc.malloc.hugetlb=1 CONN_KINDS=bytes CONN_MIN=$((64 << 20)) $CONN "$T/a" "$T/a"
 
 # --- big edges: EDGE_N small objects a owns, listed and removed from b, and the
 # same commands on tmpfs (issue 21) --------------------------------------------

@@ -38,6 +38,13 @@ def test_bytes_round_trip(one):
     assert one.get("0", "1", k) == (b"hello omnifs", 12)
 
 
+def test_large_bytes_come_back_whole_as_a_bytearray(one):
+    k, data = rid(), os.urandom((3 << 20) + 5)
+    assert one.put("0", "1", k, data)[0]
+    got, n = one.get("0", "1", k)
+    assert type(got) is bytearray and n == len(data) and got == data
+
+
 def test_bytes_are_stored_as_they_are(one):
     k = rid()
     one.put("0", "1", k, bytearray(b"\x00\x01raw"))

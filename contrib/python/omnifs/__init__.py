@@ -189,7 +189,7 @@ class Mount:
 
     def _get_direct(self, pl, alloc):
         if alloc is None or pl.size < ALLOC_MIN:
-            buf = bytearray(pl.size)
+            buf = direct.fresh_bytearray(pl.size)
             return buf if direct.copy_out(pl, buf) else None
         head = bytearray(HEAD)
         if not direct.copy_out(pl, head):

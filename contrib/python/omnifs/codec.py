@@ -19,6 +19,8 @@ import struct
 
 import msgpack
 
+from . import direct
+
 MAGIC = b"OMNIPY\0\1"
 
 
@@ -83,14 +85,15 @@ def encode(obj):
 def alloc(size, head):
     """The buffer a large get fills, chosen by the object's first bytes:
     arrays get numpy's memory (huge pages: no fault per 4 KiB page), the
-    rest a bytearray, which decode() returns as it is for raw bytes."""
+    rest a bytearray over huge pages too, which decode() returns as it is
+    for raw bytes."""
     np = _numpy()
     if np is not None and head.startswith(MAGIC) and (
             b'{"k":"numpy"' in head or b'{"k":"torch"' in head):
         raw = np.empty(size + 4096, dtype=np.uint8)    # page-aligned, as the pool is
         at = -raw.ctypes.data % 4096
         return raw[at:at + size]
-    return bytearray(size)
+    return direct.fresh_bytearray(size)
 
 
 def decode(buf):

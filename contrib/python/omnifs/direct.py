@@ -50,6 +50,38 @@ def _libc():
 _LIBC = _libc()
 
 
+def _bytearray_api():
+    try:
+        make = ctypes.pythonapi.PyByteArray_FromStringAndSize
+        make.restype, make.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_ssize_t]
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        return make, libc.madvise
+    except (AttributeError, OSError):
+        return None
+
+
+_BYTEARRAY = _bytearray_api()
+_HUGE = 2 << 20
+MADV_HUGEPAGE = 14
+
+
+def fresh_bytearray(size):
+    """A bytearray of size bytes that the caller will overwrite whole, over
+    huge pages where the kernel gives them.  bytearray(size) zeroes every
+    4 KiB page, one fault each: 40 ms of a 64 MiB get on this VM, three
+    times the copy; this one is neither zeroed nor faulted until filled."""
+    if _BYTEARRAY is None or size < _HUGE:
+        return bytearray(size)
+    make, madvise = _BYTEARRAY
+    buf = make(None, size)
+    at = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    lo, hi = -(-at // _HUGE) * _HUGE, (at + size) // _HUGE * _HUGE
+    if hi > lo:
+        madvise(lo, hi - lo, MADV_HUGEPAGE)     # advice: failing changes nothing
+    return buf
+
+
 class Place:
     """Where an object's bytes are: the daemon's pid and (addr, len) pieces."""
 
