@@ -227,22 +227,18 @@ int ns_truncate(struct ns *ns, uint64_t ino, uint64_t size);
 int ns_fallocate(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t len);
 int ns_unlink(struct ns *ns, uint64_t parent, const char *name);
 /* The same-node hand-over (fs/direct.h).  where: a reader's handle of a
- * complete local object, its bytes as at most max iovecs, the open then
- * counting as a complete read; -EREMOTE when the bytes are not all here,
- * -E2BIG in more pieces than max.  place: a fresh object's one writer makes
- * it size bytes long, changing nothing on an error (-ENOSPC, -E2BIG,
- * -EBUSY once written to).  -EOPNOTSUPP for a pool a process cannot copy. */
+ * complete local object, its bytes as at most max iovecs (valid until the
+ * handle's release); -EREMOTE when the bytes are not all here, -E2BIG in
+ * more pieces than max.  Nothing is counted until done says the caller
+ * has them (what: the stat to count it under): the handle's close then
+ * counts a complete read.  place: a fresh object's one writer makes it
+ * size bytes long, changing nothing on an error (-ENOSPC, -E2BIG, -EBUSY
+ * once written to).  -EOPNOTSUPP for a pool a process cannot copy. */
 int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int max,
 		    int *n, uint64_t *size, uint64_t *xxh3);
+void ns_direct_done(struct ns *ns, struct ns_handle *h, enum stat_id what);
 int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct iovec *iov,
 		    int max, int *n);
-/* copy: a reader's handle of a complete local object of at most cap bytes,
- * its bytes copied into buf; -EREMOTE and -EOPNOTSUPP as for where, -E2BIG
- * when larger than cap.  Nothing is counted until done says the caller
- * has them: the handle's close then counts a complete read. */
-int ns_direct_copy(struct ns *ns, struct ns_handle *h, void *buf, size_t cap,
-		   uint64_t *size, uint64_t *xxh3);
-void ns_direct_done(struct ns *ns, struct ns_handle *h);
 
 int ns_getxattr(struct ns *ns, uint64_t ino, const char *name, char *buf,
 		size_t size);

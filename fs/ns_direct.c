@@ -7,7 +7,6 @@
 #include "ns_internal.h"
 
 #include <errno.h>
-#include <string.h>
 
 #include "../transport/pool.h"
 
@@ -56,44 +55,15 @@ int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int m
 	if (!(rc = whole_here(h)) && !(rc = direct_iov(ns, o, iov, max, n))) {
 		*size = o->size;
 		*xxh3 = o->xxh3;
-		handed_whole(ns, h, ST_DIRECT_GETS);    /* the close counts it */
 	}
 	pthread_mutex_unlock(&ns->lock);
 	return rc;
 }
 
-int ns_direct_copy(struct ns *ns, struct ns_handle *h, void *buf, size_t cap,
-		   uint64_t *size, uint64_t *xxh3)
-{
-	struct object *o = h->obj;
-	struct iovec iov[16];
-	int n, rc;
-
-	if (pool_kind_of(ns->pool) != POOL_HOST)
-		return -EOPNOTSUPP;
-	pthread_mutex_lock(&ns->lock);
-	if (!(rc = whole_here(h)) && o->size > cap)
-		rc = -E2BIG;
-	/* A few KiB: copied under the lock, in as many goes as it has pieces. */
-	for (uint64_t done = 0; !rc && done < o->size;) {
-		obj_iov(ns, o, done, o->size - done, iov, &n, 16);
-		for (int i = 0; i < n; i++) {
-			memcpy((char *)buf + done, iov[i].iov_base, iov[i].iov_len);
-			done += iov[i].iov_len;
-		}
-	}
-	if (!rc) {
-		*size = o->size;
-		*xxh3 = o->xxh3;
-	}
-	pthread_mutex_unlock(&ns->lock);
-	return rc;
-}
-
-void ns_direct_done(struct ns *ns, struct ns_handle *h)
+void ns_direct_done(struct ns *ns, struct ns_handle *h, enum stat_id what)
 {
 	pthread_mutex_lock(&ns->lock);
-	handed_whole(ns, h, ST_SMALL_GETS);
+	handed_whole(ns, h, what);
 	pthread_mutex_unlock(&ns->lock);
 }
 

@@ -194,10 +194,11 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		enum caller_intent in = caller_intent(fuse_req_ctx(req)->pid);
 		/* A writer's plain O_CREAT need not know (a published key
 		 * elsewhere is found when it publishes): no round trip. */
+		int reads = in == CALLER_OPEN_READ;
 		if (fs->cl && in != CALLER_OPEN_CREATE &&
-		    ask_peers(fs, parent, name, in == CALLER_OPEN_READ,
-			      callwait_peek(&fs->cw, fuse_req_ctx(req)->pid),
-			      in == CALLER_OPEN_READ || in == CALLER_OTHER || in == CALLER_UNKNOWN))
+		    ask_peers(fs, parent, name, reads,
+			      reads ? callwait_peek(&fs->cw, fuse_req_ctx(req)->pid) : 0,
+			      reads || in == CALLER_OTHER || in == CALLER_UNKNOWN))
 			rc = ns_lookup(fs->ns, parent, name, 0, &a);
 		if (in == CALLER_UNKNOWN && !fs->unknown_intent_logged) {
 			fs->unknown_intent_logged = 1;
@@ -672,6 +673,8 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 		rc = ns_direct_place(fs->ns, h, d.size, iov, OMNIFS_DIRECT_EXT, &n);
 	} else {
 		rc = ns_direct_where(fs->ns, h, iov, OMNIFS_DIRECT_EXT, &n, &d.size, &d.xxh3);
+		if (!rc)        /* the caller copies after the answer: its close counts */
+			ns_direct_done(fs->ns, h, ST_DIRECT_GETS);
 	}
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
@@ -695,31 +698,32 @@ struct op_get {
 	size_t cap;             /* the caller's buffer, header included */
 };
 
+#define SMALL_IOV 16
+
 static void get_answer(struct ns_waiter *nw, int err, struct ns_handle *h)
 {
 	struct op_get *g = (struct op_get *)nw;
 	struct ns *ns = fs_of(g->w.req)->ns;
-	struct omnifs_small *s = NULL;
+	struct omnifs_small s = { .magic = OMNIFS_SMALL_MAGIC };
+	struct iovec iov[1 + SMALL_IOV] = { { &s, sizeof(s) } };
+	int n = 0;
 
 	if (err == -EAGAIN)             /* a view: open(2) makes it */
 		err = -EOPNOTSUPP;
-	if (!err && !(s = calloc(1, g->cap)))
-		err = -ENOMEM;
 	if (!err)
-		err = ns_direct_copy(ns, h, s + 1, g->cap - sizeof(*s), &s->size, &s->xxh3);
-	if (err) {
+		err = ns_direct_where(ns, h, iov + 1, SMALL_IOV, &n, &s.size, &s.xxh3);
+	if (!err && s.size > g->cap - sizeof(s))
+		err = -E2BIG;
+	if (err)
 		fuse_reply_err(g->w.req, -err);
-	} else {
-		s->magic = OMNIFS_SMALL_MAGIC;
-		/* Counted as read only once the caller has the bytes. */
-		if (!fuse_reply_ioctl(g->w.req, 0, s, sizeof(*s) + s->size)) {
-			ns_direct_done(ns, h);
-			ns_flush(ns, h, NS_CLOSE_LAST);
-		}
+	/* Straight from the pool, which h keeps; counted as read only once
+	 * the caller has the bytes. */
+	else if (!fuse_reply_ioctl_iov(g->w.req, 0, iov, 1 + n)) {
+		ns_direct_done(ns, h, ST_SMALL_GETS);
+		ns_flush(ns, h, NS_CLOSE_LAST);
 	}
 	if (h)
 		ns_release(ns, h);
-	free(s);
 	free(g);
 }
 

@@ -7,10 +7,10 @@ over vllm-omni's SharedMemoryConnector as measured on this machine
 (issue 19: 4 KiB 0.20 ms, 1 MiB 2.8 ms, 64 MiB 221 ms, 256 MiB 953 ms),
 for raw bytes (a KV manager's to_bytes() payload, returned as a bytearray)
 and, from 1 MiB, for a float16 numpy array of the same size (hidden states,
-tensors); both come back over huge pages.  Two rounds of each go
-first, unmeasured: a worker's first large buffers wait for the kernel to
-gather huge pages (compaction, up to 0.5 s here), later ones do not.  CONN_KINDS (bytes,array) and CONN_MIN (bytes) choose
-what runs."""
+tensors); both come back over huge pages.  Two rounds of each go first,
+unmeasured: a worker's first large buffers wait for the kernel to gather
+huge pages (compaction, up to 0.5 s here), later ones do not.  CONN_KINDS
+(bytes,array) and CONN_MIN (bytes) choose what runs."""
 import os
 import subprocess
 import sys

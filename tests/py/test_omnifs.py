@@ -1,6 +1,7 @@
 """The Python package against live mounts (run by tests/integ/18-python.t,
 which mounts OMNI_ONE alone and OMNI_B + OMNI_C as a two-node cluster:
 b hosts stage 0, c stages 1 and 2)."""
+import contextlib
 import errno
 import logging
 import os
@@ -483,23 +484,30 @@ GETTER = ("import sys, omnifs\n"
           "sys.stdout.buffer.write(omnifs.Mount(sys.argv[1]).get('0', '1', sys.argv[2], timeout=10))")
 
 
-def getter(mount, key):
-    """A process that gets key from mount, started once it waits there."""
+@contextlib.contextmanager
+def getter(mount, key, code=GETTER):
+    """A process running code (a get of key from mount), handed over once it
+    waits there, and killed at the end if still running."""
     w0 = omnifs.Mount(mount).stats()["waiters"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(omnifs.__path__[0]))
-    r = subprocess.Popen([sys.executable, "-c", GETTER, mount, key], stdout=subprocess.PIPE,
-                         env=env)
-    deadline = time.monotonic() + 5
-    while omnifs.Mount(mount).stats()["waiters"] <= w0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return r
+    r = subprocess.Popen([sys.executable, "-c", code, mount, key], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 5
+        while omnifs.Mount(mount).stats()["waiters"] <= w0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        yield r
+    finally:
+        if r.poll() is None:
+            r.kill()
+            r.communicate()
 
 
 def test_a_small_get_waits_for_a_later_put_and_times_out_on_time():
     m, k = omnifs.Mount(ONE), rid()
-    r = getter(ONE, k)
-    m.put("0", "1", k, b"later")
-    assert r.communicate(timeout=10)[0] == b"later" and r.returncode == 0
+    with getter(ONE, k) as r:
+        m.put("0", "1", k, b"later")
+        assert r.communicate(timeout=10)[0] == b"later" and r.returncode == 0
     t0 = time.monotonic()
     with pytest.raises(FileNotFoundError):
         m.get("0", "1", k, timeout=0.3)
@@ -510,14 +518,11 @@ def test_an_interrupted_small_get_leaves_no_waiter():
     m, k = omnifs.Mount(ONE), rid()
     w0 = m.stats()["waiters"]
     code = "import sys, omnifs\nomnifs.Mount(sys.argv[1]).get('0', '1', sys.argv[2], timeout=30)"
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(omnifs.__path__[0]))
-    r = subprocess.Popen([sys.executable, "-c", code, ONE, k], env=env, stderr=subprocess.PIPE)
+    with getter(ONE, k, code) as r:
+        assert m.stats()["waiters"] == w0 + 1
+        r.send_signal(2)
+        assert b"KeyboardInterrupt" in r.communicate(timeout=5)[1]
     deadline = time.monotonic() + 5
-    while m.stats()["waiters"] <= w0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert m.stats()["waiters"] == w0 + 1
-    r.send_signal(2)
-    assert b"KeyboardInterrupt" in r.communicate(timeout=5)[1]
     while m.stats()["waiters"] > w0 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert m.stats()["waiters"] == w0
@@ -545,17 +550,17 @@ def test_small_requests_refuse_bad_input_and_change_nothing():
     assert small_errno(ONE, 0x12, head(), kb + b"x") == errno.ENOTTY          # the root
     assert small_errno(os.path.join(ONE, "0"), 0x12, head(), kb + b"x") == errno.ENOTTY
     assert k not in m.keys("0", "1") and pool_used(ONE) == used
-    # more than the pool holds, through the plain path's checks: ENOSPC
-    big = omnifs.Mount(ONE)
+    # more than the pool has left: ENOSPC, and nothing stays
     fill = rid()
-    free = big.health()["pool"]["size"] - pool_used(ONE)
     fd = os.open(os.path.join(edge, fill), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    os.posix_fallocate(fd, 0, free - 4096)
-    os.close(fd)
-    with pytest.raises(OSError) as e:
-        m.put("0", "1", k, os.urandom(12000))
-    assert e.value.errno == errno.ENOSPC and k not in m.keys("0", "1")
-    m.remove("0", "1", fill)
+    try:
+        os.posix_fallocate(fd, 0, m.health()["pool"]["size"] - used - 4096)
+        os.close(fd)
+        with pytest.raises(OSError) as e:
+            m.put("0", "1", k, os.urandom(12000))
+        assert e.value.errno == errno.ENOSPC and k not in m.keys("0", "1")
+    finally:
+        m.remove("0", "1", fill)
     assert pool_used(ONE) == used
 
 
@@ -566,13 +571,13 @@ def test_small_objects_across_nodes():
     b.put("0", "1", k, data)
     assert bytes(c.get("0", "1", k, timeout=5)) == data, "announced with its bytes"
     assert small_counters(C)[0] == g0 + 1
-    r = getter(C, k + "later")          # waiting on c before b puts it
-    b.put("0", "1", k + "later", data)
-    assert r.communicate(timeout=10)[0] == data
+    with getter(C, k + "later") as r:   # waiting on c before b puts it
+        b.put("0", "1", k + "later", data)
+        assert r.communicate(timeout=10)[0] == data
     assert small_counters(C)[0] == g0 + 2
     # larger than announces carry: EREMOTE, then pulled by a read
-    r = getter(C, k + "big")
     big = os.urandom(100 << 10)
-    b.put("0", "1", k + "big", big)
-    assert r.communicate(timeout=10)[0] == big
+    with getter(C, k + "big") as r:
+        b.put("0", "1", k + "big", big)
+        assert r.communicate(timeout=10)[0] == big
     assert small_counters(C)[0] == g0 + 2

@@ -188,25 +188,24 @@ int main(void)
 	is(ns_getattr(ns, si, &a), 0, "the kernel's own rm leaves no stale name");
 	ns_forget(ns, si, 3);
 
-	/* A whole small object copied out (OMNIFS_IOC_GET): counted only
-	 * once the caller has it. */
+	/* A whole local object handed over (OMNIFS_IOC_WHERE, _GET): counted
+	 * only once done says the caller has it. */
 	uint64_t ci = put3(ns, e, "c"), size = 0, xxh = 0;
-	char cb[8] = { 0 };
 	ok(ns_open(ns, ci, O_RDONLY | NS_OPEN_HERE, NULL, &r) == 0, "open a small object");
-	is(ns_direct_copy(ns, r, cb, 2, &size, &xxh), -E2BIG, "copy into too little room: E2BIG");
-	ok(!ns_direct_copy(ns, r, cb, sizeof(cb), &size, &xxh) && size == 3 && xxh &&
-	   !memcmp(cb, "abc", 3), "copied whole, with its size and checksum");
+	is(ns_direct_where(ns, r, iov, 0, &niov, &size, &xxh), -E2BIG, "too few iovecs: E2BIG");
+	ok(!ns_direct_where(ns, r, iov, 8, &niov, &size, &xxh) && size == 3 && xxh &&
+	   niov == 1 && !memcmp(iov[0].iov_base, "abc", 3), "where: its bytes, size and checksum");
 	ns_flush(ns, r, NS_CLOSE_LAST);
 	ns_release(ns, r);
-	is(ns_getattr(ns, ci, &a), 0, "copied but not handed over: not consumed");
+	is(ns_getattr(ns, ci, &a), 0, "shown but not handed over: not consumed");
 	ok(ns_open(ns, ci, O_RDONLY | NS_OPEN_HERE, NULL, &r) == 0 &&
-	   !ns_direct_copy(ns, r, cb, sizeof(cb), &size, &xxh), "copied again");
+	   !ns_direct_where(ns, r, iov, 8, &niov, &size, &xxh), "shown again");
 	uint64_t sg = stat_get(&st, ST_SMALL_GETS);
-	ns_direct_done(ns, r);
+	ns_direct_done(ns, r, ST_SMALL_GETS);
 	ns_flush(ns, r, NS_CLOSE_LAST);
 	ns_release(ns, r);
 	is(ns_lookup(ns, e, "c", 0, &a), -ENOENT, "handed over: one complete read consumed it");
-	is(stat_get(&st, ST_SMALL_GETS), sg + 1, "small_gets counted");
+	is(stat_get(&st, ST_SMALL_GETS), sg + 1, "counted under the stat given");
 	ns_forget(ns, ci, 1);
 	ns_stop(ns);
 	ns_destroy(ns);

@@ -47,18 +47,17 @@ def put(dirfd, key, views, total, readers=None):
     fcntl.ioctl(dirfd, _ioc(1, 0x12, len(buf)), buf, True)
 
 
-def get(dirfd, key, wait_ms, size=MAX):
+def get(dirfd, key, wait_ms):
     """The bytes of key (a bytearray), waited for up to wait_ms (0: the
-    edge's wait) and read whole, in a buffer with room for size bytes;
-    OSError as an open and read would raise, or with an errno in FALLBACK."""
+    edge's wait) and read whole; OSError as an open and read would raise,
+    or with an errno in FALLBACK."""
     k = key.encode()
-    n = min(MAX, max(HEAD + len(k), HEAD + size))
-    buf = bytearray(n)
+    buf = bytearray(MAX)
     _HEAD.pack_into(buf, 0, MAGIC, len(k), 0, 0, int(wait_ms), 0)
     buf[HEAD:HEAD + len(k)] = k
-    fcntl.ioctl(dirfd, _ioc(3, 0x13, n), buf, True)
+    fcntl.ioctl(dirfd, _ioc(3, 0x13, MAX), buf, True)
     magic, _, got, _, _, _ = _HEAD.unpack_from(buf)
-    if magic != MAGIC or got > n - HEAD:
+    if magic != MAGIC or got > MAX - HEAD:
         raise OSError(errno.EPROTO, "omnifs: a bad small answer")
     del buf[HEAD + got:]
     del buf[:HEAD]
