@@ -8,7 +8,9 @@
  * it again: on the VM this was measured on, receiving straight into a
  * cold 1 GiB buffer moved 1.9-2.2 GiB/s, receiving into 256 KiB and
  * copying on with streaming stores 3.3-3.7 GiB/s.  The reader's read
- * fetches the bytes from memory either way. */
+ * fetches the bytes from memory either way.  The same holds for a view's
+ * gather of short rows (fs/view.c): 112 MB of 512-byte rows took 20 ms
+ * with memcpy and 10 ms streamed, on the same VM. */
 #ifndef OMNI_COPY_H
 #define OMNI_COPY_H
 
@@ -20,7 +22,10 @@
 #include <emmintrin.h>
 #endif
 
-static inline void copy_nocache(void *dst, const void *src, size_t n)
+/* Stores n bytes at dst around the cache, weakly ordered: copy_fence()
+ * before another thread is told they are there.  A gather of many short
+ * rows (a token-major view) streams each row and fences once. */
+static inline void copy_stream(void *dst, const void *src, size_t n)
 {
 #if defined(__SSE2__) && !defined(__SANITIZE_ADDRESS__)    /* ASan checks memcpy only */
 	uint8_t *d = dst;
@@ -46,12 +51,24 @@ static inline void copy_nocache(void *dst, const void *src, size_t n)
 		_mm_stream_si128((__m128i *)(d + 48), e);
 	}
 	memcpy(d, s, n);
-	/* Streaming stores are weakly ordered: make them visible before the
-	 * caller tells another thread the bytes are there. */
-	_mm_sfence();
 #else
 	memcpy(dst, src, n);
 #endif
+}
+
+/* Streaming stores are weakly ordered: this makes them visible before the
+ * caller tells another thread the bytes are there. */
+static inline void copy_fence(void)
+{
+#if defined(__SSE2__) && !defined(__SANITIZE_ADDRESS__)
+	_mm_sfence();
+#endif
+}
+
+static inline void copy_nocache(void *dst, const void *src, size_t n)
+{
+	copy_stream(dst, src, n);
+	copy_fence();
 }
 
 #endif
