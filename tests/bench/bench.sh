@@ -111,7 +111,7 @@ secret_file: $T/secret
 pool: host:$((BIG_MIB + 256))MiB
 readers: 0
 nodes:
-  a: { addr: 127.0.0.1:$PA, stages: ["0"] }
+  a: { addr: 127.0.0.1:$PA, stages: ["0", "2"] }
   b: { addr: 127.0.0.1:$PB, stages: ["1"] }
 YAML
 for n in a b; do
@@ -201,8 +201,11 @@ rm -f "$T"/a/0/1/x.rank*of4     # room in a's pool
 
 # --- vllm-omni's connector: put -> get, one node and two (tests/bench/connector.py)
 CONN="env PYTHONPATH=$(cd "$(dirname "$0")/../../contrib/python" && pwd) /usr/bin/python3 $(dirname "$0")/connector.py"
-printf '\nOmniFSConnector put -> get, two processes, one node (a to a):\n'
-$CONN "$T/a" "$T/a"
+# Both stages of a same-node hand-over live on that node, as a deployment
+# that puts them there says in its config (a hosts 0 and 2): a put's
+# O_EXCL then asks no peer.
+printf '\nOmniFSConnector put -> get, two processes, one node (a to a, stages 0 -> 2, both on a):\n'
+CONN_EDGE="0 2" $CONN "$T/a" "$T/a"
 printf 'OmniFSConnector put -> get, across two nodes over loopback TCP (a to b):\n'
 $CONN "$T/a" "$T/b"
 printf 'goals: 64 MiB and 256 MiB >= 8x the shm connector, 4 KiB median <= 0.2 ms\n'

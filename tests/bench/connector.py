@@ -10,7 +10,8 @@ and, from 1 MiB, for a float16 numpy array of the same size (hidden states,
 tensors); both come back over huge pages.  Two rounds of each go first,
 unmeasured: a worker's first large buffers wait for the kernel to gather
 huge pages (compaction, up to 0.5 s here), later ones do not.  CONN_KINDS
-(bytes,array) and CONN_MIN (bytes) choose what runs."""
+(bytes,array), CONN_MIN and CONN_MAX (bytes) choose what runs; CONN_EDGE
+("FROM TO", "0 1" unless set) names the stages the objects go between."""
 import os
 import subprocess
 import sys
@@ -23,13 +24,14 @@ from omnifs.vllm_omni import OmniFSConnector
 SHM_MS = {4 << 10: 0.20, 1 << 20: 2.8, 64 << 20: 221.0, 256 << 20: 953.0}
 WARM = 2
 ROUNDS = {4 << 10: 300, 1 << 20: 60, 64 << 20: 7, 256 << 20: 5}
+FROM, TO = os.environ.get("CONN_EDGE", "0 1").split()
 READER = """
 import sys, time
 from omnifs.vllm_omni import OmniFSConnector
 c = OmniFSConnector({"mount": sys.argv[1], "timeout_s": 60})
 for key in sys.stdin:
     print("waiting", flush=True)
-    r = c.get("0", "1", key.strip())
+    r = c.get(sys.argv[2], sys.argv[3], key.strip())
     print(time.monotonic_ns(), r[1] if r else -1, flush=True)
 """
 
@@ -37,7 +39,7 @@ for key in sys.stdin:
 def payloads():
     kinds = os.environ.get("CONN_KINDS", "bytes,array").split(",")
     for size, rounds in ROUNDS.items():
-        if size < int(os.environ.get("CONN_MIN", "0")):
+        if not int(os.environ.get("CONN_MIN", "0")) <= size <= int(os.environ.get("CONN_MAX", 1 << 40)):
             continue
         if "bytes" in kinds:
             yield "bytes", size, rounds, os.urandom(size)
@@ -46,7 +48,7 @@ def payloads():
 
 
 def main(wmount, rmount):
-    rd = subprocess.Popen([sys.executable, "-c", READER, rmount], stdin=subprocess.PIPE,
+    rd = subprocess.Popen([sys.executable, "-c", READER, rmount, FROM, TO], stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, text=True)
     w = OmniFSConnector({"mount": wmount})
     try:
@@ -59,14 +61,14 @@ def main(wmount, rmount):
                 rd.stdout.readline()            # it is about to open
                 time.sleep(0.02)                # in open(); the daemons idle
                 t0 = time.monotonic_ns()
-                ok, n, _ = w.put("0", "1", key, data)
+                ok, n, _ = w.put(FROM, TO, key, data)
                 t1, got = rd.stdout.readline().split()
                 if not ok or int(got) < size:
                     raise SystemExit("bench: %s did not come through" % key)
                 if i >= 0:
                     ms.append((int(t1) - t0) / 1e6)
                 try:
-                    w._mount.remove("0", "1", key)
+                    w._mount.remove(FROM, TO, key)
                 except FileNotFoundError:
                     pass                        # consumed already
             ms.sort()
