@@ -49,7 +49,7 @@ int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int m
 	struct object *o = h->obj;
 	int rc;
 
-	if (pool_kind_of(ns->pool) != POOL_HOST)
+	if (pool_kind_of(ns->pool) == POOL_CUDA)
 		return -EOPNOTSUPP;     /* not memory a process can copy */
 	pthread_mutex_lock(&ns->lock);
 	if (!(rc = whole_here(h)) && !(rc = direct_iov(ns, o, iov, max, n))) {
@@ -73,7 +73,7 @@ int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct io
 	struct object *o = h->obj;
 	int rc;
 
-	if (pool_kind_of(ns->pool) != POOL_HOST)
+	if (pool_kind_of(ns->pool) == POOL_CUDA)
 		return -EOPNOTSUPP;
 	if (size > UINT64_MAX / 2)
 		return -EFBIG;

@@ -140,11 +140,6 @@ static int configure(struct conf *c, const struct args *a, uint8_t key[AUTH_KEY]
 			goto fail;
 		}
 	}
-	if (c->pool.kind != POOL_HOST) {
-		snprintf(err, sizeof(err), "option 'pool': '%s' needs CUDA, and this omnifs "
-			 "was built without it", pool_kind_name(c->pool.kind));
-		goto fail;
-	}
 	if (c->transport == TRANSPORT_RDMA && rdma_active_devices() <= 0) {
 		snprintf(err, sizeof(err), "option 'transport=rdma': no usable RDMA device "
 			 "on this node (use transport=tcp or auto)");
@@ -253,8 +248,13 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 		cc.nodes = nodes;
 		p.cluster = &cc;
 	}
-	if (pool_create(&pool, &c->pool, err, sizeof(err))) {
+	int prc = pool_create(&pool, &c->pool, err, sizeof(err));
+	if (prc) {
 		fprintf(stderr, "omnifs: %s\n", err);
+		/* No driver, no such device, no CUDA in this build: the
+		 * option asks for what this machine does not have. */
+		if (prc == -ENODEV || prc == -ENOTSUP)
+			rc = EXIT_USAGE;
 		goto free_text;
 	}
 	p.pool = pool;

@@ -1,4 +1,8 @@
-/* pool.c - the memory pool and its extent allocator.
+/* pool.c - the memory pool: its backends and its extent allocator.
+ *
+ * A backend makes the region and gives it back (perftest's memory.h has
+ * the same split): host memory, or host memory that CUDA has page-locked
+ * (pinned).  The allocator above it does not know which.
  *
  * Free space is an address-ordered array of fragments.  Objects are few and
  * large, so the array stays short; allocation is first-fit for the wanted
@@ -17,12 +21,23 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include "gpu.h"
+
 struct frag { uint64_t off, len; };
+
+/* What holds a pool's bytes.  map() sets base (and locked) or says why
+ * not in err; unmap() undoes it. */
+struct pool_backend {
+	int (*map)(struct pool *p, char *err, size_t errlen);
+	void (*unmap)(struct pool *p);
+};
 
 struct pool {
 	pthread_mutex_t lock;
 	enum pool_kind kind;
 	int dev;
+	const struct pool_backend *be;
+	struct gpu *gpu;        /* pinned: the driver that page-locked base */
 	uint8_t *base;
 	uint64_t size, used;
 	int locked;
@@ -154,7 +169,7 @@ static int pool_map_host(struct pool *p, char *err, size_t errlen)
 		int e = errno;
 		if (base)
 			munmap(map, p->size + 2 * POOL_GUARD);
-		snprintf(err, errlen, "pool: cannot map %" PRIu64 " bytes: %s",
+		snprintf(err, errlen, "cannot map %" PRIu64 " bytes: %s",
 			 p->size, strerror(e));
 		return -e;
 	}
@@ -168,23 +183,71 @@ static int pool_map_host(struct pool *p, char *err, size_t errlen)
 	return 0;
 }
 
+static void pool_unmap_host(struct pool *p)
+{
+	munmap(p->base - POOL_GUARD, p->size + 2 * POOL_GUARD);    /* and its guards */
+}
+
+/* Pinned: host memory as above, page-locked by CUDA for every context,
+ * so that a GPU copies in and out of it by DMA. */
+static int pool_map_pinned(struct pool *p, char *err, size_t errlen)
+{
+	int rc = gpu_open(0, &p->gpu, err, errlen);
+
+	if (rc)
+		return rc;
+	if ((rc = pool_map_host(p, err, errlen)))
+		goto close_gpu;
+	if ((rc = gpu_host_register(p->gpu, p->base, p->size, err, errlen)))
+		goto unmap;
+	p->locked = 1;
+	return 0;
+
+unmap:
+	pool_unmap_host(p);
+close_gpu:
+	gpu_close(p->gpu);
+	return rc;
+}
+
+static void pool_unmap_pinned(struct pool *p)
+{
+	gpu_host_unregister(p->gpu, p->base);
+	pool_unmap_host(p);
+	gpu_close(p->gpu);
+}
+
+/* Device memory: the driver is opened so that a machine without it hears
+ * why, and then refused; fs/ reads and writes pool bytes with the CPU. */
+static int pool_map_cuda(struct pool *p, char *err, size_t errlen)
+{
+	int rc = gpu_open(p->dev, &p->gpu, err, errlen);
+
+	if (rc)
+		return rc;
+	gpu_close(p->gpu);
+	snprintf(err, errlen, "device memory pools are not served yet; pinned:SIZE is");
+	return -ENOTSUP;
+}
+
+static const struct pool_backend backends[] = {
+	[POOL_HOST] = { pool_map_host, pool_unmap_host },
+	[POOL_PINNED] = { pool_map_pinned, pool_unmap_pinned },
+	[POOL_CUDA] = { pool_map_cuda, NULL },
+};
+
 int pool_create(struct pool **out, const struct pool_spec *spec,
 		char *err, size_t errlen)
 {
+	char why[200];
 	struct pool *p;
 	int rc;
 
-	if (spec->kind != POOL_HOST) {
-		/* This build has no CUDA runtime: say so rather than silently
-		 * handing out host memory under a device pool's name. */
-		snprintf(err, errlen, "pool: '%s' needs CUDA, and this omnifs "
-			 "was built without it", pool_kind_name(spec->kind));
-		return -ENOTSUP;
-	}
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	p->kind = spec->kind;
+	p->be = &backends[spec->kind];
 	p->dev = spec->dev;
 	p->size = round_grain(spec->size);
 	p->capfree = 16;
@@ -193,9 +256,12 @@ int pool_create(struct pool **out, const struct pool_spec *spec,
 		rc = -ENOMEM;
 		goto free_pool;
 	}
-	rc = pool_map_host(p, err, errlen);
-	if (rc)
+	if ((rc = p->be->map(p, why, sizeof(why)))) {
+		char spec_s[64];
+		pool_spec_format(spec, spec_s, sizeof(spec_s));
+		snprintf(err, errlen, "option 'pool=%s': %s", spec_s, why);
 		goto free_frags;
+	}
 	p->free[0] = (struct frag){ 0, p->size };
 	p->nfree = 1;
 	pthread_mutex_init(&p->lock, NULL);
@@ -213,7 +279,7 @@ void pool_destroy(struct pool *p)
 {
 	if (!p)
 		return;
-	munmap(p->base - POOL_GUARD, p->size + 2 * POOL_GUARD);    /* and its guards */
+	p->be->unmap(p);
 	pthread_mutex_destroy(&p->lock);
 	free(p->free);
 	free(p);

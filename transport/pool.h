@@ -38,8 +38,10 @@ int pool_spec_parse(const char *s, struct pool_spec *spec);
 void pool_spec_format(const struct pool_spec *spec, char *buf, size_t len);
 const char *pool_kind_name(enum pool_kind kind);
 
-/* Creates the pool.  On failure returns -errno and puts a one-line reason in
- * err.  A CUDA kind on a build without CUDA is -ENOTSUP. */
+/* Creates the pool.  On failure returns -errno and puts a one-line reason,
+ * naming the option, in err: -ENODEV for a pinned or device pool on a
+ * machine without the NVIDIA driver or that device, -ENOTSUP for one that
+ * this build or this version cannot make. */
 int pool_create(struct pool **out, const struct pool_spec *spec,
 		char *err, size_t errlen);
 void pool_destroy(struct pool *p);

@@ -1,0 +1,167 @@
+/* gpu.c - the NVIDIA driver API, taken from libcuda.so.1 at run time.
+ *
+ * gpu.h says why it is loaded and not linked.  The entry points are looked
+ * up by the names the driver exports: cuda.h maps some of the API's names
+ * onto versioned ones (cuMemHostRegister is cuMemHostRegister_v2), and
+ * a symbol's old version may behave differently.
+ */
+#define _GNU_SOURCE
+#include "gpu.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef OMNI_CUDA
+#include <cuda.h>
+#include <dlfcn.h>
+
+#define GPU_FNS(X)                                                      \
+	X(cuInit, "cuInit")                                             \
+	X(cuDeviceGetCount, "cuDeviceGetCount")                         \
+	X(cuDeviceGet, "cuDeviceGet")                                   \
+	X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")         \
+	X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2")    \
+	X(cuCtxSetCurrent, "cuCtxSetCurrent")                           \
+	X(cuMemHostRegister, "cuMemHostRegister_v2")                    \
+	X(cuMemHostUnregister, "cuMemHostUnregister")                   \
+	X(cuGetErrorName, "cuGetErrorName")
+
+struct gpu {
+	void *lib;
+	CUdevice dev;
+	CUcontext ctx;
+#define GPU_FN_PTR(name, sym) __typeof__(name) *f_##name;
+	GPU_FNS(GPU_FN_PTR)
+};
+
+/* A driver's answer in words: "CUDA_ERROR_X (n)"; a stub driver knows
+ * no names. */
+static const char *gpu_errname(const struct gpu *g, CUresult r, char *buf, size_t len)
+{
+	const char *s = NULL;
+
+	if (g->f_cuGetErrorName(r, &s) != CUDA_SUCCESS || !s)
+		s = "CUDA error";
+	snprintf(buf, len, "%s (%d)", s, (int)r);
+	return buf;
+}
+
+static int gpu_load(struct gpu *g, char *err, size_t errlen)
+{
+	if (!(g->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))) {
+		snprintf(err, errlen, "no NVIDIA driver on this machine (%s)", dlerror());
+		return -ENODEV;
+	}
+#define GPU_FN_LOAD(name, sym)                                                         \
+	if (!(g->f_##name = (__typeof__(name) *)dlsym(g->lib, sym))) {                 \
+		snprintf(err, errlen, "the NVIDIA driver has no %s: too old for omnifs", sym); \
+		return -ENOTSUP;                                                       \
+	}
+	GPU_FNS(GPU_FN_LOAD)
+	return 0;
+}
+
+/* The driver, started, and device dev's primary context retained. */
+static int gpu_start(struct gpu *g, int dev, char *err, size_t errlen)
+{
+	char why[64];
+	CUresult r;
+	int n = 0;
+
+	if ((r = g->f_cuInit(0)) != CUDA_SUCCESS) {
+		const char *stub = r == CUDA_ERROR_STUB_LIBRARY ?
+				   " (libcuda.so.1 is the toolkit's stub, not a driver)" : "";
+		snprintf(err, errlen, "the NVIDIA driver does not start: %s%s",
+			 gpu_errname(g, r, why, sizeof(why)), stub);
+		return -ENODEV;
+	}
+	if ((r = g->f_cuDeviceGetCount(&n)) != CUDA_SUCCESS || dev >= n) {
+		snprintf(err, errlen, "no CUDA device %d (this machine has %d)", dev, n);
+		return -ENODEV;
+	}
+	if ((r = g->f_cuDeviceGet(&g->dev, dev)) != CUDA_SUCCESS ||
+	    (r = g->f_cuDevicePrimaryCtxRetain(&g->ctx, g->dev)) != CUDA_SUCCESS) {
+		snprintf(err, errlen, "CUDA device %d: no context: %s", dev,
+			 gpu_errname(g, r, why, sizeof(why)));
+		return -EIO;
+	}
+	return 0;
+}
+
+int gpu_open(int dev, struct gpu **out, char *err, size_t errlen)
+{
+	struct gpu *g = calloc(1, sizeof(*g));
+	int rc;
+
+	if (!g)
+		return -ENOMEM;
+	if ((rc = gpu_load(g, err, errlen)))
+		goto close_lib;
+	if ((rc = gpu_start(g, dev, err, errlen)))
+		goto close_lib;
+	*out = g;
+	return 0;
+
+close_lib:
+	if (g->lib)
+		dlclose(g->lib);
+	free(g);
+	return rc;
+}
+
+void gpu_close(struct gpu *g)
+{
+	if (!g)
+		return;
+	g->f_cuDevicePrimaryCtxRelease(g->dev);
+	/* The library stays loaded: the driver keeps threads of its own
+	 * that would run into unmapped code. */
+	free(g);
+}
+
+int gpu_host_register(struct gpu *g, void *p, size_t len, char *err, size_t errlen)
+{
+	CUresult r = g->f_cuCtxSetCurrent(g->ctx);
+	char why[64];
+
+	if (r == CUDA_SUCCESS)
+		r = g->f_cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE |
+					   CU_MEMHOSTREGISTER_DEVICEMAP);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "CUDA cannot page-lock %zu bytes: %s", len,
+			 gpu_errname(g, r, why, sizeof(why)));
+		return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+	}
+	return 0;
+}
+
+void gpu_host_unregister(struct gpu *g, void *p)
+{
+	if (g->f_cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS)
+		g->f_cuMemHostUnregister(p);
+}
+
+#else   /* built without the CUDA toolkit's headers */
+
+int gpu_open(int dev, struct gpu **out, char *err, size_t errlen)
+{
+	(void)dev;
+	(void)out;
+	snprintf(err, errlen, "this omnifs was built without CUDA (no cuda.h at build time; "
+		 "see README, \"GPU pools\")");
+	return -ENOTSUP;
+}
+
+void gpu_close(struct gpu *g) { (void)g; }
+
+int gpu_host_register(struct gpu *g, void *p, size_t len, char *err, size_t errlen)
+{
+	(void)g; (void)p; (void)len;
+	snprintf(err, errlen, "this omnifs was built without CUDA");
+	return -ENOTSUP;
+}
+
+void gpu_host_unregister(struct gpu *g, void *p) { (void)g; (void)p; }
+
+#endif
