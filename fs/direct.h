@@ -39,6 +39,26 @@ struct omnifs_direct {
 #define OMNIFS_IOC_WHERE _IOR('O', 0x10, struct omnifs_direct)
 #define OMNIFS_IOC_PLACE _IOWR('O', 0x11, struct omnifs_direct)
 
+/* OMNIFS_IOC_CUDA, on a descriptor opened for reading, where the pool is
+ * a GPU's memory (pool=cuda:DEV:SIZE): the pool's CUDA IPC handle, which
+ * a process of this node opens once (cuIpcOpenMemHandle), and where in
+ * the pool the object's bytes lie, for it to copy them device to device.
+ * Once answered, the open counts as a complete read when it is closed.
+ * Root and the daemon's user only: the handle reaches the whole pool.
+ * EOPNOTSUPP for a pool of another kind (WHERE is for those), a view or
+ * an .omni file; EREMOTE while the bytes are not all on this node. */
+#define OMNIFS_CUDA_MAGIC 0x4155434fu          /* "OCUA" little-endian */
+
+struct omnifs_cuda {
+	uint32_t magic, dev;    /* dev: the pool's GPU */
+	uint64_t size, xxh3;    /* the published object's */
+	uint8_t handle[64];     /* CUipcMemHandle of the whole pool */
+	uint32_t n, flags;      /* extents used; flags 0 */
+	struct { uint64_t off, len; } ext[OMNIFS_DIRECT_EXT];  /* offsets into the pool */
+};
+
+#define OMNIFS_IOC_CUDA _IOR('O', 0x14, struct omnifs_cuda)
+
 /* OMNIFS_IOC_PUT and OMNIFS_IOC_GET, on a descriptor of an edge directory
  * (open(2) of <mnt>/<from>/<to>, O_RDONLY): a small object created and
  * published, or waited for, read whole and closed, in one request instead

@@ -379,37 +379,105 @@ static unsigned ext_find(const struct object *o, uint64_t off)
 	return lo;
 }
 
-/* Points iov at [off, off+len) of the object, at most maxiov pieces.
- * Returns the bytes covered. */
-size_t obj_iov(struct ns *ns, const struct object *o, uint64_t off,
-	       size_t len, struct iovec *iov, int *niov, int maxiov)
+size_t obj_spans(const struct object *o, uint64_t off, size_t len, struct ns_span *sp, int *n,
+		 int max)
 {
 	size_t done = 0;
-	int n = 0;
+	int k = 0;
 
-	for (unsigned i = ext_find(o, off); i < o->next && done < len && n < maxiov; i++) {
+	for (unsigned i = ext_find(o, off); i < o->next && done < len && k < max; i++) {
 		const struct ext *e = &o->ext[i];
 		uint64_t in = off + done - e->lstart;
 		uint64_t take = e->len - in;
 		if (take > len - done)
 			take = len - done;
-		iov[n].iov_base = ns->base + e->off + in;
-		iov[n].iov_len = take;
-		n++;
+		sp[k++] = (struct ns_span){ e->off + in, take };
 		done += take;
+	}
+	*n = k;
+	return done;
+}
+
+/* Points iov at [off, off+len) of the object, at most maxiov pieces, in a
+ * pool the CPU addresses.  Returns the bytes covered. */
+size_t obj_iov(struct ns *ns, const struct object *o, uint64_t off,
+	       size_t len, struct iovec *iov, int *niov, int maxiov)
+{
+	struct ns_span sp[64];
+	size_t done = 0;
+	int n = 0, k;
+
+	while (done < len && n < maxiov) {
+		size_t got = obj_spans(o, off + done, len - done, sp, &k,
+				       maxiov - n < 64 ? maxiov - n : 64);
+		for (int i = 0; i < k; i++)
+			iov[n++] = (struct iovec){ ns->base + sp[i].off, sp[i].len };
+		if (!got)
+			break;
+		done += got;
 	}
 	*niov = n;
 	return done;
 }
 
+/* Copies between [off, off+len) of o and host memory at buf, either way. */
+static int obj_copy(struct ns *ns, const struct object *o, uint64_t off, uint8_t *buf,
+		    size_t len, int in)
+{
+	struct ns_span sp[64];
+	int n;
+
+	while (len) {
+		size_t got = obj_spans(o, off, len, sp, &n, 64);
+		if (!got)
+			return -EIO;
+		for (int i = 0; i < n; i++) {
+			if (in ? pool_write(ns->pool, sp[i].off, buf, sp[i].len)
+			       : pool_read(ns->pool, sp[i].off, buf, sp[i].len))
+				return -EIO;
+			buf += sp[i].len;
+		}
+		off += got;
+		len -= got;
+	}
+	return 0;
+}
+
+int obj_copy_out(struct ns *ns, const struct object *o, uint64_t off, void *dst, size_t len)
+{
+	return obj_copy(ns, o, off, dst, len, 0);
+}
+
+int obj_copy_in(struct ns *ns, const struct object *o, uint64_t off, const void *src, size_t len)
+{
+	return obj_copy(ns, o, off, (uint8_t *)(uintptr_t)src, len, 1);
+}
+
+static pthread_key_t bounce_key;
+static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
+static void bounce_key_make(void) { pthread_key_create(&bounce_key, free); }
+
+uint8_t *ns_bounce(void)
+{
+	pthread_once(&bounce_once, bounce_key_make);
+	uint8_t *b = pthread_getspecific(bounce_key);
+	if (!b && (b = aligned_alloc(4096, NS_BOUNCE)) && pthread_setspecific(bounce_key, b)) {
+		free(b);
+		b = NULL;
+	}
+	return b;
+}
+
+/* Zeros [off, off+len) of the object (a hole a write left).  Called
+ * locked: the pool's copies do not wait on ns. */
 static void obj_zero(struct ns *ns, const struct object *o, uint64_t off, uint64_t len)
 {
 	while (len) {
-		struct iovec iov[16];
+		struct ns_span sp[16];
 		int n;
-		size_t got = obj_iov(ns, o, off, len, iov, &n, 16);
+		size_t got = obj_spans(o, off, len, sp, &n, 16);
 		for (int i = 0; i < n; i++)
-			memset(iov[i].iov_base, 0, iov[i].iov_len);
+			pool_zero(ns->pool, sp[i].off, sp[i].len);
 		off += got;
 		len -= got;
 	}
@@ -426,7 +494,8 @@ static struct ns_event *ev_queue(struct ns *ns, int type, struct object *o)
 	if (!hk || !k || (type == EV_PUBLISHED && !hk->published) ||
 	    (type == EV_GONE && !hk->gone) || (type == EV_CONSUMED && !hk->consumed))
 		return NULL;
-	if (!(e = calloc(1, sizeof(*e)))) {
+	int copy = type == EV_PUBLISHED && !ns->base && o->size <= NS_INLINE_MAX;
+	if (!(e = calloc(1, sizeof(*e) + (copy ? o->size : 0)))) {
 		fprintf(stderr, "omnifs: out of memory: a peer misses news of %s\n", k->name);
 		return NULL;
 	}
@@ -442,8 +511,10 @@ static struct ns_event *ev_queue(struct ns *ns, int type, struct object *o)
 	if (type == EV_PUBLISHED) {
 		e->o = o;
 		o->refs++;
-		if (o->size <= NS_INLINE_MAX && o->size && o->next == 1)
+		if (o->size <= NS_INLINE_MAX && o->size && o->next == 1 && ns->base)
 			e->info.data = ns->base + o->ext[0].off;
+		else if (o->size && copy && !obj_copy_out(ns, o, 0, e->copy, o->size))
+			e->info.data = e->copy;
 		e->info.kvhdr = o->kvhdr;       /* o is referenced until delivered */
 		e->info.kvhdr_len = o->kvhdr_len;
 	}
@@ -641,18 +712,26 @@ static void obj_abort(struct ns *ns, struct object *o)
 	o->state = OS_DEAD;
 }
 
-/* Bytes of o for kvfmt, with ns unlocked: o's extents are final. */
+/* Bytes of o for kvfmt, with ns unlocked: o's extents are final.  From a
+ * pool the CPU cannot address they come through the thread's bounce. */
 struct obj_at { struct ns *ns; struct object *o; };
 static const void *obj_at(void *arg, uint64_t off, uint64_t *len)
 {
 	struct obj_at *a = arg;
-	struct iovec iov;
+	struct ns_span sp;
+	uint8_t *b;
 	int n;
 
-	if (off >= a->o->size || !obj_iov(a->ns, a->o, off, a->o->size - off, &iov, &n, 1))
+	if (off >= a->o->size || !obj_spans(a->o, off, a->o->size - off, &sp, &n, 1))
 		return NULL;
-	*len = iov.iov_len;
-	return iov.iov_base;
+	*len = sp.len;
+	if (a->ns->base)
+		return a->ns->base + sp.off;
+	if (*len > NS_BOUNCE)
+		*len = NS_BOUNCE;
+	if (!(b = ns_bounce()) || pool_read(a->ns->pool, sp.off, b, *len))
+		return NULL;
+	return b;
 }
 
 /* A payload that calls itself KV (SPEC §6) must match its own header:
@@ -715,6 +794,8 @@ static void obj_publish(struct ns *ns, struct object *o, struct wakelist *wl)
 	int hrc = obj_hash(ns, o, &h);
 	if (!hrc)
 		hrc = kv_check(ns, o);
+	if (!hrc)       /* a device's copies done, for other processes too */
+		hrc = pool_sync(ns->pool) ? -EIO : 0;
 	pthread_mutex_lock(&ns->lock);
 	if (hrc) {
 		obj_abort(ns, o);       /* no chunk table, or a torn KV payload */
@@ -1363,7 +1444,7 @@ ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
 		 size_t len, uint64_t off)
 {
 	struct object *o = h->obj;
-	struct iovec iov[64];
+	struct ns_span sp[64];
 	int n, rc = 0;
 
 	if (off > UINT64_MAX / 2 || len > UINT64_MAX / 2 - off)
@@ -1390,19 +1471,54 @@ ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
 		o->size = off + len;
 	/* Copy with the lock dropped: the extents are reserved, and only the
 	 * array that lists them can move (another writer growing it). */
-	for (size_t done = 0; done < len;) {
-		obj_iov(ns, o, off + done, len - done, iov, &n, 64);
+	for (size_t done = 0; done < len && !rc;) {
+		obj_spans(o, off + done, len - done, sp, &n, 64);
 		pthread_mutex_unlock(&ns->lock);
-		for (int i = 0; i < n; i++) {
-			memcpy(iov[i].iov_base, (const char *)buf + done, iov[i].iov_len);
-			done += iov[i].iov_len;
+		for (int i = 0; i < n && !rc; i++) {
+			rc = pool_write(ns->pool, sp[i].off, (const char *)buf + done, sp[i].len);
+			done += sp[i].len;
 		}
 		pthread_mutex_lock(&ns->lock);
+	}
+	if (rc) {                       /* the device failed the copy */
+		o->error = EIO;
+		stat_add(ns->st, ST_ERRORS, 1);
+		pthread_mutex_unlock(&ns->lock);
+		return -EIO;
 	}
 	hash_note_write(ns, o, off, off + len);
 	h->done += len;
 	pthread_mutex_unlock(&ns->lock);
 	stat_add(ns->st, ST_BYTES_WRITTEN, len);
+	return (ssize_t)len;
+}
+
+/* A read from a pool the CPU cannot address: the bytes are copied into
+ * the calling thread's bounce, which the caller copies on or sends before
+ * it reads again.  Called locked; the copies run with the lock dropped,
+ * over spans taken under it (a writer may grow the extent array). */
+static ssize_t bounce_read(struct ns *ns, struct object *o, uint64_t off, size_t len,
+			   struct iovec *iov, int *niov)
+{
+	uint8_t *b = ns_bounce();
+	struct ns_span sp[64];
+	int n, rc = 0;
+
+	if (!b)
+		return -ENOMEM;
+	/* At most the bounce, in at most 64 spans: a short read, which the
+	 * caller continues. */
+	len = obj_spans(o, off, len < NS_BOUNCE ? len : NS_BOUNCE, sp, &n, 64);
+	o->refs++;
+	pthread_mutex_unlock(&ns->lock);
+	for (int i = 0, at = 0; i < n && !rc; at += (int)sp[i].len, i++)
+		rc = pool_read(ns->pool, sp[i].off, b + at, sp[i].len);
+	pthread_mutex_lock(&ns->lock);
+	obj_put(ns, o);
+	if (rc)
+		return rc;
+	iov[0] = (struct iovec){ b, len };
+	*niov = 1;
 	return (ssize_t)len;
 }
 
@@ -1432,7 +1548,8 @@ ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 		if (len > o->size - off)
 			len = o->size - off;
 		ssize_t r = h->stream ? stream_read(ns, h->stream, off, len, iov, niov)
-				      : (ssize_t)obj_iov(ns, o, off, len, iov, niov, maxiov);
+			  : ns->base ? (ssize_t)obj_iov(ns, o, off, len, iov, niov, maxiov)
+				     : bounce_read(ns, o, off, len, iov, niov);
 		if (r < 0)
 			goto fail;
 		got = (size_t)r;

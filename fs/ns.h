@@ -237,6 +237,17 @@ int ns_unlink(struct ns *ns, uint64_t parent, const char *name);
 int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int max,
 		    int *n, uint64_t *size, uint64_t *xxh3);
 void ns_direct_done(struct ns *ns, struct ns_handle *h, enum stat_id what);
+/* As where, the bytes as pool offsets (any pool; for a GPU's, which
+ * another process maps by the pool's IPC handle). */
+struct ns_span { uint64_t off, len; };
+int ns_direct_spans(struct ns *ns, struct ns_handle *h, struct ns_span *sp, int max, int *n,
+		    uint64_t *size, uint64_t *xxh3);
+/* As where, for an object of at most cap bytes (and NS_BOUNCE) in a pool
+ * a process cannot copy from: its bytes copied into the calling thread's
+ * buffer, one iovec valid until the thread's next call into ns (a small
+ * GET's answer); -E2BIG if larger. */
+int ns_direct_bounce(struct ns *ns, struct ns_handle *h, size_t cap, struct iovec *iov,
+		     uint64_t *size, uint64_t *xxh3);
 int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct iovec *iov,
 		    int max, int *n);
 

@@ -49,7 +49,7 @@ int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int m
 	struct object *o = h->obj;
 	int rc;
 
-	if (pool_kind_of(ns->pool) == POOL_CUDA)
+	if (!ns->base)
 		return -EOPNOTSUPP;     /* not memory a process can copy */
 	pthread_mutex_lock(&ns->lock);
 	if (!(rc = whole_here(h)) && !(rc = direct_iov(ns, o, iov, max, n))) {
@@ -57,6 +57,43 @@ int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int m
 		*xxh3 = o->xxh3;
 	}
 	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_direct_spans(struct ns *ns, struct ns_handle *h, struct ns_span *sp, int max, int *n,
+		    uint64_t *size, uint64_t *xxh3)
+{
+	struct object *o = h->obj;
+	int rc;
+
+	pthread_mutex_lock(&ns->lock);
+	/* Another node's object being pulled here: wait as a read would. */
+	if (o->owner >= 0 && !stream_wanted(h) && fetch_wait(ns, h, 0, o->size))
+		rc = -EIO;
+	else if (!(rc = whole_here(h)) && obj_spans(o, 0, o->size, sp, n, max) != o->size)
+		rc = -E2BIG;
+	*size = o->size;
+	*xxh3 = o->xxh3;
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_direct_bounce(struct ns *ns, struct ns_handle *h, size_t cap, struct iovec *iov,
+		     uint64_t *size, uint64_t *xxh3)
+{
+	struct object *o = h->obj;
+	uint8_t *b = ns_bounce();
+	int rc;
+
+	pthread_mutex_lock(&ns->lock);
+	if (!(rc = whole_here(h)) && (o->size > cap || o->size > NS_BOUNCE))
+		rc = -E2BIG;
+	*size = o->size;
+	*xxh3 = o->xxh3;
+	pthread_mutex_unlock(&ns->lock);
+	if (!rc && (!b || obj_copy_out(ns, o, 0, b, o->size)))     /* h keeps o whole */
+		rc = -EIO;
+	*iov = (struct iovec){ b, rc ? 0 : o->size };
 	return rc;
 }
 
@@ -73,7 +110,7 @@ int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct io
 	struct object *o = h->obj;
 	int rc;
 
-	if (pool_kind_of(ns->pool) == POOL_CUDA)
+	if (!ns->base)
 		return -EOPNOTSUPP;
 	if (size > UINT64_MAX / 2)
 		return -EFBIG;

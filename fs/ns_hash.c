@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "../transport/pool.h"
+
 #define HASH_STEP_MIN (256u << 10)
 
 /* Chunk idx's hash, growing the table as the hasher goes. */
@@ -55,6 +57,29 @@ static int hash_feed(struct object *o, XXH3_state_t *st, XXH3_state_t *cs,
 	return 0;
 }
 
+/* Feeds one span of the pool into st and cs: in place where the CPU
+ * addresses the pool, else through the thread's bounce. */
+static int hash_span(struct ns *ns, struct object *o, XXH3_state_t *st, XXH3_state_t *cs,
+		     uint64_t pos, const struct ns_span *sp)
+{
+	uint8_t *b;
+
+	if (ns->base)
+		return hash_feed(o, st, cs, pos, ns->base + sp->off, sp->len);
+	if (!(b = ns_bounce()))
+		return -ENOMEM;
+	for (uint64_t done = 0; done < sp->len;) {
+		size_t take = sp->len - done < NS_BOUNCE ? sp->len - done : NS_BOUNCE;
+		int rc = pool_read(ns->pool, sp->off + done, b, take);
+		if (!rc)
+			rc = hash_feed(o, st, cs, pos + done, b, take);
+		if (rc)
+			return rc;
+		done += take;
+	}
+	return 0;
+}
+
 /* Feeds [from, to) of the object into st and cs.  Called unlocked.  Until
  * every writer is done (final is 0) the extent array may grow under a
  * writer, so pieces of it are taken under the lock; the bytes stay put. */
@@ -64,17 +89,17 @@ static int hash_range(struct ns *ns, struct object *o, XXH3_state_t *st,
 	int rc = 0;
 
 	while (from < to && !rc) {
-		struct iovec iov[16];
+		struct ns_span sp[16];
 		int n;
 		uint64_t at = from;
 		if (!final)
 			pthread_mutex_lock(&ns->lock);
-		from += obj_iov(ns, o, from, to - from, iov, &n, 16);
+		from += obj_spans(o, from, to - from, sp, &n, 16);
 		if (!final)
 			pthread_mutex_unlock(&ns->lock);
 		for (int i = 0; i < n && !rc; i++) {
-			rc = hash_feed(o, st, cs, at, iov[i].iov_base, iov[i].iov_len);
-			at += iov[i].iov_len;
+			rc = hash_span(ns, o, st, cs, at, &sp[i]);
+			at += sp[i].len;
 		}
 	}
 	return rc;

@@ -59,6 +59,7 @@ struct object {
 	int fetch;
 	uint64_t have;
 	unsigned fetch_gen;
+	uint8_t *stage;                 /* a fetch's bytes on their way to a device pool */
 	struct object *lru_prev, *lru_next;     /* ns's replicas that hold bytes */
 	/* A KV payload's header (SPEC §6), kept for views and user.omni.kv;
 	 * cov counts deliveries of each of cov_of head units by views, of
@@ -118,7 +119,7 @@ struct ns {
 	struct pool *pool;
 	uint64_t pool_size;
 	struct timed lost_sweep;        /* forgets lost keys (T_SWEEP) */
-	uint8_t *base;
+	uint8_t *base;                  /* NULL: the pool is device memory (pool_cpu()) */
 	struct stats *st;
 	struct ns_settings set;
 	struct ns_rule *rules;
@@ -156,6 +157,7 @@ struct ns_event {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
 	struct ns_objinfo info;
 	struct ns_cover cover;          /* EV_CONSUMED */
+	uint8_t copy[];                 /* info.data's bytes, from a pool the CPU cannot address */
 };
 
 /* Woken waiters are answered after the lock is dropped; they chain through
@@ -186,8 +188,20 @@ int obj_reserve(struct ns *ns, struct object *o, uint64_t end);
  * (removed meanwhile) or -EACCES (published).  Called locked. */
 int handle_writable(const struct ns_handle *h);
 void obj_trim(struct ns *ns, struct object *o);
+/* [off, off+len) of the object as pool offsets (spans), at most max of
+ * them; or, in a pool the CPU addresses, as iovecs.  The bytes covered. */
+size_t obj_spans(const struct object *o, uint64_t off, size_t len, struct ns_span *sp, int *n,
+		 int max);
 size_t obj_iov(struct ns *ns, const struct object *o, uint64_t off,
 	       size_t len, struct iovec *iov, int *niov, int maxiov);
+/* Copies [off, off+len) of a final object out of the pool, any kind
+ * (unlocked: its extents no longer move).  0 or -EIO. */
+int obj_copy_out(struct ns *ns, const struct object *o, uint64_t off, void *dst, size_t len);
+int obj_copy_in(struct ns *ns, const struct object *o, uint64_t off, const void *src, size_t len);
+/* A pool the CPU cannot address is read through a buffer of the calling
+ * thread's, NS_BOUNCE bytes, valid until its next call. */
+#define NS_BOUNCE (2u << 20)
+uint8_t *ns_bounce(void);
 struct ns_handle *handle_new(struct ns *ns, struct object *o, int write);
 
 /* Waking waiters: queued under the lock, answered by wake_all() after it

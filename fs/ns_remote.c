@@ -147,14 +147,22 @@ int fetch_begin(struct ns *ns, struct object *o, struct fetch_start *fs)
 
 	if (!rc)
 		obj_trim(ns, o);        /* a writer's first reserve is larger */
+	fs->iov = NULL;
 	if (!rc && !(fs->iov = malloc(o->next * sizeof(*fs->iov))))
 		rc = -ENOMEM;
+	/* A pool the CPU cannot address takes the bytes in one copy once
+	 * they are all here and checked (ns_fetch_progress). */
+	if (!rc && !ns->base && !(o->stage = malloc(o->size)))
+		rc = -ENOMEM;
 	if (rc) {
+		free(fs->iov);
 		fetch_refused(ns, o, rc);
 		return 0;
 	}
 	fs->n = 0;
-	for (unsigned i = 0; i < o->next && o->ext[i].lstart < o->size; i++) {
+	if (o->stage)
+		fs->iov[fs->n++] = (struct iovec){ o->stage, o->size };
+	for (unsigned i = 0; !o->stage && i < o->next && o->ext[i].lstart < o->size; i++) {
 		uint64_t len = o->ext[i].len;
 		if (len > o->size - o->ext[i].lstart)
 			len = o->size - o->ext[i].lstart;
@@ -203,6 +211,14 @@ void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 	struct wakelist wl = { 0 };
 	int final = err || upto >= o->size;
 
+	if (o->stage) {         /* bound for a device pool: all of it, or none */
+		if (!final)
+			return;
+		if (!err && obj_copy_in(ns, o, 0, o->stage, o->size))
+			err = -EIO;
+		free(o->stage);
+		o->stage = NULL;
+	}
 	pthread_mutex_lock(&ns->lock);
 	if (!err && upto > o->have) {
 		o->have = upto;
@@ -294,18 +310,14 @@ static struct object *remote_new(struct ns *ns, struct node *k, int owner,
 	kvhdr_keep(o, ri);
 	/* Bytes that came with the announce are checked like pulled ones. */
 	if (ri->data && !obj_reserve(ns, o, ri->size)) {
-		struct iovec iov[4];
-		int n;
 		obj_trim(ns, o);        /* a replica holds its size, not 64 KiB */
 		replica_touch(ns, o);
-		obj_iov(ns, o, 0, ri->size, iov, &n, 4);
-		if (n == 1 && XXH3_64bits(ri->data, ri->size) == ri->xxh3) {
-			memcpy(iov[0].iov_base, ri->data, ri->size);
+		if (XXH3_64bits(ri->data, ri->size) != ri->xxh3) {
+			stat_add(ns->st, ST_CHECKSUM_FAILED, 1);
+		} else if (!obj_copy_in(ns, o, 0, ri->data, ri->size)) {
 			o->fetch = F_DONE;
 			o->have = ri->size;
 			stat_add(ns->st, ST_BYTES_PULLED, ri->size);
-		} else if (n == 1) {
-			stat_add(ns->st, ST_CHECKSUM_FAILED, 1);
 		}
 	} else if (ri->data) {
 		replica_drop(ns, o);    /* no room now: fetched by its first open */
@@ -627,18 +639,26 @@ int ns_serve_chunk(struct ns *ns, struct ns_handle *h, uint64_t idx,
 {
 	struct object *o = h->obj;
 	uint64_t off = idx * NS_CHUNK;
+	size_t len = 0;
 	int rc = 0;
 
 	pthread_mutex_lock(&ns->lock);
 	if (!h->served || off >= o->size || idx >= o->nchunks) {
 		rc = -EINVAL;
 	} else {
-		size_t len = o->size - off < NS_CHUNK ? o->size - off : NS_CHUNK;
-		if (obj_iov(ns, o, off, len, iov, n, max) != len)
+		len = o->size - off < NS_CHUNK ? o->size - off : NS_CHUNK;
+		if (ns->base && obj_iov(ns, o, off, len, iov, n, max) != len)
 			rc = -E2BIG;
 		*xxh3 = o->chunks[idx];
 		h->done += len;
 	}
 	pthread_mutex_unlock(&ns->lock);
+	if (!rc && !ns->base) {         /* a device pool's chunk, through the bounce */
+		uint8_t *b = ns_bounce();  /* h keeps o, published: its extents stay */
+		if (!b || obj_copy_out(ns, o, off, b, len))
+			return -EIO;
+		iov[0] = (struct iovec){ b, len };
+		*n = 1;
+	}
 	return rc;
 }

@@ -47,6 +47,8 @@ struct stream {
 	int owner;
 	uint64_t oid, size, lease;
 	uint64_t poff;                  /* the window's place in the pool */
+	uint8_t *mem;                   /* ... its bytes: there, or in host memory when
+					 * the CPU cannot address the pool */
 	uint64_t pos;                   /* where the latest read began */
 	unsigned refs;                  /* the handle's, and each pull's in flight */
 	int reading;                    /* a read's turn: stream_read..stream_done */
@@ -66,20 +68,27 @@ int stream_wanted(const struct ns_handle *h)
 int stream_new(struct ns *ns, struct object *o, struct stream **out)
 {
 	struct stream *s = calloc(1, sizeof(*s));
-	uint64_t poff, got;
+	uint64_t poff = 0, got;
 	int rc;
 
 	if (!s)
 		return -ENOMEM;
-	rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, &poff, &got);
-	if (rc == -ENOSPC && replica_evict(ns, NULL, STREAM_WINDOW))
+	/* A window passes bytes on to the reader's reads: it stays in host
+	 * memory, which a device pool is not. */
+	uint8_t *mem = ns->base ? NULL : aligned_alloc(4096, STREAM_WINDOW);
+	rc = ns->base || mem ? 0 : -ENOMEM;
+	if (!rc && ns->base) {
 		rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, &poff, &got);
+		if (rc == -ENOSPC && replica_evict(ns, NULL, STREAM_WINDOW))
+			rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, &poff, &got);
+		mem = ns->base + poff;
+	}
 	if (rc) {
 		free(s);
 		return rc;
 	}
 	*s = (struct stream){ .ns = ns, .owner = o->owner, .oid = o->oid, .size = o->size,
-			      .lease = ns_lease_id(ns), .poff = poff, .refs = 1 };
+			      .lease = ns_lease_id(ns), .poff = poff, .mem = mem, .refs = 1 };
 	for (int i = 0; i < STREAM_SLOTS; i++)
 		s->slot[i].s = s;
 	*out = s;
@@ -90,7 +99,10 @@ static void stream_put(struct stream *s)
 {
 	if (--s->refs)
 		return;
-	pool_free(s->ns->pool, s->poff, STREAM_WINDOW);
+	if (s->ns->base)
+		pool_free(s->ns->pool, s->poff, STREAM_WINDOW);
+	else
+		free(s->mem);
 	free(s);
 }
 
@@ -105,7 +117,7 @@ static uint8_t *slot_mem(const struct slot *sl)
 {
 	const struct stream *s = sl->s;
 
-	return s->ns->base + s->poff + (uint64_t)(sl - s->slot) * STREAM_SLOT;
+	return s->mem + (uint64_t)(sl - s->slot) * STREAM_SLOT;
 }
 
 static struct slot *slot_at(struct stream *s, uint64_t x)

@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "../kvfmt/kvfmt.h"
+#include "../transport/pool.h"
 
 static const char *const state_name[] = { "writing", "publishing", "published", "dead" };
 
@@ -17,6 +20,35 @@ static const char *const xattr_names[] = {
 	XA "owner", XA "state", XA "size", XA "xxh3", XA "readers", XA "reads",
 	XA "published_ns", XA "kv",
 };
+
+/* user.omni.cuda_ipc, in a pool of GPU memory: the pool's IPC handle
+ * (base64 of CUipcMemHandle) and where o lies in it.  Not listed, and
+ * asked only by root and the daemon's user (fs/ops.c): the handle reaches
+ * the whole pool.  OMNIFS_IOC_CUDA says the same to a reader's open file,
+ * whose close then counts a complete read (fs/direct.h). */
+#define CUDA_IPC_EXT 16
+static int cuda_ipc(struct ns *ns, const struct object *o, char *v, size_t vlen)
+{
+	unsigned char h[POOL_IPC_BYTES];
+	char b64[sodium_base64_ENCODED_LEN(POOL_IPC_BYTES, sodium_base64_VARIANT_ORIGINAL)];
+	struct ns_span sp[CUDA_IPC_EXT];
+	int dev, n;
+
+	if (pool_ipc(ns->pool, &dev, h) || (o->owner >= 0 && o->fetch != F_DONE))
+		return -ENODATA;        /* not a GPU pool; or its bytes are elsewhere */
+	if (obj_spans(o, 0, o->size, sp, &n, CUDA_IPC_EXT) != o->size)
+		return -E2BIG;
+	sodium_bin2base64(b64, sizeof(b64), h, sizeof(h), sodium_base64_VARIANT_ORIGINAL);
+	int len = snprintf(v, vlen, "{\"device\":%d,\"handle\":\"%s\",\"offset\":%" PRIu64
+			   ",\"size\":%" PRIu64 ",\"xxh3\":\"%016" PRIx64 "\",\"extents\":[",
+			   dev, b64, n ? sp[0].off : 0, o->size, o->xxh3);
+	for (int i = 0; i < n && len > 0 && (size_t)len < vlen; i++)
+		len += snprintf(v + len, vlen - (size_t)len, "%s[%" PRIu64 ",%" PRIu64 "]",
+				i ? "," : "", sp[i].off, sp[i].len);
+	if (len > 0 && (size_t)len < vlen)
+		len += snprintf(v + len, vlen - (size_t)len, "]}");
+	return len > 0 && (size_t)len < vlen ? len : -E2BIG;
+}
 
 /* The value of one of xattr_names for o, or -ENODATA. */
 static int xattr_value(struct ns *ns, const struct object *o, const char *name,
@@ -41,6 +73,8 @@ static int xattr_value(struct ns *ns, const struct object *o, const char *name,
 		return snprintf(v, vlen, "%016" PRIx64, o->xxh3);
 	if (pub && !strcmp(name, XA "published_ns"))
 		return snprintf(v, vlen, "%" PRIu64, o->published_ns);
+	if (pub && !strcmp(name, XA "cuda_ipc"))
+		return cuda_ipc(ns, o, v, vlen);
 	if (pub && o->kvhdr && !strcmp(name, XA "kv")) {
 		struct kv_info kv;
 		int rc = kv_parse(o->kvhdr, o->kvhdr_len, o->size, &kv, NULL, 0);

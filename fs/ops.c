@@ -645,6 +645,32 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 /* ---------------------------------------------------------------- direct */
 
+/* A GPU pool's object for a GPU process of this node (OMNIFS_IOC_CUDA):
+ * the pool's IPC handle and the object's place in it; its close then
+ * counts a complete read. */
+static void cuda_ioctl(fuse_req_t req, struct ns_handle *h, size_t out_bufsz)
+{
+	struct fs *fs = fs_of(req);
+	struct omnifs_cuda c = { .magic = OMNIFS_CUDA_MAGIC };
+	struct ns_span sp[OMNIFS_DIRECT_EXT];
+	int dev, n = 0, rc;
+
+	if (out_bufsz < sizeof(c))
+		return (void)fuse_reply_err(req, EINVAL);
+	if (pool_ipc(fs->vf.pool, &dev, c.handle))
+		return (void)fuse_reply_err(req, EOPNOTSUPP);
+	if ((rc = ns_direct_spans(fs->ns, h, sp, OMNIFS_DIRECT_EXT, &n, &c.size, &c.xxh3)))
+		return (void)fuse_reply_err(req, -rc);
+	c.dev = (uint32_t)dev;
+	c.n = (uint32_t)n;
+	for (int i = 0; i < n; i++) {
+		c.ext[i].off = sp[i].off;
+		c.ext[i].len = sp[i].len;
+	}
+	ns_direct_done(fs->ns, h, ST_CUDA_GETS);
+	fuse_reply_ioctl(req, 0, &c, sizeof(c));
+}
+
 /* The same-node hand-over (fs/direct.h): one request instead of one per
  * MiB.  Only for those who could read and write our memory anyway. */
 static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi,
@@ -656,15 +682,19 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 	uid_t uid = fuse_req_ctx(req)->uid;
 	int n = 0, rc;
 
-	if (cmd != OMNIFS_IOC_WHERE && cmd != OMNIFS_IOC_PLACE)
+	if (cmd != OMNIFS_IOC_WHERE && cmd != OMNIFS_IOC_PLACE && cmd != OMNIFS_IOC_CUDA)
 		return (void)fuse_reply_err(req, ENOTTY);
 	if (fi->fh & FH_TAGS)           /* views, .omni files: no one place */
 		return (void)fuse_reply_err(req, EOPNOTSUPP);
 	if (uid != 0 && uid != geteuid())
 		return (void)fuse_reply_err(req, EPERM);
+	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
+	if (cmd == OMNIFS_IOC_CUDA) {
+		cuda_ioctl(req, h, out_bufsz);
+		return;
+	}
 	if (out_bufsz < sizeof(d))
 		return (void)fuse_reply_err(req, EINVAL);
-	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
 	if (cmd == OMNIFS_IOC_PLACE) {
 		if (in_bufsz < sizeof(d))
 			return (void)fuse_reply_err(req, EINVAL);
@@ -712,6 +742,10 @@ static void get_answer(struct ns_waiter *nw, int err, struct ns_handle *h)
 		err = -EOPNOTSUPP;
 	if (!err)
 		err = ns_direct_where(ns, h, iov + 1, SMALL_IOV, &n, &s.size, &s.xxh3);
+	if (err == -EOPNOTSUPP && h) {  /* a pool the CPU cannot address */
+		err = ns_direct_bounce(ns, h, g->cap - sizeof(s), iov + 1, &s.size, &s.xxh3);
+		n = 1;
+	}
 	if (!err && s.size > g->cap - sizeof(s))
 		err = -E2BIG;
 	if (err)
@@ -871,6 +905,12 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	struct fs *fs = fs_of(req);
 	char buf[1024];
 	size_t cap = size && size < sizeof(buf) ? size : sizeof(buf);
+	uid_t uid = fuse_req_ctx(req)->uid;
+
+	/* A GPU pool's IPC handle reaches the whole pool: for those who
+	 * could read the daemon's memory anyway (fs/direct.h). */
+	if (!strcmp(name, "user.omni.cuda_ipc") && uid != 0 && uid != geteuid())
+		return (void)fuse_reply_err(req, EACCES);
 	int rc = ns_getxattr(fs->ns, ino, name, buf, cap);
 
 	/* A view has no object, but a header once its shards are here. */

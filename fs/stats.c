@@ -41,6 +41,7 @@ static const struct {
 	[ST_DIRECT_PUTS] = { "direct_puts", "Objects a process on this node copied in itself (OMNIFS_IOC_PLACE)", 0 },
 	[ST_SMALL_GETS] = { "small_gets", "Small objects waited for and read in one request (OMNIFS_IOC_GET)", 0 },
 	[ST_SMALL_PUTS] = { "small_puts", "Small objects written and published in one request (OMNIFS_IOC_PUT)", 0 },
+	[ST_CUDA_GETS] = { "cuda_gets", "Objects a GPU process on this node copied out of the GPU pool itself (OMNIFS_IOC_CUDA)", 0 },
 };
 
 static const char *hist_name[H__COUNT] = {

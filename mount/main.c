@@ -257,6 +257,10 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 			rc = EXIT_USAGE;
 		goto free_text;
 	}
+	if (!pool_cpu(pool))
+		fprintf(stderr, "omnifs: the pool is GPU %d's memory: reads and writes copy "
+			"through host memory, GPU processes here take objects by its IPC handle, "
+			"and no RDMA device reads it (no GPUDirect RDMA yet)\n", c->pool.dev);
 	p.pool = pool;
 	cc.pool = pool;         /* registered with the RDMA device, if one is used */
 	int mrc = fs_mount(&fs, &p, fargs);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef OMNI_CUDA
 #include <cuda.h>
@@ -25,6 +26,13 @@
 	X(cuCtxSetCurrent, "cuCtxSetCurrent")                           \
 	X(cuMemHostRegister, "cuMemHostRegister_v2")                    \
 	X(cuMemHostUnregister, "cuMemHostUnregister")                   \
+	X(cuMemAlloc, "cuMemAlloc_v2")                                  \
+	X(cuMemFree, "cuMemFree_v2")                                    \
+	X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                              \
+	X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                              \
+	X(cuMemsetD8, "cuMemsetD8_v2")                                  \
+	X(cuCtxSynchronize, "cuCtxSynchronize")                         \
+	X(cuIpcGetMemHandle, "cuIpcGetMemHandle")                       \
 	X(cuGetErrorName, "cuGetErrorName")
 
 struct gpu {
@@ -142,6 +150,82 @@ void gpu_host_unregister(struct gpu *g, void *p)
 		g->f_cuMemHostUnregister(p);
 }
 
+int gpu_dev_alloc(struct gpu *g, size_t len, uint64_t *dptr, char *err, size_t errlen)
+{
+	CUdeviceptr d = 0;
+	CUresult r = g->f_cuCtxSetCurrent(g->ctx);
+	char why[64];
+
+	if (r == CUDA_SUCCESS)
+		r = g->f_cuMemAlloc(&d, len);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "CUDA cannot allocate %zu bytes of device memory: %s", len,
+			 gpu_errname(g, r, why, sizeof(why)));
+		return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+	}
+	*dptr = (uint64_t)d;
+	return 0;
+}
+
+void gpu_dev_free(struct gpu *g, uint64_t dptr)
+{
+	if (g->f_cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS)
+		g->f_cuMemFree((CUdeviceptr)dptr);
+}
+
+/* Copies run on the calling thread, which may be any of the daemon's:
+ * each makes the context current first (cheap when it already is). */
+int gpu_to_dev(struct gpu *g, uint64_t dptr, const void *src, size_t len)
+{
+	if (g->f_cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
+	    g->f_cuMemcpyHtoD((CUdeviceptr)dptr, src, len) != CUDA_SUCCESS)
+		return -EIO;
+	return 0;
+}
+
+int gpu_from_dev(struct gpu *g, void *dst, uint64_t dptr, size_t len)
+{
+	if (g->f_cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
+	    g->f_cuMemcpyDtoH(dst, (CUdeviceptr)dptr, len) != CUDA_SUCCESS)
+		return -EIO;
+	return 0;
+}
+
+int gpu_dev_zero(struct gpu *g, uint64_t dptr, size_t len)
+{
+	if (g->f_cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
+	    g->f_cuMemsetD8((CUdeviceptr)dptr, 0, len) != CUDA_SUCCESS)
+		return -EIO;
+	return 0;
+}
+
+int gpu_sync(struct gpu *g)
+{
+	if (g->f_cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
+	    g->f_cuCtxSynchronize() != CUDA_SUCCESS)
+		return -EIO;
+	return 0;
+}
+
+int gpu_ipc_handle(struct gpu *g, uint64_t dptr, unsigned char out[GPU_IPC_BYTES],
+		   char *err, size_t errlen)
+{
+	_Static_assert(sizeof(CUipcMemHandle) == GPU_IPC_BYTES, "CUDA's IPC handle size");
+	CUipcMemHandle h;
+	CUresult r = g->f_cuCtxSetCurrent(g->ctx);
+	char why[64];
+
+	if (r == CUDA_SUCCESS)
+		r = g->f_cuIpcGetMemHandle(&h, (CUdeviceptr)dptr);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "no CUDA IPC handle for the pool: %s",
+			 gpu_errname(g, r, why, sizeof(why)));
+		return -EIO;
+	}
+	memcpy(out, &h, GPU_IPC_BYTES);
+	return 0;
+}
+
 #else   /* built without the CUDA toolkit's headers */
 
 int gpu_open(int dev, struct gpu **out, char *err, size_t errlen)
@@ -163,5 +247,25 @@ int gpu_host_register(struct gpu *g, void *p, size_t len, char *err, size_t errl
 }
 
 void gpu_host_unregister(struct gpu *g, void *p) { (void)g; (void)p; }
+
+/* gpu_open() never succeeds here, so nothing below is ever called. */
+int gpu_dev_alloc(struct gpu *g, size_t len, uint64_t *dptr, char *err, size_t errlen)
+{
+	(void)g; (void)len; (void)dptr;
+	snprintf(err, errlen, "this omnifs was built without CUDA");
+	return -ENOTSUP;
+}
+void gpu_dev_free(struct gpu *g, uint64_t dptr) { (void)g; (void)dptr; }
+int gpu_to_dev(struct gpu *g, uint64_t d, const void *s, size_t n) { (void)g; (void)d; (void)s; (void)n; return -EIO; }
+int gpu_from_dev(struct gpu *g, void *d, uint64_t s, size_t n) { (void)g; (void)d; (void)s; (void)n; return -EIO; }
+int gpu_dev_zero(struct gpu *g, uint64_t d, size_t n) { (void)g; (void)d; (void)n; return -EIO; }
+int gpu_sync(struct gpu *g) { (void)g; return -EIO; }
+int gpu_ipc_handle(struct gpu *g, uint64_t d, unsigned char out[GPU_IPC_BYTES], char *err,
+		   size_t errlen)
+{
+	(void)g; (void)d; (void)out;
+	snprintf(err, errlen, "this omnifs was built without CUDA");
+	return -ENOTSUP;
+}
 
 #endif

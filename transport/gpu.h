@@ -14,6 +14,7 @@
 #define OMNI_GPU_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct gpu;
 
@@ -28,5 +29,23 @@ void gpu_close(struct gpu *c);
  * 0 or -errno with err. */
 int gpu_host_register(struct gpu *c, void *p, size_t len, char *err, size_t errlen);
 void gpu_host_unregister(struct gpu *c, void *p);
+
+/* Device memory: len bytes of the device, at *dptr (a device address,
+ * not one the CPU can touch).  0 or -errno with err. */
+int gpu_dev_alloc(struct gpu *c, size_t len, uint64_t *dptr, char *err, size_t errlen);
+void gpu_dev_free(struct gpu *c, uint64_t dptr);
+/* Copies between host and device memory, and zeros; complete when they
+ * return, as far as this process's CPU sees.  0, or -EIO. */
+int gpu_to_dev(struct gpu *c, uint64_t dptr, const void *src, size_t len);
+int gpu_from_dev(struct gpu *c, void *dst, uint64_t dptr, size_t len);
+int gpu_dev_zero(struct gpu *c, uint64_t dptr, size_t len);
+/* Waits until every copy to the device is done for every other user of
+ * its memory too (another process through an IPC handle).  0 or -EIO. */
+int gpu_sync(struct gpu *c);
+/* The IPC handle of the allocation at dptr (GPU_IPC_BYTES opaque bytes)
+ * that another process on this machine opens with cuIpcOpenMemHandle. */
+#define GPU_IPC_BYTES 64
+int gpu_ipc_handle(struct gpu *c, uint64_t dptr, unsigned char out[GPU_IPC_BYTES],
+		   char *err, size_t errlen);
 
 #endif

@@ -1,8 +1,10 @@
 /* pool.c - the memory pool: its backends and its extent allocator.
  *
- * A backend makes the region and gives it back (perftest's memory.h has
- * the same split): host memory, or host memory that CUDA has page-locked
- * (pinned).  The allocator above it does not know which.
+ * A backend makes the region, gives it back and moves bytes in and out
+ * of it (perftest's memory.h has the same split): host memory, host
+ * memory that CUDA has page-locked (pinned), or a GPU's memory (cuda).
+ * The allocator above it does not know which; its users ask pool_cpu()
+ * whether they may touch the bytes at pool_base(), or else copy.
  *
  * Free space is an address-ordered array of fragments.  Objects are few and
  * large, so the array stays short; allocation is first-fit for the wanted
@@ -25,11 +27,15 @@
 
 struct frag { uint64_t off, len; };
 
-/* What holds a pool's bytes.  map() sets base (and locked) or says why
- * not in err; unmap() undoes it. */
+/* What holds a pool's bytes.  map() sets base (host and pinned: the
+ * CPU's address of the region) or dbase (device memory), or says why not
+ * in err; unmap() undoes it.  The others move bytes in and out. */
 struct pool_backend {
 	int (*map)(struct pool *p, char *err, size_t errlen);
 	void (*unmap)(struct pool *p);
+	int (*write)(struct pool *p, uint64_t off, const void *src, size_t len);
+	int (*read)(struct pool *p, uint64_t off, void *dst, size_t len);
+	int (*zero)(struct pool *p, uint64_t off, size_t len);
 };
 
 struct pool {
@@ -37,8 +43,10 @@ struct pool {
 	enum pool_kind kind;
 	int dev;
 	const struct pool_backend *be;
-	struct gpu *gpu;        /* pinned: the driver that page-locked base */
-	uint8_t *base;
+	struct gpu *gpu;        /* pinned and cuda: the driver */
+	uint8_t *base;          /* NULL for device memory */
+	uint64_t dbase;         /* cuda: the device's address of the region */
+	unsigned char ipc[POOL_IPC_BYTES];      /* cuda: its IPC handle */
 	uint64_t size, used;
 	int locked;
 	struct frag *free;      /* address-ordered, never adjacent */
@@ -217,23 +225,72 @@ static void pool_unmap_pinned(struct pool *p)
 	gpu_close(p->gpu);
 }
 
-/* Device memory: the driver is opened so that a machine without it hears
- * why, and then refused; fs/ reads and writes pool bytes with the CPU. */
+/* Device memory of GPU dev, in one allocation: its IPC handle then maps
+ * the whole pool into another process at once, and an object is an
+ * offset into it. */
 static int pool_map_cuda(struct pool *p, char *err, size_t errlen)
 {
 	int rc = gpu_open(p->dev, &p->gpu, err, errlen);
 
 	if (rc)
 		return rc;
+	if ((rc = gpu_dev_alloc(p->gpu, p->size, &p->dbase, err, errlen)))
+		goto close_gpu;
+	if ((rc = gpu_ipc_handle(p->gpu, p->dbase, p->ipc, err, errlen)))
+		goto free_dev;
+	p->locked = 1;          /* device memory never pages */
+	return 0;
+
+free_dev:
+	gpu_dev_free(p->gpu, p->dbase);
+close_gpu:
 	gpu_close(p->gpu);
-	snprintf(err, errlen, "device memory pools are not served yet; pinned:SIZE is");
-	return -ENOTSUP;
+	return rc;
+}
+
+static void pool_unmap_cuda(struct pool *p)
+{
+	gpu_dev_free(p->gpu, p->dbase);
+	gpu_close(p->gpu);
+}
+
+static int host_write(struct pool *p, uint64_t off, const void *src, size_t len)
+{
+	memcpy(p->base + off, src, len);
+	return 0;
+}
+
+static int host_read(struct pool *p, uint64_t off, void *dst, size_t len)
+{
+	memcpy(dst, p->base + off, len);
+	return 0;
+}
+
+static int host_zero(struct pool *p, uint64_t off, size_t len)
+{
+	memset(p->base + off, 0, len);
+	return 0;
+}
+
+static int cuda_write(struct pool *p, uint64_t off, const void *src, size_t len)
+{
+	return gpu_to_dev(p->gpu, p->dbase + off, src, len);
+}
+
+static int cuda_read(struct pool *p, uint64_t off, void *dst, size_t len)
+{
+	return gpu_from_dev(p->gpu, dst, p->dbase + off, len);
+}
+
+static int cuda_zero(struct pool *p, uint64_t off, size_t len)
+{
+	return gpu_dev_zero(p->gpu, p->dbase + off, len);
 }
 
 static const struct pool_backend backends[] = {
-	[POOL_HOST] = { pool_map_host, pool_unmap_host },
-	[POOL_PINNED] = { pool_map_pinned, pool_unmap_pinned },
-	[POOL_CUDA] = { pool_map_cuda, NULL },
+	[POOL_HOST] = { pool_map_host, pool_unmap_host, host_write, host_read, host_zero },
+	[POOL_PINNED] = { pool_map_pinned, pool_unmap_pinned, host_write, host_read, host_zero },
+	[POOL_CUDA] = { pool_map_cuda, pool_unmap_cuda, cuda_write, cuda_read, cuda_zero },
 };
 
 int pool_create(struct pool **out, const struct pool_spec *spec,
@@ -286,7 +343,37 @@ void pool_destroy(struct pool *p)
 }
 
 void *pool_base(const struct pool *p) { return p->base; }
+int pool_cpu(const struct pool *p) { return p->base != NULL; }
 enum pool_kind pool_kind_of(const struct pool *p) { return p->kind; }
+
+int pool_write(struct pool *p, uint64_t off, const void *src, size_t len)
+{
+	return len ? p->be->write(p, off, src, len) : 0;
+}
+
+int pool_read(struct pool *p, uint64_t off, void *dst, size_t len)
+{
+	return len ? p->be->read(p, off, dst, len) : 0;
+}
+
+int pool_zero(struct pool *p, uint64_t off, size_t len)
+{
+	return len ? p->be->zero(p, off, len) : 0;
+}
+
+int pool_sync(struct pool *p)
+{
+	return p->kind == POOL_CUDA ? gpu_sync(p->gpu) : 0;
+}
+
+int pool_ipc(const struct pool *p, int *dev, unsigned char handle[POOL_IPC_BYTES])
+{
+	if (p->kind != POOL_CUDA)
+		return -ENOTSUP;
+	*dev = p->dev;
+	memcpy(handle, p->ipc, POOL_IPC_BYTES);
+	return 0;
+}
 
 void pool_usage(struct pool *p, struct pool_usage *u)
 {

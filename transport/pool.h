@@ -46,8 +46,24 @@ int pool_create(struct pool **out, const struct pool_spec *spec,
 		char *err, size_t errlen);
 void pool_destroy(struct pool *p);
 
+/* The CPU's address of the pool's bytes, where pool_cpu() says there is
+ * one (host, pinned); device memory is reached only by the copies below. */
 void *pool_base(const struct pool *p);
+int pool_cpu(const struct pool *p);
 enum pool_kind pool_kind_of(const struct pool *p);
+
+/* Copies into and out of [off, off + len) of the pool, and zeros it, for
+ * every kind: the host copies, the GPU by its DMA engines.  0 or -EIO. */
+int pool_write(struct pool *p, uint64_t off, const void *src, size_t len);
+int pool_read(struct pool *p, uint64_t off, void *dst, size_t len);
+int pool_zero(struct pool *p, uint64_t off, size_t len);
+/* Waits until the device holds what was written, for every process that
+ * maps it (before an object is published).  0 or -EIO. */
+int pool_sync(struct pool *p);
+/* A device pool's GPU and the IPC handle that maps the whole pool into
+ * another process of this node (cuIpcOpenMemHandle); -ENOTSUP else. */
+#define POOL_IPC_BYTES 64
+int pool_ipc(const struct pool *p, int *dev, unsigned char handle[POOL_IPC_BYTES]);
 void pool_usage(struct pool *p, struct pool_usage *u);
 
 /* Allocates one extent of at least min and at most want bytes (both rounded

@@ -1594,7 +1594,16 @@ static int open_rdma(struct xport *x, char *err, size_t errlen)
 	x->caps = PROTO_CAP_TCP;
 	if (x->c.mode == XPORT_TCP)
 		return 0;
-	if ((rc_ = rdma_open(&x->rdma, &rc, why, sizeof(why)))) {
+	if (!x->c.pool && x->c.pool_size) {
+		/* Device memory: READs to and from it need GPUDirect RDMA
+		 * (a dmabuf registration), which this build does not do. */
+		snprintf(why, sizeof(why), "rdma: the pool is GPU memory, which omnifs does not "
+			 "register with an RDMA device yet (GPUDirect RDMA)");
+		rc_ = -ENODEV;
+	} else {
+		rc_ = rdma_open(&x->rdma, &rc, why, sizeof(why));
+	}
+	if (rc_) {
 		x->rdma = NULL;
 		if (x->c.mode == XPORT_RDMA) {
 			snprintf(err, errlen, "transport=rdma: %s", why);

@@ -46,7 +46,8 @@ struct xport_conf {
 	size_t npeers;
 	const uint8_t *key;                     /* AUTH_KEY bytes */
 	enum xport_mode mode;
-	void *pool;                             /* what peers read from, and we into */
+	void *pool;                             /* what peers read from, and we into; NULL
+						 * with a pool_size: GPU memory, no RDMA */
 	uint64_t pool_size;
 	unsigned ping_ms, dead_ms, call_ms;     /* 0: 500, 3000, 5000 */
 };

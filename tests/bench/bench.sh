@@ -238,6 +238,10 @@ printf '  %-34s %7.3f   %7.3f   (%s, %s of tmpfs; ls -l again %.3f s)\n' "omnifs
 	"$BLS" "$BRM" "$(ratio "$BLS" "$TLS" | tr -d ' ')" "$(ratio "$BRM" "$TRM" | tr -d ' ')" "$BLS2"
 printf '  %-34s %7s   %7.3f   (after the rm returned)\n' "... until a has none left" "" "$AGONE"
 
+# --- GPU pools, where there is a GPU (tests/bench/gpu.sh) -------------------------
+printf '\n'
+"$(dirname "$0")/gpu.sh"
+
 # --- RDMA: in the soft-RoCE guest, one boot (tests/bench/rdma.sh) -----------------
 printf '\nRDMA, in the soft-RoCE guest (its CPU is emulated: the ratios are the point):\n'
 "$(dirname "$0")/../rdma/vm" tests/bench/rdma.sh "$B" | sed 's/^/  /'

@@ -413,6 +413,27 @@ def test_place_refuses_what_it_cannot_do_and_changes_nothing():
         == errno.EOPNOTSUPP
 
 
+def test_the_gpu_hand_over_is_for_gpu_pools_only():
+    """OMNIFS_IOC_CUDA and user.omni.cuda_ipc on a host pool: EOPNOTSUPP
+    and ENODATA, nothing consumed (tests/cuda runs them on a GPU pool)."""
+    from omnifs import cuda
+    m, k = omnifs.Mount(ONE), rid()
+    m.put("0", "1", k, b"gpu?")                             # readers 1
+    p = os.path.join(ONE, "0", "1", k)
+    for path in (p, os.path.join(ONE, ".omni", "stats")):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with pytest.raises(OSError) as e:
+                cuda.where(fd)
+            assert e.value.errno == errno.EOPNOTSUPP, path
+        finally:
+            os.close(fd)
+    with pytest.raises(OSError) as e:
+        os.getxattr(p, "user.omni.cuda_ipc")
+    assert e.value.errno == errno.ENODATA
+    assert bytes(m.get("0", "1", k, timeout=5)) == b"gpu?"  # not consumed before
+
+
 def test_another_nodes_object_is_pulled_first():
     k, data = rid(), os.urandom(2 << 20)
     omnifs.Mount(B).put("0", "1", k, data)

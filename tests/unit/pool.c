@@ -135,6 +135,32 @@ static void test_guards(void)
 	pool_destroy(p);
 }
 
+/* The backend interface, through the host backend: what fs/ uses for a
+ * pool of any kind (tests/cuda runs the GPU's). */
+static void test_backend_copies(void)
+{
+	struct pool *p;
+	struct pool_spec spec = { POOL_HOST, 0, 1 << 20 };
+	char err[128], in[5000], out[5000];
+	int dev;
+	unsigned char h[POOL_IPC_BYTES];
+
+	if (!ok(pool_create(&p, &spec, err, sizeof(err)) == 0, "create a host pool"))
+		return;
+	ok(pool_cpu(p) && pool_base(p), "the CPU addresses a host pool");
+	for (size_t i = 0; i < sizeof(in); i++)
+		in[i] = (char)(i * 7 + 3);
+	ok(!pool_write(p, 4093, in, sizeof(in)) && !memcmp((uint8_t *)pool_base(p) + 4093, in,
+							      sizeof(in)), "pool_write at an odd offset");
+	ok(!pool_read(p, 4093, out, sizeof(out)) && !memcmp(in, out, sizeof(in)), "pool_read it back");
+	ok(!pool_zero(p, 4100, 10) && !pool_read(p, 4093, out, sizeof(out)) &&
+	   out[6] == in[6] && !out[7] && !out[16] && out[17] == in[17], "pool_zero zeros just its range");
+	ok(!pool_write(p, 0, in, 0) && !pool_read(p, 0, out, 0), "0 bytes move nothing");
+	ok(!pool_sync(p), "pool_sync has nothing to wait for");
+	is(pool_ipc(p, &dev, h), -ENOTSUP, "no IPC handle: not GPU memory");
+	pool_destroy(p);
+}
+
 /* Without the NVIDIA driver, a pinned or device pool is refused with a
  * reason that names the option (tests/cuda runs them where there is one). */
 static void test_gpu_pools(void)
@@ -165,6 +191,7 @@ int main(void)
 	test_alloc();
 	test_copy_nocache();
 	test_guards();
+	test_backend_copies();
 	test_gpu_pools();
 	return done_testing();
 }

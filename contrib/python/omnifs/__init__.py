@@ -8,6 +8,8 @@ Small objects (up to 16 KiB) go in one request each way (omnifs.small).
 On the node that holds an object, get() and large put()s copy its bytes
 straight from and into the daemon's pool (omnifs.direct) when this process
 may (root, or the daemon's user); elsewhere they read and write the file.
+get_cuda() gives a GPU tensor, copied device to device out of a pool of GPU
+memory (omnifs.cuda).
 
 Errors are Python's own OSErrors with omnifs' errno (SPEC §9):
 FileNotFoundError when a key is not published within the wait,
@@ -20,7 +22,7 @@ import os
 import re
 import threading
 
-from . import direct, small
+from . import cuda, direct, small
 
 __all__ = ["Mount", "WAIT_XATTR"]
 
@@ -224,6 +226,25 @@ class Mount:
             raise OSError(errno.EIO, "omnifs: %s ended at %d of %d bytes" % (p, got, size))
         del buf[got:]
         return buf
+
+    def get_cuda(self, from_stage, to_stage, key, timeout=None):
+        """The bytes of a key as a torch uint8 tensor on a GPU, waiting as
+        get() does.  Where this node's pool is GPU memory it is copied
+        device to device out of the pool (omnifs.cuda: no host copy);
+        otherwise, or if that fails, read and moved to the current GPU."""
+        import torch
+        p = self.path(from_stage, to_stage, key)
+        if timeout is not None and timeout <= 0:
+            raise FileNotFoundError(errno.ENOENT, "omnifs: no time left to wait", p)
+        self._arm(timeout)
+        with open(p, "rb", buffering=0) as f:
+            try:
+                return cuda.get_tensor(f.fileno())
+            except OSError:
+                pass    # not a GPU pool here, bytes elsewhere, no driver: read it
+            buf = self._get_read(p, f, None)
+        host = torch.frombuffer(buf, dtype=torch.uint8) if buf else torch.empty(0, dtype=torch.uint8)
+        return host.to("cuda")
 
     def view(self, from_stage, to_stage, key, rank, of, timeout=None):
         """Rank `rank` of `of` of a KV payload's shards (SPEC §5)."""

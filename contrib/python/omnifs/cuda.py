@@ -1,0 +1,139 @@
+"""cuda - a GPU pool's objects, copied device to device (README, "GPU pools").
+
+Where a node's pool is GPU memory (pool=cuda:DEV:SIZE), OMNIFS_IOC_CUDA on
+a reader's descriptor says where the object lies in the pool and gives the
+pool's CUDA IPC handle (fs/direct.h).  This process opens the pool once,
+with the driver's cuIpcOpenMemHandle, and copies the bytes straight into
+its own GPU memory: no byte crosses to the host.  The descriptor's close
+then counts as a complete read, as a read to the end would.
+
+The driver is libcuda.so.1, taken with ctypes; torch, when importable,
+gives the GPU memory the bytes land in.  Answered to root and the
+daemon's user only (EPERM): the handle reaches the whole pool.
+"""
+import ctypes
+import errno
+import fcntl
+import struct
+import threading
+
+MAGIC = 0x4155434F
+EXT = 60
+_HEAD = struct.Struct("<IIQQ64sII")    # magic dev size xxh3 handle n flags
+_EXT = struct.Struct("<QQ")             # off len, into the pool
+SIZE = _HEAD.size + EXT * _EXT.size
+IOC = (2 << 30) | (SIZE << 16) | (ord("O") << 8) | 0x14    # _IOR('O', 0x14, ...)
+
+
+class Where:
+    """Where an object lies in a GPU pool."""
+
+    def __init__(self, dev, handle, size, xxh3, extents):
+        self.dev, self.handle, self.size, self.xxh3 = dev, handle, size, xxh3
+        self.extents = extents          # [(pool offset, length)], in order
+
+
+def where(fd):
+    """The object open at fd in a GPU pool; OSError as the ioctl fails
+    (EOPNOTSUPP: not a GPU pool; EREMOTE: its bytes are elsewhere)."""
+    buf = bytearray(SIZE)
+    fcntl.ioctl(fd, IOC, buf, True)
+    magic, dev, size, xxh3, handle, n, _ = _HEAD.unpack_from(buf)
+    if magic != MAGIC or n > EXT:
+        raise OSError(errno.EPROTO, "omnifs: a bad OMNIFS_IOC_CUDA answer")
+    ext = [_EXT.unpack_from(buf, _HEAD.size + i * _EXT.size) for i in range(n)]
+    if sum(ln for _, ln in ext) != size:
+        raise OSError(errno.EPROTO, "omnifs: OMNIFS_IOC_CUDA's extents do not add up")
+    return Where(dev, bytes(handle), size, xxh3, ext)
+
+
+class _Handle(ctypes.Structure):    # CUipcMemHandle, passed by value
+    _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+
+
+class Driver:
+    """The few calls of the CUDA driver API this needs, and the pools this
+    process has opened (one cuIpcOpenMemHandle each, kept)."""
+
+    _lock = threading.Lock()
+    _one = None
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), _Handle,
+                                                   ctypes.c_uint]
+        self.lib.cuMemcpyDtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t]
+        self.lib.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+        self._check(self.lib.cuInit(0), "cuInit")
+        self.ctx, self.pools = {}, {}
+
+    @classmethod
+    def get(cls):
+        with cls._lock:
+            if cls._one is None:
+                cls._one = cls()
+            return cls._one
+
+    @staticmethod
+    def _check(rc, what):
+        if rc:
+            raise OSError(errno.EIO, "omnifs: CUDA %s failed (error %d)" % (what, rc))
+
+    def _current(self, dev):
+        """Makes dev's primary context (the one torch uses) current."""
+        if dev not in self.ctx:
+            d, c = ctypes.c_int(), ctypes.c_void_p()
+            self._check(self.lib.cuDeviceGet(ctypes.byref(d), dev), "cuDeviceGet")
+            self._check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(c), d),
+                        "cuDevicePrimaryCtxRetain")
+            self.ctx[dev] = c
+        self._check(self.lib.cuCtxSetCurrent(self.ctx[dev]), "cuCtxSetCurrent")
+
+    def pool(self, w):
+        """The device address of w's pool in this process."""
+        with self._lock:
+            self._current(w.dev)
+            if w.handle not in self.pools:
+                p = ctypes.c_uint64()
+                self._check(self.lib.cuIpcOpenMemHandle_v2(
+                    ctypes.byref(p), _Handle.from_buffer_copy(w.handle), 1), "cuIpcOpenMemHandle")
+                self.pools[w.handle] = p.value
+            return self.pools[w.handle]
+
+    def to_device(self, w, dst):
+        """Copies the object to GPU memory at device address dst, and waits
+        for the copy: the caller's close lets the daemon reuse the bytes."""
+        base, at = self.pool(w), 0
+        for off, ln in w.extents:
+            self._check(self.lib.cuMemcpyDtoD_v2(dst + at, base + off, ln), "cuMemcpyDtoD")
+            at += ln
+        self._check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def to_host(self, w, buf):
+        """Copies the object into writable host memory buf (its bytes)."""
+        base, at = self.pool(w), 0
+        addr = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+        for off, ln in w.extents:
+            self._check(self.lib.cuMemcpyDtoH_v2(addr + at, base + off, ln), "cuMemcpyDtoH")
+            at += ln
+
+
+def get_tensor(fd):
+    """The object open at fd as a torch uint8 tensor on the pool's GPU,
+    copied device to device.  OSError as where() raises it."""
+    import torch
+    w = where(fd)
+    drv = Driver.get()
+    out = torch.empty(w.size, dtype=torch.uint8, device="cuda:%d" % w.dev)
+    if w.size:
+        drv.to_device(w, out.data_ptr())
+    return out
+
+
+def get_bytes(fd):
+    """The object open at fd, copied out of the GPU pool into a bytearray."""
+    w = where(fd)
+    buf = bytearray(w.size)
+    if w.size:
+        Driver.get().to_host(w, buf)
+    return buf

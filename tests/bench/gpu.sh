@@ -1,0 +1,88 @@
+#!/bin/bash
+# tests/bench/gpu.sh - GPU pools against this machine's copy ceilings, in
+# one run (issue 18): the driver's pinned host<->device copies and a
+# device-to-device copy (torch), then omnifs writing and reading 1 GiB with
+# dd in a pinned and a GPU pool, and a 256 MiB object handed to a second
+# process device to device by the pool's IPC handle (Mount.get_cuda)
+# against a plain device-to-device copy.  Best of ROUNDS; make bench runs
+# it where nvidia-smi sees a GPU and torch has CUDA.
+set -u
+B=${OMNIFS_BUILD:?}
+ROUNDS=${ROUNDS:-5}
+BENCH_NAME=gpu . "$(dirname "$0")/lib.sh"
+PY=${PYTHON:-python3}
+export PYTHONPATH=$(cd "$(dirname "$0")/../../contrib/python" && pwd)
+
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU 0' ||
+   ! $PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+	echo "GPU pools: skipped (no CUDA device, or no torch with CUDA to measure the ceilings)"
+	exit 0
+fi
+echo "GPU pools on $(nvidia-smi -L | head -1)"
+
+# H2D D2H D2D GiB/s: 1 GiB between pinned host memory and the GPU, 256 MiB
+# within the GPU; best of ROUNDS
+read -r H2D D2H D2D < <($PY - "$ROUNDS" <<'PYEOF'
+import sys, torch
+rounds, n = int(sys.argv[1]), 1 << 30
+h = torch.empty(n, dtype=torch.uint8).pin_memory()
+d = torch.empty(n, dtype=torch.uint8, device="cuda")
+def gibs(fn, nbytes):
+    best = 0
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record(); b.synchronize()
+        best = max(best, nbytes / (a.elapsed_time(b) / 1e3) / (1 << 30))
+    return best
+q = 256 << 20
+print("%.2f %.2f %.2f" % (gibs(lambda: d.copy_(h, non_blocking=True), n),
+                          gibs(lambda: h.copy_(d, non_blocking=True), n),
+                          gibs(lambda: d[q:2 * q].copy_(d[:q]), q)))
+PYEOF
+)
+
+dd_gibs() {
+	LC_ALL=C dd "$@" 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($(i+1) == "s,") s = $i;
+		printf "%.3f\n", $1 / s / 1073741824 }'
+}
+# pool KIND: "write read" GiB/s of 1 GiB with dd bs=1M, best of ROUNDS
+pool() {
+	mkdir -p "$T/$1"
+	"$B/omnifs" -f -o "pool=$2,readers=0" "$T/$1" 2>"$T/$1.log" & MNTS+=("$T/$1")
+	wait_mount "$T/$1" || { cat "$T/$1.log"; exit 1; }
+	local w r i
+	w=$(for i in $(seq "$ROUNDS"); do rm -f "$T/$1/0/1/big"
+		dd_gibs if=/dev/zero of="$T/$1/0/1/big" bs=1M count=1024; done | best)
+	r=$(for i in $(seq "$ROUNDS"); do dd_gibs if="$T/$1/0/1/big" of=/dev/null bs=1M; done | best)
+	rm -f "$T/$1/0/1/big"
+	echo "$w $r"
+}
+read -r PW PR < <(pool pinned pinned:1200M)
+read -r CW CR < <(pool cuda cuda:0:1200M)
+
+# the hand-over of 256 MiB from the GPU pool, in ms, against a D2D copy
+read -r IPC COPY < <($PY - "$T/cuda" "$ROUNDS" <<'PYEOF'
+import os, sys, time, torch, omnifs
+m, rounds, n = omnifs.Mount(sys.argv[1]), int(sys.argv[2]), 256 << 20
+m.put("0", "1", "h", os.urandom(1 << 20) * 256, readers=0)
+m.get_cuda("0", "1", "h")                       # opens the pool's handle once
+src = torch.empty(n, dtype=torch.uint8, device="cuda")
+def ms(fn):
+    best = 1e9
+    for _ in range(rounds):
+        torch.cuda.synchronize(); t = time.perf_counter(); fn(); torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t) * 1e3)
+    return best
+print("%.3f %.3f" % (ms(lambda: m.get_cuda("0", "1", "h")), ms(lambda: src.clone())))
+PYEOF
+)
+
+printf '  %-44s %7.2f GiB/s host->device, %7.2f device->host, %7.2f device->device\n' \
+	"ceilings (torch, pinned memory, best of $ROUNDS)" "$H2D" "$D2H" "$D2D"
+printf '  %-44s write %6.2f (%s of host->device)   read %6.2f (%s of device->host)\n' \
+	"omnifs, pool=pinned, dd bs=1M, 1 GiB" "$PW" "$(ratio "$PW" "$H2D")" "$PR" "$(ratio "$PR" "$D2H")"
+printf '  %-44s write %6.2f (%s of host->device)   read %6.2f (%s of device->host)\n' \
+	"omnifs, pool=cuda:0, dd bs=1M, 1 GiB" "$CW" "$(ratio "$CW" "$H2D")" "$CR" "$(ratio "$CR" "$D2H")"
+printf '  %-44s %7.3f ms, a device-to-device copy %7.3f ms (%s)\n' \
+	"hand-over of 256 MiB by the IPC handle" "$IPC" "$COPY" "$(ratio "$COPY" "$IPC")"
+echo "  goals: each way >= 80% of the copy ceiling; the hand-over near the device-to-device copy"

@@ -1,0 +1,87 @@
+#!/bin/bash
+# 02-device.t - a pool of GPU memory (SPEC §8, pool=cuda:DEV:SIZE), and the
+# same-node hand-over from it with no host copy.  On a machine with a CUDA
+# device: objects from 1 B to 1 GiB of odd sizes, written in odd pieces,
+# read back byte-exact at odd offsets, with the checksum an independent
+# hash gives; a full pool is ENOSPC and takes nothing; a second process
+# takes an object by the pool's IPC handle (OMNIFS_IOC_CUDA), byte-exact,
+# and its close consumes it; user.omni.cuda_ipc says where, to root only;
+# another node's object is pulled into the GPU pool and handed over the
+# same way.  Elsewhere: SKIP.
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/lib.sh"
+
+start_node a "pool=cuda:0:1200M,readers=0,allow_other"
+is "$(health a "d['pool']['kind']")" "cuda" ".omni/health says the pool is GPU memory"
+is "$(health a "d['pool']['gpudirect']")" "False" "... and that no RDMA device reads it (gpudirect)"
+
+round_trips a
+full a 1300
+
+# --- the hand-over: a second process, by the pool's IPC handle ------------
+# take NODE NAME: reads NAME by OMNIFS_IOC_CUDA into host memory (through
+# the GPU: cuMemcpyDtoH out of the opened pool) and compares with $T/NAME
+take() {
+	$PY - "$T/$1/0/1/$2" "$T/$2" <<'PYEOF'
+import os, sys
+from omnifs import cuda
+fd = os.open(sys.argv[1], os.O_RDONLY)
+try:
+    got = cuda.get_bytes(fd)
+finally:
+    os.close(fd)
+sys.exit(0 if bytes(got) == open(sys.argv[2], "rb").read() else "differs")
+PYEOF
+}
+$PY - "$T/a/0/1/h" "$T/h" <<'PYEOF'
+import os, sys
+data = os.urandom((3 << 20) + 7)
+open(sys.argv[2], "wb").write(data)
+with open(sys.argv[1], "wb") as f:
+    os.setxattr(f.fileno(), "user.omni.readers", b"1")
+    f.write(data)
+PYEOF
+gets=$(stat_of a cuda_gets)
+js=$(getfattr --absolute-names --only-values -n user.omni.cuda_ipc "$T/a/0/1/h" 2>/dev/null)
+ok "user.omni.cuda_ipc gives the device, a 64-byte handle, the size and xxh3" $PY -c "
+import base64, json, sys
+d = json.loads(sys.argv[1])
+assert d['device'] == 0 and len(base64.b64decode(d['handle'])) == 64, d
+assert d['size'] == $(( (3 << 20) + 7 )) and d['xxh3'] == sys.argv[2], d
+assert sum(n for _, n in d['extents']) == d['size'] and d['offset'] == d['extents'][0][0], d
+" "$js" "$(xattr xxh3 "$T/a/0/1/h")"
+if command -v setpriv >/dev/null; then
+	ok "... to root and the daemon's user only: EACCES for nobody" sh -c \
+		"setpriv --reuid=65534 --regid=65534 --clear-groups getfattr -n user.omni.cuda_ipc '$T/a/0/1/h' 2>&1 | grep -q 'Permission denied'"
+else
+	skip "no setpriv to ask as another user"
+fi
+ok "a second process takes 3 MiB + 7 B device to device by the IPC handle, byte-exact" take a h
+is "$(stat_of a cuda_gets)" $((gets + 1)) "... counted as cuda_gets"
+ok "... and its close consumed it (readers 1)" wait_until 5 sh -c "! [ -e '$T/a/0/1/h' ]"
+
+if $PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+	put $((16 << 20)) t a
+	ok "Mount.get_cuda gives a GPU tensor of the bytes, copied out of the pool" $PY - "$T" <<'PYEOF'
+import sys, torch, omnifs
+t = omnifs.Mount(sys.argv[1] + "/a").get_cuda("0", "1", "t")
+assert t.is_cuda and t.dtype == torch.uint8
+assert bytes(t.cpu().numpy()) == open(sys.argv[1] + "/t", "rb").read()
+PYEOF
+else
+	skip "torch with CUDA is not importable here"
+fi
+
+# --- across nodes: b's pool is GPU memory, a's is host memory (TCP) ---------
+stop_node a
+loopback_cluster 10000 a b
+echo "transport: tcp" >>"$T/omni.yaml"
+start_node a "config=$T/omni.yaml,node=a,pool=host:256M"
+start_node b "config=$T/omni.yaml,node=b,pool=cuda:0:256M"
+peers_up() { [ "$(health b "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
+ok "a (host) and b (GPU) see each other" wait_until 10 peers_up
+put $((48 << 20)) x a
+ok "b reads a's 48 MiB object into its GPU pool, byte-exact" cmp "$T/x" "$T/b/0/1/x"
+put $((5 << 20)) y a
+ok "a GPU process on b takes a's object out of b's GPU pool by the IPC handle" take b y
+done_testing

@@ -1,0 +1,62 @@
+# tests/cuda/lib.sh - what the GPU tests share, sourced after tests/lib.sh:
+# SKIP where there is no CUDA device; objects of odd sizes, written in odd
+# pieces and read back; a pool that is full.
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU 0'; then
+	echo "1..0 # SKIP no CUDA device"
+	exit 0
+fi
+diag "$(nvidia-smi -L | head -1)"
+export PYTHONPATH=$SRC/contrib/python
+HPY=$($SYSPY -c "import xxhash" 2>/dev/null && echo "$SYSPY" || echo "$PY")  # one with xxhash
+
+# put SIZE NAME NODE: SIZE random bytes in $T/NAME, written to
+# NODE/0/1/NAME in pieces of 777,777 bytes (odd sizes, odd offsets)
+put() {
+	head -c "$1" /dev/urandom >"$T/$2"
+	dd if="$T/$2" of="$T/$3/0/1/$2" bs=777777 status=none
+}
+
+# odd_reads NAME PATH: PATH read at odd offsets, out of order, is $T/NAME
+odd_reads() {
+	$PY - "$T/$1" "$2" <<'PYEOF'
+import os, sys
+src, obj = open(sys.argv[1], "rb").read(), sys.argv[2]
+fd = os.open(obj, os.O_RDONLY)
+n = len(src)
+for off in sorted({0, 1, n // 3, n // 2 + 7, max(0, n - 4099), max(0, n - 1)}, reverse=True):
+    for ln in (1, 4097, 1 << 20):
+        if os.pread(fd, ln, off) != src[off:off + ln]:
+            sys.exit("differs at %d+%d" % (off, ln))
+os.close(fd)
+PYEOF
+}
+
+# round_trips NODE: objects of 1 B to 1 GiB through NODE's pool (readers 0)
+round_trips() {
+	local size
+	for size in 1 4095 4097 $(( (1 << 20) + 13 )) $(( (64 << 20) - 1 )) $(( 1 << 30 )); do
+		put "$size" "o$size" "$1"
+		ok "$size B written in odd pieces reads back byte-exact" cmp "$T/o$size" "$T/$1/0/1/o$size"
+		ok "... and at odd offsets, out of order" odd_reads "o$size" "$T/$1/0/1/o$size"
+		is "$(xattr size "$T/$1/0/1/o$size")" "$size" "... user.omni.size"
+		if $HPY -c "import xxhash" 2>/dev/null; then
+			is "$(xattr xxh3 "$T/$1/0/1/o$size")" "$($HPY -c "import sys, xxhash
+print(xxhash.xxh3_64_hexdigest(open(sys.argv[1], 'rb').read()))" "$T/o$size")" \
+			   "... its xxh3, as an independent hash says"
+		else
+			skip "no xxhash module for an independent hash"
+		fi
+		rm -f "$T/$1/0/1/o$size" "$T/o$size"
+	done
+}
+
+# full NODE MIB: an object of MIB MiB does not fit NODE's pool
+full() {
+	local before
+	used_is() { [ "$(health "$1" "d['pool']['used']")" = "$2" ]; }
+	before=$(health "$1" "d['pool']['used']")
+	dd if=/dev/zero of="$T/$1/0/1/full" bs=1M count="$2" 2>"$T/dd.err"
+	ok "an object larger than the pool: ENOSPC" grep -q "No space left on device" "$T/dd.err"
+	ok "... nothing of it published" sh -c "! [ -e '$T/$1/0/1/full' ]"
+	ok "... and the pool as it was" wait_until 5 used_is "$1" "$before"
+}
