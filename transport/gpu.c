@@ -228,6 +228,8 @@ int gpu_ipc_handle(struct gpu *g, uint64_t dptr, unsigned char out[GPU_IPC_BYTES
 
 #else   /* built without the CUDA toolkit's headers */
 
+/* gpu_open() always fails here, with the reason; nothing else is ever
+ * called, and each says so if it were. */
 int gpu_open(int dev, struct gpu **out, char *err, size_t errlen)
 {
 	(void)dev;
@@ -237,35 +239,53 @@ int gpu_open(int dev, struct gpu **out, char *err, size_t errlen)
 	return -ENOTSUP;
 }
 
+static int no_cuda(char *err, size_t errlen)
+{
+	if (err)
+		snprintf(err, errlen, "this omnifs was built without CUDA");
+	return -ENOTSUP;
+}
+
 void gpu_close(struct gpu *g) { (void)g; }
+void gpu_host_unregister(struct gpu *g, void *p) { (void)g; (void)p; }
+void gpu_dev_free(struct gpu *g, uint64_t dptr) { (void)g; (void)dptr; }
+int gpu_sync(struct gpu *g) { (void)g; return no_cuda(NULL, 0); }
 
 int gpu_host_register(struct gpu *g, void *p, size_t len, char *err, size_t errlen)
 {
 	(void)g; (void)p; (void)len;
-	snprintf(err, errlen, "this omnifs was built without CUDA");
-	return -ENOTSUP;
+	return no_cuda(err, errlen);
 }
 
-void gpu_host_unregister(struct gpu *g, void *p) { (void)g; (void)p; }
-
-/* gpu_open() never succeeds here, so nothing below is ever called. */
 int gpu_dev_alloc(struct gpu *g, size_t len, uint64_t *dptr, char *err, size_t errlen)
 {
 	(void)g; (void)len; (void)dptr;
-	snprintf(err, errlen, "this omnifs was built without CUDA");
-	return -ENOTSUP;
+	return no_cuda(err, errlen);
 }
-void gpu_dev_free(struct gpu *g, uint64_t dptr) { (void)g; (void)dptr; }
-int gpu_to_dev(struct gpu *g, uint64_t d, const void *s, size_t n) { (void)g; (void)d; (void)s; (void)n; return -EIO; }
-int gpu_from_dev(struct gpu *g, void *d, uint64_t s, size_t n) { (void)g; (void)d; (void)s; (void)n; return -EIO; }
-int gpu_dev_zero(struct gpu *g, uint64_t d, size_t n) { (void)g; (void)d; (void)n; return -EIO; }
-int gpu_sync(struct gpu *g) { (void)g; return -EIO; }
-int gpu_ipc_handle(struct gpu *g, uint64_t d, unsigned char out[GPU_IPC_BYTES], char *err,
-		   size_t errlen)
+
+int gpu_ipc_handle(struct gpu *g, uint64_t dptr, unsigned char out[GPU_IPC_BYTES],
+		   char *err, size_t errlen)
 {
-	(void)g; (void)d; (void)out;
-	snprintf(err, errlen, "this omnifs was built without CUDA");
-	return -ENOTSUP;
+	(void)g; (void)dptr; (void)out;
+	return no_cuda(err, errlen);
+}
+
+int gpu_to_dev(struct gpu *g, uint64_t dptr, const void *src, size_t len)
+{
+	(void)g; (void)dptr; (void)src; (void)len;
+	return no_cuda(NULL, 0);
+}
+
+int gpu_from_dev(struct gpu *g, void *dst, uint64_t dptr, size_t len)
+{
+	(void)g; (void)dst; (void)dptr; (void)len;
+	return no_cuda(NULL, 0);
+}
+
+int gpu_dev_zero(struct gpu *g, uint64_t dptr, size_t len)
+{
+	(void)g; (void)dptr; (void)len;
+	return no_cuda(NULL, 0);
 }
 
 #endif

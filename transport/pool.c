@@ -366,6 +366,8 @@ int pool_sync(struct pool *p)
 	return p->kind == POOL_CUDA ? gpu_sync(p->gpu) : 0;
 }
 
+_Static_assert(POOL_IPC_BYTES == GPU_IPC_BYTES, "pool.h spells the driver's handle size");
+
 int pool_ipc(const struct pool *p, int *dev, unsigned char handle[POOL_IPC_BYTES])
 {
 	if (p->kind != POOL_CUDA)
