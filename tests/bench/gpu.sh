@@ -45,20 +45,24 @@ dd_gibs() {
 	LC_ALL=C dd "$@" 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($(i+1) == "s,") s = $i;
 		printf "%.3f\n", $1 / s / 1073741824 }'
 }
-# pool KIND: "write read" GiB/s of 1 GiB with dd bs=1M, best of ROUNDS
-pool() {
-	mkdir -p "$T/$1"
-	"$B/omnifs" -f -o "pool=$2,readers=0" "$T/$1" 2>"$T/$1.log" & MNTS+=("$T/$1")
-	wait_mount "$T/$1" || { cat "$T/$1.log"; exit 1; }
+# Both pools mounted here (cleanup unmounts MNTS), then measured.
+for spec in pinned:pinned:1200M cuda:cuda:0:1200M; do
+	name=${spec%%:*}
+	mkdir -p "$T/$name"
+	"$B/omnifs" -f -o "pool=${spec#*:},readers=0" "$T/$name" 2>"$T/$name.log" & MNTS+=("$T/$name")
+	wait_mount "$T/$name" || { cat "$T/$name.log"; exit 1; }
+done
+# write_read DIR: "write read" GiB/s of 1 GiB with dd bs=1M, best of ROUNDS
+write_read() {
 	local w r i
-	w=$(for i in $(seq "$ROUNDS"); do rm -f "$T/$1/0/1/big"
-		dd_gibs if=/dev/zero of="$T/$1/0/1/big" bs=1M count=1024; done | best)
-	r=$(for i in $(seq "$ROUNDS"); do dd_gibs if="$T/$1/0/1/big" of=/dev/null bs=1M; done | best)
-	rm -f "$T/$1/0/1/big"
+	w=$(for i in $(seq "$ROUNDS"); do rm -f "$1/0/1/big"
+		dd_gibs if=/dev/zero of="$1/0/1/big" bs=1M count=1024; done | best)
+	r=$(for i in $(seq "$ROUNDS"); do dd_gibs if="$1/0/1/big" of=/dev/null bs=1M; done | best)
+	rm -f "$1/0/1/big"
 	echo "$w $r"
 }
-read -r PW PR < <(pool pinned pinned:1200M)
-read -r CW CR < <(pool cuda cuda:0:1200M)
+read -r PW PR < <(write_read "$T/pinned")
+read -r CW CR < <(write_read "$T/cuda")
 
 # the hand-over of 256 MiB from the GPU pool, in ms, against a D2D copy
 read -r IPC COPY < <($PY - "$T/cuda" "$ROUNDS" <<'PYEOF'
