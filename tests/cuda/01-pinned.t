@@ -18,12 +18,7 @@ full a 1300
 
 # --- across nodes: b pulls a's object into its own pinned pool (TCP) -------
 stop_node a
-loopback_cluster 10000 a b
-echo "transport: tcp" >>"$T/omni.yaml"
-start_node a "config=$T/omni.yaml,node=a,pool=pinned:256M"
-start_node b "config=$T/omni.yaml,node=b,pool=pinned:256M"
-peers_up() { [ "$(health b "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
-ok "a and b, both pinned, see each other" wait_until 10 peers_up
+two_nodes pinned:256M pinned:256M
 put $((48 << 20)) x a
 ok "b reads a's 48 MiB object into its pinned pool, byte-exact" cmp "$T/x" "$T/b/0/1/x"
 is "$(stat_of b bytes_pulled)" $((48 << 20)) "... pulled once, over TCP"

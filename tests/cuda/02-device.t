@@ -74,12 +74,7 @@ fi
 
 # --- across nodes: b's pool is GPU memory, a's is host memory (TCP) ---------
 stop_node a
-loopback_cluster 10000 a b
-echo "transport: tcp" >>"$T/omni.yaml"
-start_node a "config=$T/omni.yaml,node=a,pool=host:256M"
-start_node b "config=$T/omni.yaml,node=b,pool=cuda:0:256M"
-peers_up() { [ "$(health b "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
-ok "a (host) and b (GPU) see each other" wait_until 10 peers_up
+two_nodes host:256M cuda:0:256M
 put $((48 << 20)) x a
 ok "b reads a's 48 MiB object into its GPU pool, byte-exact" cmp "$T/x" "$T/b/0/1/x"
 put $((5 << 20)) y a

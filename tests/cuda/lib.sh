@@ -1,6 +1,6 @@
 # tests/cuda/lib.sh - what the GPU tests share, sourced after tests/lib.sh:
 # SKIP where there is no CUDA device; objects of odd sizes, written in odd
-# pieces and read back; a pool that is full.
+# pieces and read back; a pool that is full; two nodes.
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU 0'; then
 	echo "1..0 # SKIP no CUDA device"
 	exit 0
@@ -59,4 +59,15 @@ full() {
 	ok "an object larger than the pool: ENOSPC" grep -q "No space left on device" "$T/dd.err"
 	ok "... nothing of it published" sh -c "! [ -e '$T/$1/0/1/full' ]"
 	ok "... and the pool as it was" wait_until 5 used_is "$1" "$before"
+}
+
+# two_nodes POOL_A POOL_B: nodes a and b on loopback ports, TCP between
+# them, a with POOL_A and b with POOL_B, seeing each other
+two_nodes() {
+	loopback_cluster 10000 a b
+	echo "transport: tcp" >>"$T/omni.yaml"
+	start_node a "config=$T/omni.yaml,node=a,pool=$1"
+	start_node b "config=$T/omni.yaml,node=b,pool=$2"
+	peers_up() { [ "$(health b "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
+	ok "a ($1) and b ($2) see each other" wait_until 10 peers_up
 }
