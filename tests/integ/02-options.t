@@ -19,9 +19,17 @@ ok "transport=udp refused" refused transport=udp "transport=udp"
 ok "listen=nohost refused" refused listen=nohost "listen=nohost"
 ok "node=.x refused" refused node=.x "node=.x"
 ok "unknown FUSE option refused" refused frobnicate "frobnicate"
-# GPU pools: the driver is loaded at run time (transport/gpu.c); a machine
-# without it, or with only the toolkit's stub of it, is told so.
-if ldconfig -p | grep -q 'libcuda\.so\.1 '; then
+# GPU pools: the driver is loaded at run time (transport/gpu.c); a build
+# without CUDA's headers, a machine without the driver, or with only the
+# toolkit's stub of it, is told so.
+stub=${CUDA_HOME:-/usr/local/cuda}/lib64/stubs/libcuda.so
+if grep -q "built without CUDA" "$B/omnifs"; then
+	ok "a build without CUDA refuses a pinned pool, naming option and reason" \
+		refused pool=pinned:1G "option 'pool=pinned:1GiB': this omnifs was built without CUDA"
+	ok "... and a cuda pool likewise" refused pool=cuda:0:1G \
+		"option 'pool=cuda:0:1GiB': this omnifs was built without CUDA"
+	skip "a build without CUDA never loads a driver, stub or not"
+elif ldconfig -p | grep -q 'libcuda\.so\.1 '; then
 	skip "this machine has an NVIDIA driver (tests/cuda covers its pools)"
 	skip "this machine has an NVIDIA driver"
 	skip "this machine has an NVIDIA driver"
@@ -30,14 +38,13 @@ else
 		"option 'pool=pinned:1GiB': no NVIDIA driver on this machine (libcuda.so.1"
 	ok "cuda pool without a driver refused likewise" refused pool=cuda:0:1G \
 		"option 'pool=cuda:0:1GiB': no NVIDIA driver"
-	stub=${CUDA_HOME:-/usr/local/cuda}/lib64/stubs/libcuda.so
-	if [ -f "$stub" ] && ! grep -q "built without CUDA" "$B/omnifs"; then
+	if [ -f "$stub" ]; then
 		mkdir -p "$T/stub" && ln -s "$stub" "$T/stub/libcuda.so.1"
 		stub_refused() { LD_LIBRARY_PATH="$T/stub" refused "$@"; }
 		ok "... and with the toolkit's stub as the driver, the driver's own answer" \
 			stub_refused pool=pinned:1G "the NVIDIA driver does not start: CUDA error (34)"
 	else
-		skip "no CUDA toolkit stub here, or a build without CUDA"
+		skip "no CUDA toolkit stub here"
 	fi
 fi
 if [ "$(cat /sys/class/infiniband/*/ports/*/state 2>/dev/null | grep -c ACTIVE)" = 0 ]; then
