@@ -468,6 +468,17 @@ uint8_t *ns_bounce(void)
 	return b;
 }
 
+int obj_bounce(struct ns *ns, const struct object *o, uint64_t off, size_t len,
+	       struct iovec *iov)
+{
+	uint8_t *b = ns_bounce();
+
+	if (!b || len > NS_BOUNCE || obj_copy_out(ns, o, off, b, len))
+		return -EIO;
+	*iov = (struct iovec){ b, len };
+	return 0;
+}
+
 /* Zeros [off, off+len) of the object (a hole a write left).  Called
  * locked: the pool's copies do not wait on ns. */
 static void obj_zero(struct ns *ns, const struct object *o, uint64_t off, uint64_t len)
@@ -719,19 +730,15 @@ static const void *obj_at(void *arg, uint64_t off, uint64_t *len)
 {
 	struct obj_at *a = arg;
 	struct ns_span sp;
-	uint8_t *b;
+	struct iovec iov;
 	int n;
 
 	if (off >= a->o->size || !obj_spans(a->o, off, a->o->size - off, &sp, &n, 1))
 		return NULL;
-	*len = sp.len;
+	*len = sp.len < NS_BOUNCE || a->ns->base ? sp.len : NS_BOUNCE;
 	if (a->ns->base)
 		return a->ns->base + sp.off;
-	if (*len > NS_BOUNCE)
-		*len = NS_BOUNCE;
-	if (!(b = ns_bounce()) || pool_read(a->ns->pool, sp.off, b, *len))
-		return NULL;
-	return b;
+	return obj_bounce(a->ns, a->o, off, *len, &iov) ? NULL : iov.iov_base;
 }
 
 /* A payload that calls itself KV (SPEC §6) must match its own header:

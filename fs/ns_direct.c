@@ -82,7 +82,6 @@ int ns_direct_bounce(struct ns *ns, struct ns_handle *h, size_t cap, struct iove
 		     uint64_t *size, uint64_t *xxh3)
 {
 	struct object *o = h->obj;
-	uint8_t *b = ns_bounce();
 	int rc;
 
 	pthread_mutex_lock(&ns->lock);
@@ -91,10 +90,7 @@ int ns_direct_bounce(struct ns *ns, struct ns_handle *h, size_t cap, struct iove
 	*size = o->size;
 	*xxh3 = o->xxh3;
 	pthread_mutex_unlock(&ns->lock);
-	if (!rc && (!b || obj_copy_out(ns, o, 0, b, o->size)))     /* h keeps o whole */
-		rc = -EIO;
-	*iov = (struct iovec){ b, rc ? 0 : o->size };
-	return rc;
+	return rc ? rc : obj_bounce(ns, o, 0, o->size, iov);     /* h keeps o whole */
 }
 
 void ns_direct_done(struct ns *ns, struct ns_handle *h, enum stat_id what)

@@ -194,14 +194,19 @@ size_t obj_spans(const struct object *o, uint64_t off, size_t len, struct ns_spa
 		 int max);
 size_t obj_iov(struct ns *ns, const struct object *o, uint64_t off,
 	       size_t len, struct iovec *iov, int *niov, int maxiov);
-/* Copies [off, off+len) of a final object out of the pool, any kind
- * (unlocked: its extents no longer move).  0 or -EIO. */
+/* Copies [off, off+len) of o out of or into the pool, any kind: under
+ * ns's lock, or without it once o's extents no longer move (published, or
+ * a fetch's).  0 or -EIO. */
 int obj_copy_out(struct ns *ns, const struct object *o, uint64_t off, void *dst, size_t len);
 int obj_copy_in(struct ns *ns, const struct object *o, uint64_t off, const void *src, size_t len);
 /* A pool the CPU cannot address is read through a buffer of the calling
  * thread's, NS_BOUNCE bytes, valid until its next call. */
 #define NS_BOUNCE (2u << 20)
 uint8_t *ns_bounce(void);
+/* [off, off+len) (at most NS_BOUNCE) of o copied into that buffer, as
+ * *iov.  0 or -EIO. */
+int obj_bounce(struct ns *ns, const struct object *o, uint64_t off, size_t len,
+	       struct iovec *iov);
 struct ns_handle *handle_new(struct ns *ns, struct object *o, int write);
 
 /* Waking waiters: queued under the lock, answered by wake_all() after it

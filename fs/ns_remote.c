@@ -654,11 +654,8 @@ int ns_serve_chunk(struct ns *ns, struct ns_handle *h, uint64_t idx,
 	}
 	pthread_mutex_unlock(&ns->lock);
 	if (!rc && !ns->base) {         /* a device pool's chunk, through the bounce */
-		uint8_t *b = ns_bounce();  /* h keeps o, published: its extents stay */
-		if (!b || obj_copy_out(ns, o, off, b, len))
-			return -EIO;
-		iov[0] = (struct iovec){ b, len };
-		*n = 1;
+		*n = 1;                 /* h keeps o, published: its extents stay */
+		rc = obj_bounce(ns, o, off, len, iov);
 	}
 	return rc;
 }
