@@ -9,24 +9,6 @@ ROUNDS=${ROUNDS:-5}
 BIG_MIB=${BIG_MIB:-1024}
 BENCH_NAME=bench . "$(dirname "$0")/lib.sh"
 
-# dd_gibs DD-ARGS...: GiB/s by dd's own clock (which runs through the close)
-dd_gibs() {
-	LC_ALL=C dd "$@" 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($(i+1) == "s,") s = $i;
-		printf "%.3f\n", $1 / s / 1073741824 }'
-}
-
-# write_read DIR NAME MIB: "write read" GiB/s, best of ROUNDS
-write_read() {
-	local w r i
-	w=$(for i in $(seq "$ROUNDS"); do
-		rm -f "$1/$2" 2>/dev/null
-		dd_gibs if=/dev/zero of="$1/$2" bs=1M count="$3"
-	done | best)
-	r=$(for i in $(seq "$ROUNDS"); do dd_gibs if="$1/$2" of=/dev/null bs=1M; done | best)
-	rm -f "$1/$2" 2>/dev/null
-	echo "$w $r"
-}
-
 echo "omnifs bench on $(nproc) cores, $(uname -r), $(date -u +%F)"
 MEMCPY=$("$B/bench/memcpy" 1024)
 read -r WAKE_SAME WAKE_OTHER < <("$B/bench/wake" 5000)

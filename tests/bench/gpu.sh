@@ -41,10 +41,6 @@ print("%.2f %.2f %.2f" % (gibs(lambda: d.copy_(h, non_blocking=True), n),
 PYEOF
 )
 
-dd_gibs() {
-	LC_ALL=C dd "$@" 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($(i+1) == "s,") s = $i;
-		printf "%.3f\n", $1 / s / 1073741824 }'
-}
 # Both pools mounted here (cleanup unmounts MNTS), then measured.
 for spec in pinned:pinned:1200M cuda:cuda:0:1200M; do
 	name=${spec%%:*}
@@ -52,17 +48,8 @@ for spec in pinned:pinned:1200M cuda:cuda:0:1200M; do
 	"$B/omnifs" -f -o "pool=${spec#*:},readers=0" "$T/$name" 2>"$T/$name.log" & MNTS+=("$T/$name")
 	wait_mount "$T/$name" || { cat "$T/$name.log"; exit 1; }
 done
-# write_read DIR: "write read" GiB/s of 1 GiB with dd bs=1M, best of ROUNDS
-write_read() {
-	local w r i
-	w=$(for i in $(seq "$ROUNDS"); do rm -f "$1/0/1/big"
-		dd_gibs if=/dev/zero of="$1/0/1/big" bs=1M count=1024; done | best)
-	r=$(for i in $(seq "$ROUNDS"); do dd_gibs if="$1/0/1/big" of=/dev/null bs=1M; done | best)
-	rm -f "$1/0/1/big"
-	echo "$w $r"
-}
-read -r PW PR < <(write_read "$T/pinned")
-read -r CW CR < <(write_read "$T/cuda")
+read -r PW PR < <(write_read "$T/pinned/0/1" big 1024)
+read -r CW CR < <(write_read "$T/cuda/0/1" big 1024)
 
 # the hand-over of 256 MiB from the GPU pool, in ms, against a D2D copy
 read -r IPC COPY < <($PY - "$T/cuda" "$ROUNDS" <<'PYEOF'

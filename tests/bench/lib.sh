@@ -1,4 +1,4 @@
-# tests/bench/lib.sh - what the benchmarks share, sourced by bench.sh and
+# tests/bench/lib.sh - what the benchmarks share, sourced by bench.sh, gpu.sh and
 # rdma.sh (which runs in the RDMA guest, where the repository is shared at
 # the same path): a scratch directory $T and the mounts in MNTS, undone at
 # exit however the run ends, and the helpers that turn runs into figures.
@@ -18,3 +18,20 @@ best() { sort -g | tail -1; }
 best_low() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print hi, lo }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%5.0f%%", (b > 0 ? 100 * a / b : 0) }'; }
+# dd_gibs DD-ARGS...: GiB/s by dd's own clock (which runs through the close)
+dd_gibs() {
+	LC_ALL=C dd "$@" 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($(i+1) == "s,") s = $i;
+		printf "%.3f\n", $1 / s / 1073741824 }'
+}
+
+# write_read DIR NAME MIB: "write read" GiB/s, best of ROUNDS
+write_read() {
+	local w r i
+	w=$(for i in $(seq "$ROUNDS"); do
+		rm -f "$1/$2" 2>/dev/null
+		dd_gibs if=/dev/zero of="$1/$2" bs=1M count="$3"
+	done | best)
+	r=$(for i in $(seq "$ROUNDS"); do dd_gibs if="$1/$2" of=/dev/null bs=1M; done | best)
+	rm -f "$1/$2" 2>/dev/null
+	echo "$w $r"
+}
