@@ -44,7 +44,7 @@ LIB_SRCS := $(KV_SRCS) transport/pool.c transport/gpu.c transport/rdma_probe.c t
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT     := $(patsubst tests/unit/%.c,$(BUILD)/t/%.t,$(wildcard tests/unit/*.c))
 TOOLS    := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
-BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/memcpy $(BUILD)/bench/tcpceil \
+BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/edgefs $(BUILD)/bench/memcpy $(BUILD)/bench/tcpceil \
             $(BUILD)/bench/wake
 INTEG    := $(sort $(wildcard tests/integ/*.t))
 
@@ -99,6 +99,10 @@ $(BUILD)/tools/rdmaconnect: $(BUILD)/obj/tests/tools/rdmaconnect.o
 	$(CC) $(LDFLAGS) $^ -lrdmacm -libverbs -o $@
 
 $(BUILD)/bench/ceilingfs: $(BUILD)/obj/tests/bench/ceilingfs.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bench/edgefs: $(BUILD)/obj/tests/bench/edgefs.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 

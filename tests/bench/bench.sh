@@ -193,7 +193,8 @@ $CONN "$T/a" "$T/b"
 printf 'goals: 64 MiB and 256 MiB >= 8x the shm connector, 4 KiB median <= 0.2 ms\n'
 
 # --- big edges: EDGE_N small objects a owns, listed and removed from b, and the
-# same commands on tmpfs (issue 21) --------------------------------------------
+# same commands on tmpfs and on the FUSE floor (edgefs: a libfuse filesystem
+# that only lists and unlinks), each once, in this run (issue 21) -------------
 EDGE_N=${EDGE_N:-100000}
 many() {        # many DIR: EDGE_N files of 64 bytes in DIR
 	/usr/bin/python3 -c '
@@ -208,6 +209,12 @@ mkdir -p "$T/tmpfs/e" && many "$T/tmpfs/e"
 TLS=$(secs ls -l "$T/tmpfs/e")
 TRM=$(secs find "$T/tmpfs/e" -mindepth 1 -delete)
 umount "$T/tmpfs"
+mkdir -p "$T/edge"
+"$B/bench/edgefs" "$T/edge" "$EDGE_N" & MNTS+=("$T/edge")
+wait_mount "$T/edge" || { echo "edgefs did not mount"; exit 1; }
+FLS=$(secs ls -l "$T/edge")
+FRM=$(secs find "$T/edge" -mindepth 1 -delete)
+fusermount3 -u "$T/edge"
 many "$T/a/0/1"
 BLS=$(secs ls -l "$T/b/0/1")
 BLS2=$(secs ls -l "$T/b/0/1")
@@ -216,8 +223,12 @@ AGONE=$(secs sh -c "for _ in \$(seq 3000); do [ -z \"\$(ls '$T/a/0/1')\" ] && ex
 printf '\nbig edges: %s objects of 64 B that a owns, from b (seconds; goals: ls -l <= 3x tmpfs, rm <= 5x):\n' "$EDGE_N"
 printf '  %-34s %7s   %7s\n' "" "ls -l" "rm"
 printf '  %-34s %7.3f   %7.3f\n' "tmpfs" "$TLS" "$TRM"
-printf '  %-34s %7.3f   %7.3f   (%s, %s of tmpfs; ls -l again %.3f s)\n' "omnifs, on b (find -delete for rm)" \
-	"$BLS" "$BRM" "$(ratio "$BLS" "$TLS" | tr -d ' ')" "$(ratio "$BRM" "$TRM" | tr -d ' ')" "$BLS2"
+printf '  %-34s %7.3f   %7.3f   (%s, %s of tmpfs: one FUSE request per name)\n' "FUSE floor (edgefs)" \
+	"$FLS" "$FRM" "$(ratio "$FLS" "$TLS" | tr -d ' ')" "$(ratio "$FRM" "$TRM" | tr -d ' ')"
+printf '  %-34s %7.3f   %7.3f   (%s, %s of tmpfs; %s, %s of the floor; ls -l again %.3f s)\n' \
+	"omnifs, on b (find -delete for rm)" "$BLS" "$BRM" \
+	"$(ratio "$BLS" "$TLS" | tr -d ' ')" "$(ratio "$BRM" "$TRM" | tr -d ' ')" \
+	"$(ratio "$BLS" "$FLS" | tr -d ' ')" "$(ratio "$BRM" "$FRM" | tr -d ' ')" "$BLS2"
 printf '  %-34s %7s   %7.3f   (after the rm returned)\n' "... until a has none left" "" "$AGONE"
 
 # --- GPU pools, where there is a GPU (tests/bench/gpu.sh) -------------------------

@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <fuse_lowlevel.h>
 
+#include "minfuse.h"
+
 static char *mem;
 static size_t cap, len;
 
@@ -107,6 +109,8 @@ int main(int argc, char **argv)
 	char *av[] = { argv[0], "-omax_read=1048576,fsname=ceilingfs", NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(2, av);
 
+	if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
+		return printf("usage: ceilingfs MOUNTPOINT SIZE_MIB\n"), 0;
 	if (argc != 3)
 		return fprintf(stderr, "usage: ceilingfs MOUNTPOINT SIZE_MIB\n"), 2;
 	cap = (size_t)atol(argv[2]) << 20;
@@ -114,15 +118,5 @@ int main(int argc, char **argv)
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (mem == MAP_FAILED)
 		return perror("mmap"), 1;
-	struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), NULL);
-	if (!se || fuse_set_signal_handlers(se) || fuse_session_mount(se, argv[1]))
-		return 1;
-	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_max_threads(cfg, 8);
-	int rc = fuse_session_loop_mt(se, cfg);
-	fuse_loop_cfg_destroy(cfg);
-	fuse_session_unmount(se);
-	fuse_remove_signal_handlers(se);
-	fuse_session_destroy(se);
-	return rc ? 1 : 0;
+	return minfuse_run(&args, &ops, sizeof(ops), argv[1]);
 }
