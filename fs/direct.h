@@ -39,6 +39,15 @@ struct omnifs_direct {
 #define OMNIFS_IOC_WHERE _IOR('O', 0x10, struct omnifs_direct)
 #define OMNIFS_IOC_PLACE _IOWR('O', 0x11, struct omnifs_direct)
 
+/* OMNIFS_IOC_PLACED, on a placed writer's descriptor, as its copy goes:
+ * the object's first `upto` bytes are in and final.  The daemon hashes
+ * them while the writer copies the rest, so that its close does not wait
+ * for a pass over all of it (optional: the close hashes what was not
+ * said).  Bytes changed after they were said to be final may leave the
+ * object a checksum its bytes fail, and its readers on other nodes an EIO.
+ * EINVAL beyond the object's size or on a descriptor that did not PLACE. */
+#define OMNIFS_IOC_PLACED _IOW('O', 0x15, uint64_t)
+
 /* OMNIFS_IOC_CUDA, on a descriptor opened for reading, where the pool is
  * a GPU's memory (pool=cuda:DEV:SIZE): the pool's CUDA IPC handle, which
  * a process of this node opens once (cuIpcOpenMemHandle), and where in

@@ -122,10 +122,26 @@ int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct io
 			obj_set_size(o, 0);     /* the reserve goes at publish */
 		else {
 			h->done = size;
+			h->placed = 1;
 			stat_add(ns->st, ST_BYTES_WRITTEN, size);
 			stat_add(ns->st, ST_DIRECT_PUTS, 1);
 		}
 	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_direct_placed(struct ns *ns, struct ns_handle *h, uint64_t upto)
+{
+	struct object *o = h->obj;
+	int rc;
+
+	pthread_mutex_lock(&ns->lock);
+	rc = handle_writable(h);
+	if (!rc && (!h->placed || upto > o->size))
+		rc = -EINVAL;
+	if (!rc)                /* as a write of [front, upto) would say */
+		hash_note_write(ns, o, o->front, upto);
 	pthread_mutex_unlock(&ns->lock);
 	return rc;
 }

@@ -682,7 +682,8 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 	uid_t uid = fuse_req_ctx(req)->uid;
 	int n = 0, rc;
 
-	if (cmd != OMNIFS_IOC_WHERE && cmd != OMNIFS_IOC_PLACE && cmd != OMNIFS_IOC_CUDA)
+	if (cmd != OMNIFS_IOC_WHERE && cmd != OMNIFS_IOC_PLACE && cmd != OMNIFS_IOC_CUDA &&
+	    cmd != OMNIFS_IOC_PLACED)
 		return (void)fuse_reply_err(req, ENOTTY);
 	if (fi->fh & FH_TAGS)           /* views, .omni files: no one place */
 		return (void)fuse_reply_err(req, EOPNOTSUPP);
@@ -692,6 +693,14 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 	if (cmd == OMNIFS_IOC_CUDA) {
 		cuda_ioctl(req, h, out_bufsz);
 		return;
+	}
+	if (cmd == OMNIFS_IOC_PLACED) {
+		uint64_t upto;
+		if (in_bufsz != sizeof(upto))
+			return (void)fuse_reply_err(req, EINVAL);
+		memcpy(&upto, in_buf, sizeof(upto));
+		rc = ns_direct_placed(fs->ns, h, upto);
+		return (void)(rc ? fuse_reply_err(req, -rc) : fuse_reply_ioctl(req, 0, NULL, 0));
 	}
 	if (out_bufsz < sizeof(d))
 		return (void)fuse_reply_err(req, EINVAL);

@@ -5,6 +5,7 @@ import contextlib
 import errno
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -311,6 +312,107 @@ def test_hand_over_checks_its_integrity_like_a_write():
     got = os.getxattr(os.path.join(ONE, "0", "1", k), "user.omni.xxh3").decode()
     assert int(got, 16) == xxhash.xxh3_64_intdigest(data), "hashed at publish"
     m.remove("0", "1", k)
+
+
+def placed_calls(monkeypatch):
+    """The OMNIFS_IOC_PLACED calls this process makes, as they go."""
+    import fcntl
+    from omnifs import direct
+    seen, real = [], fcntl.ioctl
+
+    def spy(fd, cmd, *a):
+        if cmd == direct.PLACED:
+            seen.append(int.from_bytes(a[0], "little"))
+        return real(fd, cmd, *a)
+    monkeypatch.setattr(fcntl, "ioctl", spy)
+    return seen
+
+
+@pytest.mark.parametrize("mount", ["one", "cluster"])
+def test_a_large_hand_over_is_hashed_as_it_lands(monkeypatch, mount):
+    """Over 2 PLACED_STEPs, a put says each step is in as it lands, and
+    the daemon's hash of the steps (xxh3 and chunk sums) is the bytes':
+    checked by the xattr here, and by another node's pull of it."""
+    import xxhash
+    from omnifs import direct
+    size = 3 * direct.PLACED_STEP + 13
+    data = os.urandom(size)
+    src, dst = (ONE, ONE) if mount == "one" else (B, C)
+    m, k = omnifs.Mount(src), rid()
+    seen = placed_calls(monkeypatch)
+    m.put("0", "1", k, [data[:7], data[7:]], readers=1)  # an odd first piece
+    assert seen == [direct.PLACED_STEP * i for i in (1, 2, 3)]
+    got = os.getxattr(os.path.join(src, "0", "1", k), "user.omni.xxh3").decode()
+    assert int(got, 16) == xxhash.xxh3_64_intdigest(data)
+    bad = omnifs.Mount(dst).stats()["checksum_failures"]
+    assert bytes(omnifs.Mount(dst).get("0", "1", k, timeout=5)) == data
+    assert omnifs.Mount(dst).stats()["checksum_failures"] == bad
+
+
+def test_a_large_get_copies_in_threads_byte_exact(monkeypatch):
+    """From 2 PAR_MINs on, copy_out splits the copy between threads; every
+    byte lands where it belongs, from an odd offset too."""
+    from omnifs import direct
+    monkeypatch.setattr(direct, "PAR_MAX", 3)           # whatever the cores
+    m, k, data = omnifs.Mount(ONE), rid(), os.urandom(3 * direct.PAR_MIN + 5)
+    m.put("0", "1", k, data, readers=0)
+    p = os.path.join(ONE, "0", "1", k)
+    with open(p, "rb") as f:
+        pl = direct.where(f.fileno())
+        buf = bytearray(len(data) - 3)
+        assert direct.copy_out(pl, buf, skip=3) and buf == data[3:]
+        pl.cookie ^= 1                                  # still checked
+        assert not direct.copy_out(pl, bytearray(len(data)))
+    assert bytes(m.get("0", "1", k, timeout=5)) == data
+    m.remove("0", "1", k)
+
+
+def test_a_forked_child_copies_in_threads_too(monkeypatch):
+    """The copy threads are the parent's: a child forked after they started
+    (vLLM forks its workers) makes its own instead of waiting forever."""
+    from omnifs import direct
+    monkeypatch.setattr(direct, "PAR_MAX", 2)
+    m, k, data = omnifs.Mount(ONE), rid(), os.urandom(2 * direct.PAR_MIN)
+    m.put("0", "1", k, data, readers=0)
+    assert bytes(m.get("0", "1", k, timeout=5)) == data     # the threads start
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)
+        os._exit(0 if bytes(m.get("0", "1", k, timeout=5)) == data else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    m.remove("0", "1", k)
+
+
+def test_placed_refuses_what_it_cannot_mean():
+    """OMNIFS_IOC_PLACED: EINVAL on a writer that did not place or past the
+    end, EBADF on a reader; and the object is published whole after it."""
+    import fcntl
+    import struct
+    from omnifs import direct
+    m, k = omnifs.Mount(ONE), rid()
+    p = os.path.join(ONE, "0", "1", k)
+
+    def placed(fd, upto):
+        try:
+            fcntl.ioctl(fd, direct.PLACED, struct.pack("<Q", upto))
+            return 0
+        except OSError as e:
+            return e.errno
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        assert placed(fd, 0) == errno.EINVAL, "not placed"
+        pl = direct.place(fd, 5 << 20)
+        assert placed(fd, (5 << 20) + 1) == errno.EINVAL, "past the end"
+        data = os.urandom(5 << 20)
+        assert direct.copy_in(pl, [data])
+        assert placed(fd, 5 << 20) == 0
+    finally:
+        os.close(fd)
+    with open(p, "rb") as f:
+        assert placed(f.fileno(), 1) == errno.EBADF
+        assert f.read() == data                 # and that read consumed it
+    assert k not in m.keys("0", "1")
 
 
 def test_arrays_come_back_aligned_over_their_own_buffer(one):

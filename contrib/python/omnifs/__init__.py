@@ -145,7 +145,7 @@ class Mount:
             if readers is not None:
                 os.setxattr(fd, "user.omni.readers", str(int(readers)).encode())
             pl = self._direct(direct.place, fd, total) if total >= DIRECT_PUT_MIN else None
-            if pl is None or not direct.copy_in(pl, views):
+            if pl is None or not direct.copy_in(pl, views, fd):
                 for view in views:
                     done = 0
                     while done < len(view):

@@ -8,10 +8,13 @@ kernel.  The layout below is fs/direct.h's.  Anything that does not hold
 (another node's object, a view, another user, another pid namespace, a
 daemon without the ioctls) makes the caller fall back to read and write.
 """
+import concurrent.futures
 import ctypes
 import errno
 import fcntl
+import os
 import struct
+import threading
 
 MAGIC = 0x524D444F
 NEXT = 60
@@ -26,6 +29,8 @@ def _ioc(rw, nr):           # asm-generic/ioctl.h: x86-64, arm64, riscv
 
 WHERE = _ioc(2, 0x10)       # _IOR
 PLACE = _ioc(3, 0x11)       # _IOWR
+PLACED = (1 << 30) | (8 << 16) | (ord("O") << 8) | 0x15    # _IOW('O', 0x15, uint64_t)
+PLACED_STEP = 8 << 20
 # Answers that mean "not this way, ever, here": stop asking.
 _NEVER = (errno.ENOTTY, errno.EPERM, errno.ENOSYS, errno.EINVAL)
 
@@ -145,10 +150,69 @@ def _iovs(pairs):
 
 _verified = set()       # (pid, cookie) of daemons this process has seen
 
+# A large copy goes in several threads at once: one thread's copy through
+# the kernel runs at about half of memcpy's speed here (no streaming
+# stores), two take 9 ms for 64 MiB where one takes 16.  Each takes at
+# least PAR_MIN bytes; the calls release the GIL.
+PAR_MIN = 16 << 20
+PAR_MAX = min(4, os.cpu_count() or 1)
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _threads():
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(PAR_MAX, "omnifs-copy")
+        return _pool
+
+
+def _forked():
+    """A forked child (vLLM's workers are) has none of its parent's threads:
+    a pool inherited from it would queue work that no thread ever runs."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def _span(pairs, a, b):
+    """The (addr, len) pieces that hold bytes [a, b) of pairs laid end to end."""
+    out, at = [], 0
+    for addr, ln in pairs:
+        lo, hi = max(a, at), min(b, at + ln)
+        if lo < hi:
+            out.append((addr + lo - at, hi - lo))
+        at += ln
+    return out
+
+
+def _vm(fn, pid, local, remote):
+    lo, re = _iovs(local), _iovs(remote)
+    return fn(pid, lo, len(local), re, len(remote), 0)
+
+
+def _copy(fn, pid, local, remote, a, b, head=None):
+    """Copies bytes [a, b) of remote to the same of local (fn: process_vm_
+    readv or writev), in up to PAR_MAX threads; head, a (local, remote)
+    pair of 8 bytes, goes in the same call as the first part.  True if
+    every byte went."""
+    n = max(1, min(PAR_MAX, (b - a) // PAR_MIN))
+    cut = [a + (b - a) * i // n for i in range(n + 1)]
+    jobs = [(_span(local, cut[i], cut[i + 1]), _span(remote, cut[i], cut[i + 1]))
+            for i in range(n)]
+    if head:
+        jobs[0] = ([head[0]] + jobs[0][0], [head[1]] + jobs[0][1])
+    want = [sum(ln for _, ln in lo) for lo, _ in jobs]
+    more = [_threads().submit(_vm, fn, pid, lo, re) for lo, re in jobs[1:]]
+    got = [_vm(fn, pid, *jobs[0])] + [f.result() for f in more]
+    return got == want
+
 
 def _readv(pid, local, remote):
-    lo, re = _iovs(local), _iovs(remote)
-    return _LIBC.process_vm_readv(pid, lo, len(local), re, len(remote), 0)
+    return _vm(_LIBC.process_vm_readv, pid, local, remote)
 
 
 def copy_out(pl, dest, skip=0):
@@ -157,31 +221,24 @@ def copy_out(pl, dest, skip=0):
     daemon that answered."""
     mv = memoryview(dest).cast("B")
     cookie = ctypes.c_uint64(0)
-    local, remote, todo, want = [(ctypes.addressof(cookie), 8)], [(pl.cookie_addr, 8)], skip, len(mv)
+    head = ((ctypes.addressof(cookie), 8), (pl.cookie_addr, 8))
+    want = len(mv)
     if want > pl.size - skip:
         return False
-    if want:
-        a = _addr(mv)
-        if a is None:
-            return False
-        local.append((a, len(mv)))
-    for addr, ln in pl.ext:
-        if todo >= ln:
-            todo -= ln
-            continue
-        take = min(ln - todo, want)
-        if take <= 0:
-            break
-        remote.append((addr + todo, take))
-        want -= take
-        todo = 0
-    n = _readv(pl.pid, local, remote)
-    return n == 8 + len(mv) and cookie.value == pl.cookie
+    a = _addr(mv) if want else 0
+    if a is None:
+        return False
+    ok = _copy(_LIBC.process_vm_readv, pl.pid, [(a, want)] if want else [],
+               _span(pl.ext, skip, skip + want), 0, want, head)
+    return ok and cookie.value == pl.cookie
 
 
-def copy_in(pl, pieces):
+def copy_in(pl, pieces, fd=None):
     """Copies bytes-like pieces (pl.size bytes in all) into the placed
-    object.  True if all went, to the daemon that answered."""
+    object.  True if all went, to the daemon that answered.  With the
+    writer's fd, a large object goes in PLACED_STEP pieces, each said to be
+    in (OMNIFS_IOC_PLACED) as it lands: the daemon hashes it on another
+    core while the next one is copied, instead of all of it at the close."""
     if (pl.pid, pl.cookie) not in _verified:
         cookie = ctypes.c_uint64(0)
         if (_readv(pl.pid, [(ctypes.addressof(cookie), 8)], [(pl.cookie_addr, 8)]) != 8
@@ -200,5 +257,15 @@ def copy_in(pl, pieces):
         return False
     if not local:
         return True
-    lo, re = _iovs(local), _iovs(pl.ext)
-    return _LIBC.process_vm_writev(pl.pid, lo, len(local), re, len(pl.ext), 0) == pl.size
+    tell = fd is not None and pl.size >= 2 * PLACED_STEP
+    step = PLACED_STEP if tell else pl.size
+    for at in range(0, pl.size, step):
+        end = min(at + step, pl.size)
+        if not _copy(_LIBC.process_vm_writev, pl.pid, local, pl.ext, at, end):
+            return False
+        if tell and end < pl.size:
+            try:
+                fcntl.ioctl(fd, PLACED, struct.pack("<Q", end))
+            except OSError:     # a daemon without it: the close hashes all
+                tell = False
+    return True
