@@ -1493,7 +1493,8 @@ ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
 		pthread_mutex_unlock(&ns->lock);
 		return -EIO;
 	}
-	hash_note_write(ns, o, off, off + len);
+	if (!hash_pass(ns, o, off, buf, len))
+		hash_note_write(ns, o, off, off + len);
 	h->done += len;
 	pthread_mutex_unlock(&ns->lock);
 	stat_add(ns->st, ST_BYTES_WRITTEN, len);

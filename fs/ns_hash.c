@@ -185,19 +185,27 @@ void hasher_dequeue(struct ns *ns, struct object *o)
 	o->refs--;              /* the queue's; the key's link still holds it */
 }
 
+/* o's running hash states, made on first use: 0, or -ENOMEM.  Without
+ * chunk sums (out of memory for them) publish hashes it all again. */
+static int hash_states(struct ns *ns, struct object *o)
+{
+	if (o->hs)
+		return 0;
+	if (!(o->hs = XXH3_createState()))
+		return -ENOMEM;
+	XXH3_64bits_reset(o->hs);
+	if (ns->set.hooks && (o->cs = XXH3_createState()))
+		XXH3_64bits_reset(o->cs);
+	return 0;
+}
+
 /* One step: hash [hashed, front) of o with the lock dropped. */
 static void hasher_step(struct ns *ns, struct object *o)
 {
 	if (o->state != OS_WRITING || o->hash_dirty || o->front <= o->hashed)
 		return;
-	if (!o->hs) {
-		if (!(o->hs = XXH3_createState()) ||
-		    (ns->set.hooks && !(o->cs = XXH3_createState())))
-			return;
-		XXH3_64bits_reset(o->hs);
-		if (o->cs)
-			XXH3_64bits_reset(o->cs);
-	}
+	if (hash_states(ns, o))
+		return;
 	o->hashing = 1;
 	o->hash_to = o->front;
 	uint64_t from = o->hashed, to = o->hash_to;
@@ -247,4 +255,30 @@ void hash_note_write(struct ns *ns, struct object *o, uint64_t off, uint64_t end
 	 * hashes a small rest itself in less time than that takes. */
 	if (ns->hasher_running && o->front - o->hashed >= HASH_STEP_MIN)
 		hasher_queue(ns, o);
+}
+
+/* A write to a pool the CPU cannot address (a GPU's) that extends the
+ * hashed prefix: its bytes are hashed here, from the request's buffer as
+ * they pass, where the hasher would copy them back out of the device.
+ * Called locked instead of hash_note_write(); 0 if it did not take them
+ * (host pools, writes out of order), and hash_note_write() is for them.
+ * Drops the lock to hash. */
+int hash_pass(struct ns *ns, struct object *o, uint64_t off, const void *buf, size_t len)
+{
+	if (ns->base || !len || o->hashing || o->queued || o->hash_dirty ||
+	    off != o->hashed || off != o->front || hash_states(ns, o))
+		return 0;
+	o->hashing = 1;
+	o->hash_to = off + len;
+	pthread_mutex_unlock(&ns->lock);
+	int rc = hash_feed(o, o->hs, o->cs, off, buf, len);
+	pthread_mutex_lock(&ns->lock);
+	o->hashing = 0;
+	o->hashed = off + len;
+	if (o->front < o->hashed)
+		o->front = o->hashed;
+	if (rc)
+		o->hash_dirty = 1;      /* out of memory: publish hashes it all */
+	pthread_cond_broadcast(&ns->hdone);
+	return 1;
 }

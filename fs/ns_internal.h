@@ -222,6 +222,7 @@ void ns_unlock(struct ns *ns);
 
 void obj_set_size(struct object *o, uint64_t size);
 void hash_note_write(struct ns *ns, struct object *o, uint64_t off, uint64_t end);
+int hash_pass(struct ns *ns, struct object *o, uint64_t off, const void *buf, size_t len);
 void hasher_dequeue(struct ns *ns, struct object *o);
 void *hasher_thread(void *arg);         /* the thread; takes the lock itself */
 int obj_hash(struct ns *ns, struct object *o, uint64_t *h);     /* unlocked */

@@ -1,13 +1,15 @@
 #!/bin/bash
 # 02-device.t - a pool of GPU memory (SPEC §8, pool=cuda:DEV:SIZE), and the
 # same-node hand-over from it with no host copy.  On a machine with a CUDA
-# device: objects from 1 B to 1 GiB of odd sizes, written in odd pieces,
-# read back byte-exact at odd offsets, with the checksum an independent
-# hash gives; a full pool is ENOSPC and takes nothing; a second process
+# device: objects from 1 B to 1 GiB of odd sizes, written in odd pieces
+# (and one backwards), read back byte-exact at odd offsets, with the
+# checksum an independent hash gives; a full pool is ENOSPC and takes nothing; a second process
 # takes an object by the pool's IPC handle (OMNIFS_IOC_CUDA), byte-exact,
 # and its close consumes it; user.omni.cuda_ipc says where, to root only;
 # another node's object is pulled into the GPU pool and handed over the
-# same way.  Elsewhere: SKIP.
+# same way, and the GPU pool's objects are pulled by another node, each
+# chunk checked against the sums hashed as the bytes were written.
+# Elsewhere: SKIP.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/lib.sh"
 
@@ -16,6 +18,7 @@ is "$(health a "d['pool']['kind']")" "cuda" ".omni/health says the pool is GPU m
 is "$(health a "d['pool']['gpudirect']")" "False" "... and that no RDMA device reads it (gpudirect)"
 
 round_trips a
+backwards a
 full a 1300
 
 # --- the hand-over: a second process, by the pool's IPC handle ------------
@@ -79,4 +82,9 @@ put $((48 << 20)) x a
 ok "b reads a's 48 MiB object into its GPU pool, byte-exact" cmp "$T/x" "$T/b/0/1/x"
 put $((5 << 20)) y a
 ok "a GPU process on b takes a's object out of b's GPU pool by the IPC handle" take b y
+# b hashed what it was written as the bytes passed (no read back from the
+# GPU): a's pull checks every chunk against b's sums
+put $(( (40 << 20) + 3 )) z b
+ok "a reads b's 40 MiB object out of b's GPU pool, byte-exact" cmp "$T/z" "$T/a/0/1/z"
+is "$(stat_of a checksum_failures)" 0 "... every chunk as b's sums say"
 done_testing
