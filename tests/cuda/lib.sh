@@ -9,6 +9,17 @@ diag "$(nvidia-smi -L | head -1)"
 export PYTHONPATH=$SRC/contrib/python
 HPY=$($SYSPY -c "import xxhash" 2>/dev/null && echo "$SYSPY" || echo "$PY")  # one with xxhash
 
+# xxh3_is FILE OBJ DESC: OBJ's user.omni.xxh3 is what an independent hash
+# of FILE's bytes says (SKIP where no Python has xxhash)
+xxh3_is() {
+	if $HPY -c "import xxhash" 2>/dev/null; then
+		is "$(xattr xxh3 "$2")" "$($HPY -c "import sys, xxhash
+print(xxhash.xxh3_64_hexdigest(open(sys.argv[1], 'rb').read()))" "$1")" "$3"
+	else
+		skip "no xxhash module for an independent hash"
+	fi
+}
+
 # put SIZE NAME NODE: SIZE random bytes in $T/NAME, written to
 # NODE/0/1/NAME in pieces of 777,777 bytes (odd sizes, odd offsets)
 put() {
@@ -39,13 +50,7 @@ round_trips() {
 		ok "$size B written in odd pieces reads back byte-exact" cmp "$T/o$size" "$T/$1/0/1/o$size"
 		ok "... and at odd offsets, out of order" odd_reads "o$size" "$T/$1/0/1/o$size"
 		is "$(xattr size "$T/$1/0/1/o$size")" "$size" "... user.omni.size"
-		if $HPY -c "import xxhash" 2>/dev/null; then
-			is "$(xattr xxh3 "$T/$1/0/1/o$size")" "$($HPY -c "import sys, xxhash
-print(xxhash.xxh3_64_hexdigest(open(sys.argv[1], 'rb').read()))" "$T/o$size")" \
-			   "... its xxh3, as an independent hash says"
-		else
-			skip "no xxhash module for an independent hash"
-		fi
+		xxh3_is "$T/o$size" "$T/$1/0/1/o$size" "... its xxh3, as an independent hash says"
 		rm -f "$T/$1/0/1/o$size" "$T/o$size"
 	done
 }
@@ -64,13 +69,7 @@ for off in reversed(range(0, len(src), 1 << 20)):
 os.close(fd)
 PYEOF
 	ok "an object written backwards reads back byte-exact" cmp "$T/back" "$T/$1/0/1/back"
-	if $HPY -c "import xxhash" 2>/dev/null; then
-		is "$(xattr xxh3 "$T/$1/0/1/back")" "$($HPY -c "import sys, xxhash
-print(xxhash.xxh3_64_hexdigest(open(sys.argv[1], 'rb').read()))" "$T/back")" \
-		   "... and its xxh3 is the bytes'"
-	else
-		skip "no xxhash module for an independent hash"
-	fi
+	xxh3_is "$T/back" "$T/$1/0/1/back" "... and its xxh3 is the bytes'"
 	rm -f "$T/$1/0/1/back" "$T/back"
 }
 
