@@ -453,25 +453,10 @@ int obj_copy_in(struct ns *ns, const struct object *o, uint64_t off, const void 
 	return obj_copy(ns, o, off, (uint8_t *)(uintptr_t)src, len, 1);
 }
 
-static pthread_key_t bounce_key;
-static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
-static void bounce_key_make(void) { pthread_key_create(&bounce_key, free); }
-
-uint8_t *ns_bounce(void)
-{
-	pthread_once(&bounce_once, bounce_key_make);
-	uint8_t *b = pthread_getspecific(bounce_key);
-	if (!b && (b = aligned_alloc(4096, NS_BOUNCE)) && pthread_setspecific(bounce_key, b)) {
-		free(b);
-		b = NULL;
-	}
-	return b;
-}
-
 int obj_bounce(struct ns *ns, const struct object *o, uint64_t off, size_t len,
 	       struct iovec *iov)
 {
-	uint8_t *b = ns_bounce();
+	uint8_t *b = ns_bounce(ns);
 
 	if (!b || len > NS_BOUNCE || obj_copy_out(ns, o, off, b, len))
 		return -EIO;
@@ -1508,7 +1493,7 @@ ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
 static ssize_t bounce_read(struct ns *ns, struct object *o, uint64_t off, size_t len,
 			   struct iovec *iov, int *niov)
 {
-	uint8_t *b = ns_bounce();
+	uint8_t *b = ns_bounce(ns);
 	struct ns_span sp[64];
 	int n, rc = 0;
 

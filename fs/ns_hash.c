@@ -66,7 +66,7 @@ static int hash_span(struct ns *ns, struct object *o, XXH3_state_t *st, XXH3_sta
 
 	if (ns->base)
 		return hash_feed(o, st, cs, pos, ns->base + sp->off, sp->len);
-	if (!(b = ns_bounce()))
+	if (!(b = ns_bounce(ns)))
 		return -ENOMEM;
 	for (uint64_t done = 0; done < sp->len;) {
 		size_t take = sp->len - done < NS_BOUNCE ? sp->len - done : NS_BOUNCE;

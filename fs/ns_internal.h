@@ -20,6 +20,7 @@
 
 #include "ns.h"
 #include "rangeset.h"
+#include "../transport/pool.h"
 
 enum { T_WAITER = 1, T_OBJECT = 2, T_SWEEP = 3 };
 enum obj_state { OS_WRITING, OS_PUBLISHING, OS_PUBLISHED, OS_DEAD };
@@ -200,9 +201,9 @@ size_t obj_iov(struct ns *ns, const struct object *o, uint64_t off,
 int obj_copy_out(struct ns *ns, const struct object *o, uint64_t off, void *dst, size_t len);
 int obj_copy_in(struct ns *ns, const struct object *o, uint64_t off, const void *src, size_t len);
 /* A pool the CPU cannot address is read through a buffer of the calling
- * thread's, NS_BOUNCE bytes, valid until its next call. */
-#define NS_BOUNCE (2u << 20)
-uint8_t *ns_bounce(void);
+ * thread's (pool_bounce), NS_BOUNCE bytes, valid until its next call. */
+#define NS_BOUNCE POOL_BOUNCE
+#define ns_bounce(ns) ((uint8_t *)pool_bounce((ns)->pool))
 /* [off, off+len) (at most NS_BOUNCE) of o copied into that buffer, as
  * *iov.  0 or -EIO. */
 int obj_bounce(struct ns *ns, const struct object *o, uint64_t off, size_t len,

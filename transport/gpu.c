@@ -9,6 +9,8 @@
 #include "gpu.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,13 +34,38 @@
 	X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                              \
 	X(cuMemsetD8, "cuMemsetD8_v2")                                  \
 	X(cuCtxSynchronize, "cuCtxSynchronize")                         \
+	X(cuStreamSynchronize, "cuStreamSynchronize")                   \
 	X(cuIpcGetMemHandle, "cuIpcGetMemHandle")                       \
-	X(cuGetErrorName, "cuGetErrorName")
+	X(cuGetErrorName, "cuGetErrorName")                             \
+	X(cuMemHostAlloc, "cuMemHostAlloc")                             \
+	X(cuMemFreeHost, "cuMemFreeHost")                               \
+	X(cuStreamCreate, "cuStreamCreate")                             \
+	X(cuStreamDestroy, "cuStreamDestroy_v2")                        \
+	X(cuEventCreate, "cuEventCreate")                               \
+	X(cuEventDestroy, "cuEventDestroy_v2")                          \
+	X(cuEventRecord, "cuEventRecord")                               \
+	X(cuEventSynchronize, "cuEventSynchronize")                     \
+	X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")
+
+/* The ring that copies to the device go through (gpu_ring_start): each
+ * slot is page-locked, so the GPU's DMA engine reads it while the CPU
+ * fills the next; its event says when the engine is done with it. */
+#define GPU_RING_SLOTS 8
+#define GPU_RING_SLOT (1u << 20)
+
+struct gpu_slot {
+	pthread_mutex_t lock;   /* held while a thread fills and queues it */
+	uint8_t *buf;
+	CUevent done;
+};
 
 struct gpu {
 	void *lib;
 	CUdevice dev;
 	CUcontext ctx;
+	CUstream stream;        /* the ring's copies, in order; NULL: no ring */
+	struct gpu_slot ring[GPU_RING_SLOTS];
+	atomic_uint next;       /* the slot the next copy takes, modulo */
 #define GPU_FN_PTR(name, sym) __typeof__(name) *f_##name;
 	GPU_FNS(GPU_FN_PTR)
 };
@@ -118,10 +145,67 @@ close_lib:
 	return rc;
 }
 
+/* Gives back the first n slots of the ring and its stream, once every
+ * copy queued on it is done (the DMA engine may still read a slot). */
+static void gpu_ring_stop(struct gpu *g, int n)
+{
+	if (g->f_cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS)
+		g->f_cuStreamSynchronize(g->stream);
+	for (int i = 0; i < n; i++) {
+		g->f_cuEventDestroy(g->ring[i].done);
+		g->f_cuMemFreeHost(g->ring[i].buf);
+		pthread_mutex_destroy(&g->ring[i].lock);
+	}
+	g->f_cuStreamDestroy(g->stream);
+	g->stream = NULL;
+}
+
+static CUresult gpu_slot_make(struct gpu *g, struct gpu_slot *s)
+{
+	CUresult r = g->f_cuMemHostAlloc((void **)&s->buf, GPU_RING_SLOT,
+					 CU_MEMHOSTALLOC_PORTABLE);
+
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((r = g->f_cuEventCreate(&s->done, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+		g->f_cuMemFreeHost(s->buf);
+		return r;
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	return CUDA_SUCCESS;
+}
+
+int gpu_ring_start(struct gpu *g, char *err, size_t errlen)
+{
+	CUresult r = g->f_cuCtxSetCurrent(g->ctx);
+	char why[64];
+	int n = 0;
+
+	/* A blocking stream (flags 0): the synchronous copies and memsets,
+	 * which run on the legacy default stream, wait for what it has
+	 * queued, so a read-back sees every byte written before it. */
+	if (r == CUDA_SUCCESS)
+		r = g->f_cuStreamCreate(&g->stream, CU_STREAM_DEFAULT);
+	if (r != CUDA_SUCCESS)
+		goto fail;
+	while (n < GPU_RING_SLOTS && (r = gpu_slot_make(g, &g->ring[n])) == CUDA_SUCCESS)
+		n++;
+	if (n == GPU_RING_SLOTS)
+		return 0;
+	gpu_ring_stop(g, n);
+fail:
+	g->stream = NULL;
+	snprintf(err, errlen, "CUDA cannot make its copy ring (%u page-locked MiB): %s",
+		 GPU_RING_SLOTS * GPU_RING_SLOT >> 20, gpu_errname(g, r, why, sizeof(why)));
+	return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
 void gpu_close(struct gpu *g)
 {
 	if (!g)
 		return;
+	if (g->stream)
+		gpu_ring_stop(g, GPU_RING_SLOTS);
 	g->f_cuDevicePrimaryCtxRelease(g->dev);
 	/* The library stays loaded: the driver keeps threads of its own
 	 * that would run into unmapped code. */
@@ -173,14 +257,57 @@ void gpu_dev_free(struct gpu *g, uint64_t dptr)
 		g->f_cuMemFree((CUdeviceptr)dptr);
 }
 
-/* Copies run on the calling thread, which may be any of the daemon's:
- * each makes the context current first (cheap when it already is). */
-int gpu_to_dev(struct gpu *g, uint64_t dptr, const void *src, size_t len)
+int gpu_host_alloc(struct gpu *g, size_t len, void **out)
 {
 	if (g->f_cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
-	    g->f_cuMemcpyHtoD((CUdeviceptr)dptr, src, len) != CUDA_SUCCESS)
-		return -EIO;
+	    g->f_cuMemHostAlloc(out, len, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS)
+		return -ENOMEM;
 	return 0;
+}
+
+void gpu_host_free(struct gpu *g, void *p)
+{
+	if (p && g->f_cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS)
+		g->f_cuMemFreeHost(p);
+}
+
+/* Copies run on the calling thread, which may be any of the daemon's:
+ * each makes the context current first (cheap when it already is). */
+
+/* One slot's worth through the ring: wait until the engine has left the
+ * slot, fill it, queue its copy and mark it.  The caller's bytes are
+ * free again on return; the device has them by the next gpu_sync(). */
+static int gpu_ring_put(struct gpu *g, uint64_t dptr, const void *src, size_t n)
+{
+	struct gpu_slot *s = &g->ring[atomic_fetch_add(&g->next, 1) % GPU_RING_SLOTS];
+	CUresult r;
+
+	pthread_mutex_lock(&s->lock);
+	r = g->f_cuEventSynchronize(s->done);
+	if (r == CUDA_SUCCESS) {
+		memcpy(s->buf, src, n);
+		r = g->f_cuMemcpyHtoDAsync((CUdeviceptr)dptr, s->buf, n, g->stream);
+	}
+	if (r == CUDA_SUCCESS)
+		r = g->f_cuEventRecord(s->done, g->stream);
+	pthread_mutex_unlock(&s->lock);
+	return r == CUDA_SUCCESS ? 0 : -EIO;
+}
+
+int gpu_to_dev(struct gpu *g, uint64_t dptr, const void *src, size_t len)
+{
+	const uint8_t *at = src;
+	int rc = 0;
+
+	if (g->f_cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS)
+		return -EIO;
+	if (!g->stream)
+		return g->f_cuMemcpyHtoD((CUdeviceptr)dptr, src, len) == CUDA_SUCCESS ? 0 : -EIO;
+	for (size_t n; len && !rc; dptr += n, at += n, len -= n) {
+		n = len < GPU_RING_SLOT ? len : GPU_RING_SLOT;
+		rc = gpu_ring_put(g, dptr, at, n);
+	}
+	return rc;
 }
 
 int gpu_from_dev(struct gpu *g, void *dst, uint64_t dptr, size_t len)
@@ -275,6 +402,20 @@ int gpu_to_dev(struct gpu *g, uint64_t dptr, const void *src, size_t len)
 	(void)g; (void)dptr; (void)src; (void)len;
 	return no_cuda(NULL, 0);
 }
+
+int gpu_ring_start(struct gpu *g, char *err, size_t errlen)
+{
+	(void)g;
+	return no_cuda(err, errlen);
+}
+
+int gpu_host_alloc(struct gpu *g, size_t len, void **out)
+{
+	(void)g; (void)len; (void)out;
+	return no_cuda(NULL, 0);
+}
+
+void gpu_host_free(struct gpu *g, void *p) { (void)g; (void)p; }
 
 int gpu_from_dev(struct gpu *g, void *dst, uint64_t dptr, size_t len)
 {

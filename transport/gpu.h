@@ -1,8 +1,8 @@
 /* gpu.h - the NVIDIA driver, loaded when a pool asks for it.
  *
  * omnifs links no CUDA library, so that one binary runs on machines with
- * and without a GPU.  A pool that needs CUDA (pinned, and later device
- * memory) opens the driver library that every NVIDIA driver installs,
+ * and without a GPU.  A pool that needs CUDA (pinned or device memory)
+ * opens the driver library that every NVIDIA driver installs,
  * libcuda.so.1, with dlopen, and takes the few entry points it uses.  The
  * toolkit's cuda.h gives their types at build time; a build without it
  * answers every open with the reason.
@@ -34,8 +34,22 @@ void gpu_host_unregister(struct gpu *c, void *p);
  * not one the CPU can touch).  0 or -errno with err. */
 int gpu_dev_alloc(struct gpu *c, size_t len, uint64_t *dptr, char *err, size_t errlen);
 void gpu_dev_free(struct gpu *c, uint64_t dptr);
-/* Copies between host and device memory, and zeros; complete when they
- * return, as far as this process's CPU sees.  0, or -EIO. */
+/* Page-locked host memory of len bytes at *out, which the GPU copies to
+ * and from at DMA speed (a bounce buffer).  0 or -ENOMEM. */
+int gpu_host_alloc(struct gpu *c, size_t len, void **out);
+void gpu_host_free(struct gpu *c, void *p);
+
+/* Makes the ring that gpu_to_dev() stages through: a few page-locked MiB
+ * and a stream, so that the CPU fills one slot while the DMA engine
+ * empties another.  Without it, gpu_to_dev() copies synchronously from
+ * pageable memory.  0 or -errno with err. */
+int gpu_ring_start(struct gpu *c, char *err, size_t errlen);
+
+/* Copies between host and device memory, and zeros.  gpu_to_dev() may
+ * return before the device has the bytes (src is free again at once):
+ * the copies below and gpu_from_dev() see them, other processes after
+ * gpu_sync().  The others are complete when they return.  0, or -EIO
+ * (a failed queued copy fails the next gpu_sync()). */
 int gpu_to_dev(struct gpu *c, uint64_t dptr, const void *src, size_t len);
 int gpu_from_dev(struct gpu *c, void *dst, uint64_t dptr, size_t len);
 int gpu_dev_zero(struct gpu *c, uint64_t dptr, size_t len);

@@ -36,6 +36,17 @@ struct pool_backend {
 	int (*write)(struct pool *p, uint64_t off, const void *src, size_t len);
 	int (*read)(struct pool *p, uint64_t off, void *dst, size_t len);
 	int (*zero)(struct pool *p, uint64_t off, size_t len);
+	void *(*buf_alloc)(struct pool *p, size_t len);        /* a bounce */
+	void (*buf_free)(struct pool *p, void *buf);
+};
+
+/* A thread's bounce (pool_bounce), kept on the pool's list of all of them
+ * and handed on to another thread when its own ends. */
+struct bounce {
+	struct pool *pool;
+	void *buf;
+	struct bounce *next;    /* all of the pool's */
+	int spare;              /* its thread has ended */
 };
 
 struct pool {
@@ -51,6 +62,8 @@ struct pool {
 	int locked;
 	struct frag *free;      /* address-ordered, never adjacent */
 	size_t nfree, capfree;
+	pthread_key_t bounce_key;
+	struct bounce *bounces;
 };
 
 static uint64_t round_grain(uint64_t n)
@@ -238,6 +251,8 @@ static int pool_map_cuda(struct pool *p, char *err, size_t errlen)
 		goto close_gpu;
 	if ((rc = gpu_ipc_handle(p->gpu, p->dbase, p->ipc, err, errlen)))
 		goto free_dev;
+	if ((rc = gpu_ring_start(p->gpu, err, errlen)))
+		goto free_dev;
 	p->locked = 1;          /* device memory never pages */
 	return 0;
 
@@ -287,11 +302,82 @@ static int cuda_zero(struct pool *p, uint64_t off, size_t len)
 	return gpu_dev_zero(p->gpu, p->dbase + off, len);
 }
 
+static void *host_buf_alloc(struct pool *p, size_t len)
+{
+	(void)p;
+	return aligned_alloc(POOL_GRAIN, len);
+}
+
+static void host_buf_free(struct pool *p, void *buf)
+{
+	(void)p;
+	free(buf);
+}
+
+/* Page-locked: the device copies straight into it, not through the
+ * driver's own staging as it must for pageable memory. */
+static void *cuda_buf_alloc(struct pool *p, size_t len)
+{
+	void *buf;
+
+	return gpu_host_alloc(p->gpu, len, &buf) ? NULL : buf;
+}
+
+static void cuda_buf_free(struct pool *p, void *buf)
+{
+	gpu_host_free(p->gpu, buf);
+}
+
 static const struct pool_backend backends[] = {
-	[POOL_HOST] = { pool_map_host, pool_unmap_host, host_write, host_read, host_zero },
-	[POOL_PINNED] = { pool_map_pinned, pool_unmap_pinned, host_write, host_read, host_zero },
-	[POOL_CUDA] = { pool_map_cuda, pool_unmap_cuda, cuda_write, cuda_read, cuda_zero },
+	[POOL_HOST] = { pool_map_host, pool_unmap_host, host_write, host_read, host_zero,
+			host_buf_alloc, host_buf_free },
+	[POOL_PINNED] = { pool_map_pinned, pool_unmap_pinned, host_write, host_read, host_zero,
+			  host_buf_alloc, host_buf_free },
+	[POOL_CUDA] = { pool_map_cuda, pool_unmap_cuda, cuda_write, cuda_read, cuda_zero,
+			cuda_buf_alloc, cuda_buf_free },
 };
+
+/* A thread ends: its bounce waits for the next thread that asks. */
+static void bounce_spare(void *v)
+{
+	struct bounce *b = v;
+
+	pthread_mutex_lock(&b->pool->lock);
+	b->spare = 1;
+	pthread_mutex_unlock(&b->pool->lock);
+}
+
+void *pool_bounce(struct pool *p)
+{
+	struct bounce *b = pthread_getspecific(p->bounce_key);
+
+	if (b)
+		return b->buf;
+	pthread_mutex_lock(&p->lock);
+	for (b = p->bounces; b && !b->spare; b = b->next)
+		;
+	if (b)
+		b->spare = 0;
+	pthread_mutex_unlock(&p->lock);
+	if (!b) {
+		if (!(b = calloc(1, sizeof(*b))))
+			return NULL;
+		if (!(b->buf = p->be->buf_alloc(p, POOL_BOUNCE))) {
+			free(b);
+			return NULL;
+		}
+		b->pool = p;
+		pthread_mutex_lock(&p->lock);
+		b->next = p->bounces;
+		p->bounces = b;
+		pthread_mutex_unlock(&p->lock);
+	}
+	if (pthread_setspecific(p->bounce_key, b)) {
+		bounce_spare(b);
+		return NULL;
+	}
+	return b->buf;
+}
 
 int pool_create(struct pool **out, const struct pool_spec *spec,
 		char *err, size_t errlen)
@@ -319,12 +405,18 @@ int pool_create(struct pool **out, const struct pool_spec *spec,
 		snprintf(err, errlen, "option 'pool=%s': %s", spec_s, why);
 		goto free_frags;
 	}
+	if ((rc = -pthread_key_create(&p->bounce_key, bounce_spare))) {
+		snprintf(err, errlen, "no thread key: %s", strerror(-rc));
+		goto unmap;
+	}
 	p->free[0] = (struct frag){ 0, p->size };
 	p->nfree = 1;
 	pthread_mutex_init(&p->lock, NULL);
 	*out = p;
 	return 0;
 
+unmap:
+	p->be->unmap(p);
 free_frags:
 	free(p->free);
 free_pool:
@@ -336,6 +428,13 @@ void pool_destroy(struct pool *p)
 {
 	if (!p)
 		return;
+	/* Every thread that used the pool is gone (or never uses it again). */
+	pthread_key_delete(p->bounce_key);
+	for (struct bounce *b = p->bounces, *next; b; b = next) {
+		next = b->next;
+		p->be->buf_free(p, b->buf);
+		free(b);
+	}
 	p->be->unmap(p);
 	pthread_mutex_destroy(&p->lock);
 	free(p->free);

@@ -57,6 +57,12 @@ enum pool_kind pool_kind_of(const struct pool *p);
 int pool_write(struct pool *p, uint64_t off, const void *src, size_t len);
 int pool_read(struct pool *p, uint64_t off, void *dst, size_t len);
 int pool_zero(struct pool *p, uint64_t off, size_t len);
+/* This thread's host buffer of POOL_BOUNCE bytes, the one this pool's
+ * copies fill and empty fastest (page-locked for a GPU's memory), for a
+ * pool the CPU cannot address.  Valid while the thread and the pool
+ * live; NULL when out of memory. */
+#define POOL_BOUNCE (2u << 20)
+void *pool_bounce(struct pool *p);
 /* Waits until the device holds what was written, for every process that
  * maps it (before an object is published).  0 or -EIO. */
 int pool_sync(struct pool *p);

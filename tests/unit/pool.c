@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +162,34 @@ static void test_backend_copies(void)
 	pool_destroy(p);
 }
 
+static void *bounce_of(void *p)
+{
+	return pool_bounce(p);
+}
+
+/* A thread keeps its bounce; two at once have two; one that ends hands
+ * its own on to the next thread, so threads that come and go (libfuse's)
+ * do not pile buffers up. */
+static void test_bounce(void)
+{
+	struct pool *p;
+	struct pool_spec spec = { POOL_HOST, 0, 1 << 20 };
+	char err[128];
+	pthread_t t;
+	void *mine, *theirs = NULL, *next = NULL;
+
+	if (!ok(pool_create(&p, &spec, err, sizeof(err)) == 0, "create a host pool"))
+		return;
+	mine = pool_bounce(p);
+	ok(mine && pool_bounce(p) == mine, "a thread's bounce stays its own");
+	memset(mine, 0xab, POOL_BOUNCE);        /* all of it is there (ASan) */
+	ok(!pthread_create(&t, NULL, bounce_of, p) && !pthread_join(t, &theirs) &&
+	   theirs && theirs != mine, "another thread gets another");
+	ok(!pthread_create(&t, NULL, bounce_of, p) && !pthread_join(t, &next) &&
+	   next == theirs, "a thread that ended hands its bounce on");
+	pool_destroy(p);
+}
+
 /* Without the NVIDIA driver, a pinned or device pool is refused with a
  * reason that names the option (tests/cuda runs them where there is one). */
 static void test_gpu_pools(void)
@@ -192,6 +221,7 @@ int main(void)
 	test_copy_nocache();
 	test_guards();
 	test_backend_copies();
+	test_bounce();
 	test_gpu_pools();
 	return done_testing();
 }
