@@ -68,6 +68,16 @@ struct omnifs_cuda {
 
 #define OMNIFS_IOC_CUDA _IOR('O', 0x14, struct omnifs_cuda)
 
+/* OMNIFS_IOC_CUDA_PLACE, on a new object's writer descriptor before any
+ * write, where the pool is a GPU's memory: PLACE's twin.  In: size; out:
+ * the pool's GPU and IPC handle, and where in the pool the object's bytes
+ * go.  The writer fills every byte (device to device from its own GPU
+ * memory, or pwrite), waits for its copies (cuCtxSynchronize), and its
+ * close publishes them, hashed from the device.  EOPNOTSUPP for a pool
+ * of another kind (PLACE is for those); EBUSY once written to; root and
+ * the daemon's user only. */
+#define OMNIFS_IOC_CUDA_PLACE _IOWR('O', 0x16, struct omnifs_cuda)
+
 /* OMNIFS_IOC_PUT and OMNIFS_IOC_GET, on a descriptor of an edge directory
  * (open(2) of <mnt>/<from>/<to>, O_RDONLY): a small object created and
  * published, or waited for, read whole and closed, in one request instead

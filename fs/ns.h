@@ -231,9 +231,7 @@ int ns_unlink(struct ns *ns, uint64_t parent, const char *name);
  * handle's release); -EREMOTE when the bytes are not all here, -E2BIG in
  * more pieces than max.  Nothing is counted until done says the caller
  * has them (what: the stat to count it under): the handle's close then
- * counts a complete read.  place: a fresh object's one writer makes it
- * size bytes long, changing nothing on an error (-ENOSPC, -E2BIG, -EBUSY
- * once written to).  -EOPNOTSUPP for a pool a process cannot copy. */
+ * counts a complete read.  -EOPNOTSUPP for a pool a process cannot copy. */
 int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int max,
 		    int *n, uint64_t *size, uint64_t *xxh3);
 void ns_direct_done(struct ns *ns, struct ns_handle *h, enum stat_id what);
@@ -248,8 +246,12 @@ int ns_direct_spans(struct ns *ns, struct ns_handle *h, struct ns_span *sp, int 
  * GET's answer); -E2BIG if larger. */
 int ns_direct_bounce(struct ns *ns, struct ns_handle *h, size_t cap, struct iovec *iov,
 		     uint64_t *size, uint64_t *xxh3);
-int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct iovec *iov,
-		    int max, int *n);
+/* place: a fresh object's one writer makes it size bytes long, to fill
+ * them itself at the pool offsets sp says (any pool: the caller knows
+ * how its kind is reached), counted under what; nothing changes on an
+ * error (-ENOSPC, -E2BIG, -EBUSY once written to). */
+int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct ns_span *sp,
+		    int max, int *n, enum stat_id what);
 /* A placed object's writer has filled [0, upto) for good (OMNIFS_IOC_PLACED):
  * the hasher may go ahead.  -EINVAL if h did not place, or upto is past
  * the end. */

@@ -100,14 +100,12 @@ void ns_direct_done(struct ns *ns, struct ns_handle *h, enum stat_id what)
 	pthread_mutex_unlock(&ns->lock);
 }
 
-int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct iovec *iov,
-		    int max, int *n)
+int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct ns_span *sp,
+		    int max, int *n, enum stat_id what)
 {
 	struct object *o = h->obj;
 	int rc;
 
-	if (!ns->base)
-		return -EOPNOTSUPP;
 	if (size > UINT64_MAX / 2)
 		return -EFBIG;
 	pthread_mutex_lock(&ns->lock);
@@ -118,13 +116,14 @@ int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct io
 		/* Not noted for the hasher: the bytes come after this returns,
 		 * so the publish hashes them all. */
 		obj_set_size(o, size);
-		if ((rc = direct_iov(ns, o, iov, max, n)))
+		if (obj_spans(o, 0, size, sp, n, max) != size) {
+			rc = -E2BIG;
 			obj_set_size(o, 0);     /* the reserve goes at publish */
-		else {
+		} else {
 			h->done = size;
 			h->placed = 1;
 			stat_add(ns->st, ST_BYTES_WRITTEN, size);
-			stat_add(ns->st, ST_DIRECT_PUTS, 1);
+			stat_add(ns->st, what, 1);
 		}
 	}
 	pthread_mutex_unlock(&ns->lock);

@@ -645,21 +645,30 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 /* ---------------------------------------------------------------- direct */
 
-/* A GPU pool's object for a GPU process of this node (OMNIFS_IOC_CUDA):
- * the pool's IPC handle and the object's place in it; its close then
- * counts a complete read. */
-static void cuda_ioctl(fuse_req_t req, struct ns_handle *h, size_t out_bufsz)
+/* The GPU pool's IPC handle and an object's place in it, for a GPU
+ * process of this node: OMNIFS_IOC_CUDA, a published object to copy out
+ * (its close then counts a complete read); OMNIFS_IOC_CUDA_PLACE, a new
+ * one of the size asked, to copy in (its close publishes). */
+static void cuda_ioctl(fuse_req_t req, unsigned cmd, struct ns_handle *h, const void *in_buf,
+		       size_t in_bufsz, size_t out_bufsz)
 {
 	struct fs *fs = fs_of(req);
 	struct omnifs_cuda c = { .magic = OMNIFS_CUDA_MAGIC };
 	struct ns_span sp[OMNIFS_DIRECT_EXT];
-	int dev, n = 0, rc;
+	int place = cmd == OMNIFS_IOC_CUDA_PLACE, dev, n = 0, rc;
 
-	if (out_bufsz < sizeof(c))
+	if (out_bufsz < sizeof(c) || (place && in_bufsz < sizeof(c)))
 		return (void)fuse_reply_err(req, EINVAL);
 	if (pool_ipc(fs->vf.pool, &dev, c.handle))
 		return (void)fuse_reply_err(req, EOPNOTSUPP);
-	if ((rc = ns_direct_spans(fs->ns, h, sp, OMNIFS_DIRECT_EXT, &n, &c.size, &c.xxh3)))
+	if (place) {
+		memcpy(&c.size, (const char *)in_buf + offsetof(struct omnifs_cuda, size),
+		       sizeof(c.size));
+		rc = ns_direct_place(fs->ns, h, c.size, sp, OMNIFS_DIRECT_EXT, &n, ST_CUDA_PUTS);
+	} else {
+		rc = ns_direct_spans(fs->ns, h, sp, OMNIFS_DIRECT_EXT, &n, &c.size, &c.xxh3);
+	}
+	if (rc)
 		return (void)fuse_reply_err(req, -rc);
 	c.dev = (uint32_t)dev;
 	c.n = (uint32_t)n;
@@ -667,8 +676,27 @@ static void cuda_ioctl(fuse_req_t req, struct ns_handle *h, size_t out_bufsz)
 		c.ext[i].off = sp[i].off;
 		c.ext[i].len = sp[i].len;
 	}
-	ns_direct_done(fs->ns, h, ST_CUDA_GETS);
+	if (!place)
+		ns_direct_done(fs->ns, h, ST_CUDA_GETS);
 	fuse_reply_ioctl(req, 0, &c, sizeof(c));
+}
+
+/* OMNIFS_IOC_PLACE: a new object in host memory, filled by a process of
+ * this node with process_vm_writev(2).  Its pieces as our addresses. */
+static int host_place(struct fs *fs, struct ns_handle *h, uint64_t size,
+		      struct iovec *iov, int *n)
+{
+	struct ns_span sp[OMNIFS_DIRECT_EXT];
+	uint8_t *base = pool_base(fs->vf.pool);
+	int rc;
+
+	if (!pool_cpu(fs->vf.pool))
+		return -EOPNOTSUPP;     /* not memory a process can copy to */
+	if ((rc = ns_direct_place(fs->ns, h, size, sp, OMNIFS_DIRECT_EXT, n, ST_DIRECT_PUTS)))
+		return rc;
+	for (int i = 0; i < *n; i++)
+		iov[i] = (struct iovec){ base + sp[i].off, sp[i].len };
+	return 0;
 }
 
 /* The same-node hand-over (fs/direct.h): one request instead of one per
@@ -683,17 +711,15 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 	int n = 0, rc;
 
 	if (cmd != OMNIFS_IOC_WHERE && cmd != OMNIFS_IOC_PLACE && cmd != OMNIFS_IOC_CUDA &&
-	    cmd != OMNIFS_IOC_PLACED)
+	    cmd != OMNIFS_IOC_PLACED && cmd != OMNIFS_IOC_CUDA_PLACE)
 		return (void)fuse_reply_err(req, ENOTTY);
 	if (fi->fh & FH_TAGS)           /* views, .omni files: no one place */
 		return (void)fuse_reply_err(req, EOPNOTSUPP);
 	if (uid != 0 && uid != geteuid())
 		return (void)fuse_reply_err(req, EPERM);
 	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
-	if (cmd == OMNIFS_IOC_CUDA) {
-		cuda_ioctl(req, h, out_bufsz);
-		return;
-	}
+	if (cmd == OMNIFS_IOC_CUDA || cmd == OMNIFS_IOC_CUDA_PLACE)
+		return cuda_ioctl(req, cmd, h, in_buf, in_bufsz, out_bufsz);
 	if (cmd == OMNIFS_IOC_PLACED) {
 		uint64_t upto;
 		if (in_bufsz != sizeof(upto))
@@ -709,7 +735,7 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 			return (void)fuse_reply_err(req, EINVAL);
 		memcpy(&d.size, (const char *)in_buf + offsetof(struct omnifs_direct, size),
 		       sizeof(d.size));
-		rc = ns_direct_place(fs->ns, h, d.size, iov, OMNIFS_DIRECT_EXT, &n);
+		rc = host_place(fs, h, d.size, iov, &n);
 	} else {
 		rc = ns_direct_where(fs->ns, h, iov, OMNIFS_DIRECT_EXT, &n, &d.size, &d.xxh3);
 		if (!rc)        /* the caller copies after the answer: its close counts */

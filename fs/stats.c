@@ -42,6 +42,7 @@ static const struct {
 	[ST_SMALL_GETS] = { "small_gets", "Small objects waited for and read in one request (OMNIFS_IOC_GET)", 0 },
 	[ST_SMALL_PUTS] = { "small_puts", "Small objects written and published in one request (OMNIFS_IOC_PUT)", 0 },
 	[ST_CUDA_GETS] = { "cuda_gets", "Objects a GPU process on this node copied out of the GPU pool itself (OMNIFS_IOC_CUDA)", 0 },
+	[ST_CUDA_PUTS] = { "cuda_puts", "Objects a GPU process on this node copied into the GPU pool itself (OMNIFS_IOC_CUDA_PLACE)", 0 },
 };
 
 static const char *hist_name[H__COUNT] = {

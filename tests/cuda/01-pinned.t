@@ -4,7 +4,8 @@
 # machine with a CUDA device: it mounts and says so, objects from 1 B to
 # 1 GiB of odd sizes, written in odd pieces, read back byte-exact at odd
 # offsets, with the checksum an independent hash gives; a full pool is
-# ENOSPC and takes nothing; another node reads a pinned pool's object and
+# ENOSPC and takes nothing; the connector puts a GPU tensor through the
+# host; another node reads a pinned pool's object and
 # pulls into its own pinned pool.  Elsewhere: SKIP.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/lib.sh"
@@ -15,6 +16,23 @@ ok "the log names the pool" grep -q "pool pinned" "$T/a.log"
 
 round_trips a
 full a 1300
+
+# A GPU tensor put where the pool is host memory: no device-to-device
+# place there (EOPNOTSUPP), so the connector copies it to the host.
+if $PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+	ok "the connector puts a GPU tensor into a host pool through the host" $PY - "$T" <<'PYEOF'
+import sys, torch
+from omnifs.vllm_omni import OmniFSConnector
+c = OmniFSConnector({"mount": sys.argv[1] + "/a"})
+x = torch.randn(256, 512, dtype=torch.bfloat16, device="cuda")
+assert c.put("0", "1", "g", x)[0]
+y, _ = c.get("0", "1", "g")
+assert torch.equal(y, x.cpu())
+PYEOF
+	is "$(stat_of a cuda_puts)" 0 "... not counted as cuda_puts"
+else
+	for t in 1 2; do skip "torch with CUDA is not importable here"; done
+fi
 
 # --- across nodes: b pulls a's object into its own pinned pool (TCP) -------
 stop_node a

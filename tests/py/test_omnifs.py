@@ -415,6 +415,24 @@ def test_placed_refuses_what_it_cannot_mean():
     assert k not in m.keys("0", "1")
 
 
+def test_cuda_place_is_for_gpu_pools_only():
+    """OMNIFS_IOC_CUDA_PLACE on a host pool: EOPNOTSUPP, nothing taken; the
+    writer then writes as any other, and PLACE still works after it."""
+    from omnifs import cuda, direct
+    m, k = omnifs.Mount(ONE), rid()
+    p = os.path.join(ONE, "0", "1", k)
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with pytest.raises(OSError) as e:
+            cuda.place(fd, 1 << 20)
+        assert e.value.errno == errno.EOPNOTSUPP
+        data = os.urandom(1 << 20)
+        assert direct.copy_in(direct.place(fd, len(data)), [data])
+    finally:
+        os.close(fd)
+    assert m.get("0", "1", k) == data
+
+
 def test_arrays_come_back_aligned_over_their_own_buffer(one):
     k = rid()
     a = np.random.default_rng(1).standard_normal((512, 1024)).astype(np.float16)

@@ -9,7 +9,8 @@ On the node that holds an object, get() and large put()s copy its bytes
 straight from and into the daemon's pool (omnifs.direct) when this process
 may (root, or the daemon's user); elsewhere they read and write the file.
 get_cuda() gives a GPU tensor, copied device to device out of a pool of GPU
-memory (omnifs.cuda).
+memory, and put_cuda() publishes one copied device to device into it
+(omnifs.cuda).
 
 Errors are Python's own OSErrors with omnifs' errno (SPEC §9):
 FileNotFoundError when a key is not published within the wait,
@@ -23,6 +24,10 @@ import re
 import threading
 
 from . import cuda, direct, small
+
+# put_cuda's "not this way here": a pool of host memory, a daemon without
+# the ioctl, a process that may not reach the pool.
+_NOT_HERE = (errno.EOPNOTSUPP, errno.ENOTTY, errno.EPERM)
 
 __all__ = ["Mount", "WAIT_XATTR"]
 
@@ -162,6 +167,34 @@ class Mount:
             raise
         os.close(fd)                # publishes; EIO/ENOSPC surface here
         return total
+
+    def put_cuda(self, from_stage, to_stage, key, tensor, readers=None, head=b""):
+        """Publishes head and then a GPU tensor's bytes; their size.  Where
+        this node's pool is GPU memory they are copied device to device
+        into it (omnifs.cuda: no host copy); otherwise, or where this
+        process may not, the tensor is copied to the host and put()."""
+        p = self.path(from_stage, to_stage, key)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            if readers is not None:
+                os.setxattr(fd, "user.omni.readers", str(int(readers)).encode())
+            cuda.put_tensor(fd, tensor, head)
+        except BaseException as e:
+            # A close publishes: take the key away first, so that neither a
+            # half-filled object nor the pool's old bytes are ever seen.
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+            os.close(fd)
+            if not isinstance(e, OSError) or e.errno not in _NOT_HERE:
+                raise
+            import torch
+            host = tensor.detach().contiguous().cpu().reshape(-1)
+            body = host.view(torch.uint8).numpy() if host.numel() else b""
+            return self.put(from_stage, to_stage, key, [head, body], readers)
+        os.close(fd)                # publishes; EIO/ENOSPC surface here
+        return len(head) + tensor.numel() * tensor.element_size()
 
     def _arm(self, timeout):
         if timeout is not None:

@@ -48,13 +48,35 @@ def _omni_serializer():
         return None
 
 
-def _framed(head, body):
+def _header(head):
     js = json.dumps(head, separators=(",", ":")).encode()
     # Spaces after the JSON put the body at a multiple of 64 bytes: arrays
     # come back aligned, and copies of it run at full speed (2.3x slower
     # from an odd offset here).
     js += b" " * (-(len(MAGIC) + 4 + len(js)) % 64)
-    return [MAGIC + struct.pack(">I", len(js)) + js, body]
+    return MAGIC + struct.pack(">I", len(js)) + js
+
+
+def _framed(head, body):
+    return [_header(head), body]
+
+
+def _torch_head(t):
+    return {"k": "torch", "d": str(t.dtype).removeprefix("torch."), "s": list(t.shape)}
+
+
+def on_gpu(obj):
+    """(header bytes, contiguous tensor) for a torch tensor in GPU memory,
+    whose bytes can go device to device into a GPU pool (Mount.put_cuda);
+    None for anything else.  The object is the same as encode() makes."""
+    torch = _torch()
+    if torch is None or not isinstance(obj, torch.Tensor) or not obj.is_cuda:
+        return None
+    t = obj.detach().contiguous()
+    if t.dtype == torch.uint8 and t.dim() == 1:     # a payload's bytes, as they are
+        wrap = bytes(t[:len(MAGIC)].cpu().numpy()) == MAGIC
+        return (_header({"k": "bytes"}) if wrap else b""), t
+    return _header(_torch_head(t)), t
 
 
 def encode(obj):
@@ -68,8 +90,7 @@ def encode(obj):
         if t.dtype == torch.uint8 and t.dim() == 1:
             return encode(t.numpy().tobytes())
         raw = t.view(torch.uint8).numpy() if t.numel() else b""
-        return _framed({"k": "torch", "d": str(t.dtype).removeprefix("torch."),
-                        "s": list(t.shape)}, memoryview(raw).cast("B"))
+        return _framed(_torch_head(t), memoryview(raw).cast("B"))
     if np is not None and isinstance(obj, np.ndarray):
         a = np.ascontiguousarray(obj)
         if a.dtype.hasobject:

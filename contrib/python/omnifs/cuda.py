@@ -5,7 +5,10 @@ a reader's descriptor says where the object lies in the pool and gives the
 pool's CUDA IPC handle (fs/direct.h).  This process opens the pool once,
 with the driver's cuIpcOpenMemHandle, and copies the bytes straight into
 its own GPU memory: no byte crosses to the host.  The descriptor's close
-then counts as a complete read, as a read to the end would.
+then counts as a complete read, as a read to the end would.  A writer
+does the same the other way: OMNIFS_IOC_CUDA_PLACE on its new object's
+descriptor says where its bytes go, it copies them in, and its close
+publishes them.
 
 The driver is libcuda.so.1, taken with ctypes; torch, when importable,
 gives the GPU memory the bytes land in.  Answered to root and the
@@ -14,6 +17,7 @@ daemon's user only (EPERM): the handle reaches the whole pool.
 import ctypes
 import errno
 import fcntl
+import os
 import struct
 import threading
 
@@ -23,6 +27,7 @@ _HEAD = struct.Struct("<IIQQ64sII")    # magic dev size xxh3 handle n flags
 _EXT = struct.Struct("<QQ")             # off len, into the pool
 SIZE = _HEAD.size + EXT * _EXT.size
 IOC = (2 << 30) | (SIZE << 16) | (ord("O") << 8) | 0x14    # _IOR('O', 0x14, ...)
+PLACE_IOC = (3 << 30) | (SIZE << 16) | (ord("O") << 8) | 0x16     # _IOWR('O', 0x16, ...)
 
 
 class Where:
@@ -33,11 +38,10 @@ class Where:
         self.extents = extents          # [(pool offset, length)], in order
 
 
-def where(fd):
-    """The object open at fd in a GPU pool; OSError as the ioctl fails
-    (EOPNOTSUPP: not a GPU pool; EREMOTE: its bytes are elsewhere)."""
+def _ask(fd, cmd, size):
     buf = bytearray(SIZE)
-    fcntl.ioctl(fd, IOC, buf, True)
+    _HEAD.pack_into(buf, 0, MAGIC, 0, size, 0, b"", 0, 0)
+    fcntl.ioctl(fd, cmd, buf, True)
     magic, dev, size, xxh3, handle, n, _ = _HEAD.unpack_from(buf)
     if magic != MAGIC or n > EXT:
         raise OSError(errno.EPROTO, "omnifs: a bad OMNIFS_IOC_CUDA answer")
@@ -45,6 +49,31 @@ def where(fd):
     if sum(ln for _, ln in ext) != size:
         raise OSError(errno.EPROTO, "omnifs: OMNIFS_IOC_CUDA's extents do not add up")
     return Where(dev, bytes(handle), size, xxh3, ext)
+
+
+def where(fd):
+    """The object open at fd in a GPU pool; OSError as the ioctl fails
+    (EOPNOTSUPP: not a GPU pool; EREMOTE: its bytes are elsewhere)."""
+    return _ask(fd, IOC, 0)
+
+
+def place(fd, size):
+    """Makes the new object on writer fd size bytes long, in the GPU pool;
+    where its bytes go.  OSError as the ioctl fails (EOPNOTSUPP: not a GPU
+    pool; EBUSY: already written to)."""
+    return _ask(fd, PLACE_IOC, size)
+
+
+def _pieces(extents, at, n):
+    """(pool offset, offset in the caller's n bytes, length) of the object's
+    bytes [at, at + n), through its extents."""
+    out, pos, done = [], 0, 0
+    for off, ln in extents:
+        lo, hi = max(at, pos), min(at + n, pos + ln)
+        if lo < hi:
+            out.append((off + lo - pos, lo - at, hi - lo))
+        pos += ln
+    return out
 
 
 class _Handle(ctypes.Structure):    # CUipcMemHandle, passed by value
@@ -64,6 +93,7 @@ class Driver:
                                                    ctypes.c_uint]
         self.lib.cuMemcpyDtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t]
         self.lib.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+        self.lib.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
         self._check(self.lib.cuInit(0), "cuInit")
         self.ctx, self.pools = {}, {}
 
@@ -109,6 +139,23 @@ class Driver:
             at += ln
         self._check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
 
+    def from_device(self, w, src, n, at=0):
+        """Copies n bytes of GPU memory at device address src into the
+        placed object w from its byte at on, and waits for the copies: the
+        close that follows publishes them."""
+        base = self.pool(w)
+        for off, i, ln in _pieces(w.extents, at, n):
+            self._check(self.lib.cuMemcpyDtoD_v2(base + off, src + i, ln), "cuMemcpyDtoD")
+        self._check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def from_host(self, w, buf, at=0):
+        """As from_device, from host memory buf (its bytes)."""
+        base, n = self.pool(w), len(buf)
+        addr = ctypes.addressof((ctypes.c_char * n).from_buffer(buf)) if n else 0
+        for off, i, ln in _pieces(w.extents, at, n):
+            self._check(self.lib.cuMemcpyHtoD_v2(base + off, addr + i, ln), "cuMemcpyHtoD")
+        self._check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+
     def to_host(self, w, buf):
         """Copies the object into writable host memory buf (its bytes)."""
         base, at = self.pool(w), 0
@@ -137,3 +184,26 @@ def get_bytes(fd):
     if w.size:
         Driver.get().to_host(w, buf)
     return buf
+
+
+def put_tensor(fd, tensor, head=b""):
+    """Fills the new object on writer fd with head and then a GPU tensor's
+    bytes, copied device to device into the pool; the caller's close
+    publishes them.  OSError as place() raises it, before anything is
+    written."""
+    t = tensor.detach().contiguous()
+    n = t.numel() * t.element_size()
+    w = place(fd, len(head) + n)
+    if head:
+        os.pwrite(fd, head, 0)
+    if n:
+        Driver.get().from_device(w, t.data_ptr(), n, len(head))
+
+
+def put_bytes(fd, data):
+    """Fills the new object on writer fd with host bytes, copied into the
+    GPU pool by this process (tests; put_tensor is the way for tensors)."""
+    buf = bytearray(data)
+    w = place(fd, len(buf))
+    if buf:
+        Driver.get().from_host(w, buf)

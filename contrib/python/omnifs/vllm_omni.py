@@ -71,8 +71,13 @@ class OmniFSConnector(_Base):
         try:
             if self._closed:
                 raise OSError(errno.EBADF, "the connector is closed")
-            n = self._mount.put(str(from_stage), str(to_stage), str(put_key),
-                                codec.encode(data), readers=self.readers)
+            gpu = codec.on_gpu(data)
+            if gpu is not None:     # device to device where the pool is GPU memory
+                n = self._mount.put_cuda(str(from_stage), str(to_stage), str(put_key), gpu[1],
+                                         readers=self.readers, head=gpu[0])
+            else:
+                n = self._mount.put(str(from_stage), str(to_stage), str(put_key),
+                                    codec.encode(data), readers=self.readers)
         except Exception as e:
             log.error("OmniFSConnector: put %s/%s/%s failed: %s", from_stage, to_stage, put_key, e)
             self._count(put_failures=1)
