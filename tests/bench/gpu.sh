@@ -3,8 +3,9 @@
 # one run (issue 18): the driver's pinned host<->device copies and a
 # device-to-device copy (torch), then omnifs writing and reading 1 GiB with
 # dd in a pinned and a GPU pool, and a 256 MiB object handed to a second
-# process device to device by the pool's IPC handle (Mount.get_cuda)
-# against a plain device-to-device copy.  Best of ROUNDS; make bench runs
+# process device to device by the pool's IPC handle (Mount.get_cuda), and
+# one put into the pool that way (Mount.put_cuda), against a plain
+# device-to-device copy.  Best of ROUNDS; make bench runs
 # it where nvidia-smi sees a GPU and torch has CUDA.
 set -u
 B=${OMNIFS_BUILD:?}
@@ -51,20 +52,26 @@ done
 read -r PW PR < <(write_read "$T/pinned/0/1" big 1024)
 read -r CW CR < <(write_read "$T/cuda/0/1" big 1024)
 
-# the hand-over of 256 MiB from the GPU pool, in ms, against a D2D copy
-read -r IPC COPY < <($PY - "$T/cuda" "$ROUNDS" <<'PYEOF'
+# the hand-over of 256 MiB from the GPU pool and into it (put_cuda: the
+# copy in, then the publish that hashes it from the device), in ms, against
+# a D2D copy
+read -r IPC PUT COPY < <($PY - "$T/cuda" "$ROUNDS" <<'PYEOF'
 import os, sys, time, torch, omnifs
 m, rounds, n = omnifs.Mount(sys.argv[1]), int(sys.argv[2]), 256 << 20
 m.put("0", "1", "h", os.urandom(1 << 20) * 256, readers=0)
 m.get_cuda("0", "1", "h")                       # opens the pool's handle once
-src = torch.empty(n, dtype=torch.uint8, device="cuda")
-def ms(fn):
+src = torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda")
+def ms(fn, after=lambda: None):
     best = 1e9
     for _ in range(rounds):
         torch.cuda.synchronize(); t = time.perf_counter(); fn(); torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - t) * 1e3)
+        after()
     return best
-print("%.3f %.3f" % (ms(lambda: m.get_cuda("0", "1", "h")), ms(lambda: src.clone())))
+def put():
+    m.put_cuda("0", "1", "p", src, readers=0)
+print("%.3f %.3f %.3f" % (ms(lambda: m.get_cuda("0", "1", "h")),
+                          ms(put, lambda: m.remove("0", "1", "p")), ms(lambda: src.clone())))
 PYEOF
 )
 
@@ -75,5 +82,6 @@ printf '  %-44s write %6.2f (%s of host->device)   read %6.2f (%s of device->hos
 printf '  %-44s write %6.2f (%s of host->device)   read %6.2f (%s of device->host)\n' \
 	"omnifs, pool=cuda:0, dd bs=1M, 1 GiB" "$CW" "$(ratio "$CW" "$H2D")" "$CR" "$(ratio "$CR" "$D2H")"
 printf '  %-44s %7.3f ms, a device-to-device copy %7.3f ms (%s)\n' \
-	"hand-over of 256 MiB by the IPC handle" "$IPC" "$COPY" "$(ratio "$COPY" "$IPC")"
+	"hand-over of 256 MiB by the IPC handle" "$IPC" "$COPY" "$(ratio "$COPY" "$IPC")" \
+	"put_cuda of 256 MiB (copy in + publish)" "$PUT" "$COPY" "$(ratio "$COPY" "$PUT")"
 echo "  goals: each way >= 80% of the copy ceiling; the hand-over near the device-to-device copy"
