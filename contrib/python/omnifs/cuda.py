@@ -67,7 +67,7 @@ def place(fd, size):
 def _pieces(extents, at, n):
     """(pool offset, offset in the caller's n bytes, length) of the object's
     bytes [at, at + n), through its extents."""
-    out, pos, done = [], 0, 0
+    out, pos = [], 0
     for off, ln in extents:
         lo, hi = max(at, pos), min(at + n, pos + ln)
         if lo < hi:
