@@ -284,6 +284,16 @@ static void hook_release(void *ctx, int owner, uint64_t lease)
 	xport_release(cl->x, owner, lease);
 }
 
+static void *hook_buf_alloc(void *ctx, size_t size)
+{
+	return cluster_buf_alloc(ctx, size);
+}
+
+static void hook_buf_free(void *ctx, void *buf)
+{
+	cluster_buf_free(ctx, buf);
+}
+
 /* ---------------------------------------------------------------- views */
 
 struct pullset {
@@ -394,6 +404,7 @@ static const struct ns_hooks hooks = {
 	.published = hook_published, .gone = hook_gone, .consumed = hook_consumed,
 	.fetch = hook_fetch, .remove = hook_remove, .peer_name = hook_peer_name,
 	.pull = hook_pull, .release = hook_release,
+	.buf_alloc = hook_buf_alloc, .buf_free = hook_buf_free,
 };
 
 const struct ns_hooks *cluster_hooks(void) { return &hooks; }

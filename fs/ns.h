@@ -92,6 +92,11 @@ struct ns_hooks {
 		    void *arg);
 	/* The stream under lease ended: its owner may let go of the object. */
 	void (*release)(void *ctx, int owner, uint64_t lease);
+	/* Host memory that fetches and pulls may land in where the pool is
+	 * not host memory (RDMA READs need it registered); NULL when out of
+	 * memory.  Either may be NULL: malloc and free then. */
+	void *(*buf_alloc)(void *ctx, size_t size);
+	void (*buf_free)(void *ctx, void *buf);
 };
 
 struct ns_settings {

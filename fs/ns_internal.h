@@ -200,6 +200,11 @@ size_t obj_iov(struct ns *ns, const struct object *o, uint64_t off,
  * a fetch's).  0 or -EIO. */
 int obj_copy_out(struct ns *ns, const struct object *o, uint64_t off, void *dst, size_t len);
 int obj_copy_in(struct ns *ns, const struct object *o, uint64_t off, const void *src, size_t len);
+/* Host memory a remote object's bytes land in on their way to a pool the
+ * CPU cannot address (ns_hooks.buf_alloc).  land_alloc: NULL when out of
+ * memory. */
+void *land_alloc(struct ns *ns, size_t size);
+void land_free(struct ns *ns, void *buf);
 /* A pool the CPU cannot address is read through a buffer of the calling
  * thread's (pool_bounce), NS_BOUNCE bytes, valid until its next call. */
 #define NS_BOUNCE POOL_BOUNCE

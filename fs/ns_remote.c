@@ -139,6 +139,23 @@ static void fetch_refused(struct ns *ns, struct object *o, int rc)
 	pthread_mutex_lock(&ns->lock);
 }
 
+void *land_alloc(struct ns *ns, size_t size)
+{
+	const struct ns_hooks *hk = ns->set.hooks;
+
+	return hk && hk->buf_alloc ? hk->buf_alloc(ns->set.hctx, size) : malloc(size ? size : 1);
+}
+
+void land_free(struct ns *ns, void *buf)
+{
+	const struct ns_hooks *hk = ns->set.hooks;
+
+	if (hk && hk->buf_free)
+		hk->buf_free(ns->set.hctx, buf);
+	else
+		free(buf);
+}
+
 /* Under the lock: reserves the bytes and takes the fetch's reference.
  * 1 if fetch_go() must follow, 0 if it failed (waiters answered). */
 int fetch_begin(struct ns *ns, struct object *o, struct fetch_start *fs)
@@ -152,7 +169,7 @@ int fetch_begin(struct ns *ns, struct object *o, struct fetch_start *fs)
 		rc = -ENOMEM;
 	/* A pool the CPU cannot address takes the bytes in one copy once
 	 * they are all here and checked (ns_fetch_progress). */
-	if (!rc && !ns->base && !(o->stage = malloc(o->size)))
+	if (!rc && !ns->base && !(o->stage = land_alloc(ns, o->size)))
 		rc = -ENOMEM;
 	if (rc) {
 		free(fs->iov);
@@ -216,7 +233,7 @@ void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 			return;
 		if (!err && obj_copy_in(ns, o, 0, o->stage, o->size))
 			err = -EIO;
-		free(o->stage);
+		land_free(ns, o->stage);
 		o->stage = NULL;
 	}
 	pthread_mutex_lock(&ns->lock);

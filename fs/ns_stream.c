@@ -75,7 +75,7 @@ int stream_new(struct ns *ns, struct object *o, struct stream **out)
 		return -ENOMEM;
 	/* A window passes bytes on to the reader's reads: it stays in host
 	 * memory, which a device pool is not. */
-	uint8_t *mem = ns->base ? NULL : aligned_alloc(4096, STREAM_WINDOW);
+	uint8_t *mem = ns->base ? NULL : land_alloc(ns, STREAM_WINDOW);
 	rc = ns->base || mem ? 0 : -ENOMEM;
 	if (!rc && ns->base) {
 		rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, &poff, &got);
@@ -102,7 +102,7 @@ static void stream_put(struct stream *s)
 	if (s->ns->base)
 		pool_free(s->ns->pool, s->poff, STREAM_WINDOW);
 	else
-		free(s->mem);
+		land_free(s->ns, s->mem);
 	free(s);
 }
 

@@ -35,7 +35,11 @@
 #define RDMA_WR_MAX (256u << 10)
 
 const char *rdma_device(const struct rdma *rd) { return rd->dev; }
-const char *rdma_grants(const struct rdma *rd) { return rd->windows ? "window" : "pool"; }
+const char *rdma_grants(const struct rdma *rd)
+{
+	return !rd->pool_mr ? "none" : rd->windows ? "window" : "pool";
+}
+int rdma_serves(const struct rdma *rd) { return rd->pool_mr != NULL; }
 uint16_t rdma_port(const struct rdma *rd) { return rd->port; }
 
 static void wake_fd(int fd)
@@ -131,7 +135,8 @@ int rdma_lkey(struct rdma *rd, const void *p, size_t len, uint32_t *lkey)
 {
 	const uint8_t *a = p, *pool = rd->c.pool;
 
-	if (a >= pool && len <= rd->c.pool_size && (uint64_t)(a - pool) <= rd->c.pool_size - len) {
+	if (pool && a >= pool && len <= rd->c.pool_size &&
+	    (uint64_t)(a - pool) <= rd->c.pool_size - len) {
 		*lkey = rd->pool_mr->lkey;
 		return 1;
 	}
@@ -289,7 +294,7 @@ static int open_verbs(struct rdma *rd, char *err, size_t errlen)
 		return -EIO;
 	}
 	rd->windows = windows_work(rd, &da);
-	if ((rc = register_pool(rd, err, errlen)))
+	if (rd->c.pool && (rc = register_pool(rd, err, errlen)))
 		return rc;
 	/* Tunable for the benchmark that chose them (tests/bench/rdma.sh). */
 	rd->ring = env_uint("OMNIFS_TEST_RDMA_DEPTH", RDMA_RING, 1, 1024);

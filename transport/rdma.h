@@ -38,7 +38,7 @@ struct rdma_srv;
 
 struct rdma_conf {
 	const char *listen;             /* "host:port": the device its host resolves to */
-	void *pool;                     /* the pool, registered once */
+	void *pool;                     /* the pool, registered once; NULL: GPU memory */
 	uint64_t pool_size;
 	size_t npeers;
 	unsigned dead_ms;               /* READs that make no progress this long failed */
@@ -56,11 +56,15 @@ struct rdma_conf {
 
 /* Opens the device that conf->listen's address is on and registers the
  * pool with it.  0; -ENODEV (no RDMA device has that address) or another
- * -errno, with a one-line reason in err. */
+ * -errno, with a one-line reason in err.  Without a pool the CPU
+ * addresses (a GPU's memory, and no GPUDirect RDMA), this node reads its
+ * peers' objects into buffers of rdma_buf_alloc() and serves none:
+ * rdma_serves() says which. */
 int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t errlen);
 void rdma_close(struct rdma *rd);
 const char *rdma_device(const struct rdma *rd);         /* "rxe0" */
-const char *rdma_grants(const struct rdma *rd);         /* "window" or "pool" */
+const char *rdma_grants(const struct rdma *rd);         /* "window", "pool" or "none" */
+int rdma_serves(const struct rdma *rd);                 /* peers may READ our pool */
 uint16_t rdma_port(const struct rdma *rd);              /* rdma_cm's, host order */
 
 /* ---- the reader's side (rdma_read.c) ---- */

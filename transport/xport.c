@@ -1342,7 +1342,8 @@ static int stranger_step(struct xport *x, struct stranger *s, int *peer, struct 
 	/* Only now, to a peer that proved it holds the secret: where to
 	 * connect its queue pair, and the token that ties it to us. */
 	*srv = NULL;
-	if (x->rdma && (s->caps & PROTO_CAP_RDMA) && (*srv = rdma_srv_new(x->rdma, m.u.welcome.token)))
+	if (x->rdma && rdma_serves(x->rdma) && (s->caps & PROTO_CAP_RDMA) &&
+	    (*srv = rdma_srv_new(x->rdma, m.u.welcome.token)))
 		m.u.welcome.rdma_port = rdma_port(x->rdma);
 	if ((rc = stranger_send(s, &m)) && *srv) {
 		rdma_srv_end(*srv);
@@ -1594,15 +1595,7 @@ static int open_rdma(struct xport *x, char *err, size_t errlen)
 	x->caps = PROTO_CAP_TCP;
 	if (x->c.mode == XPORT_TCP)
 		return 0;
-	if (!x->c.pool && x->c.pool_size) {
-		/* Device memory: READs to and from it need GPUDirect RDMA
-		 * (a dmabuf registration), which this build does not do. */
-		snprintf(why, sizeof(why), "rdma: the pool is GPU memory, which omnifs does not "
-			 "register with an RDMA device yet (GPUDirect RDMA)");
-		rc_ = -ENODEV;
-	} else {
-		rc_ = rdma_open(&x->rdma, &rc, why, sizeof(why));
-	}
+	rc_ = rdma_open(&x->rdma, &rc, why, sizeof(why));
 	if (rc_) {
 		x->rdma = NULL;
 		if (x->c.mode == XPORT_RDMA) {
@@ -1613,9 +1606,17 @@ static int open_rdma(struct xport *x, char *err, size_t errlen)
 		return 0;
 	}
 	x->caps |= PROTO_CAP_RDMA;
-	fprintf(stderr, "omnifs: rdma: %s, the %llu MiB pool registered, grants by %s, "
-		"rdma_cm port %u\n", rdma_device(x->rdma), (unsigned long long)(x->c.pool_size >> 20),
-		rdma_grants(x->rdma), rdma_port(x->rdma));
+	if (!rdma_serves(x->rdma))
+		/* Device memory: a peer's READ of it needs GPUDirect RDMA (a
+		 * dmabuf registration), which this build does not do. */
+		fprintf(stderr, "omnifs: rdma: %s; the pool is GPU memory, which no RDMA device "
+			"reads here (no GPUDirect RDMA): this node reads its peers' objects by RDMA "
+			"into host memory, and its own go to peers over tcp\n", rdma_device(x->rdma));
+	else
+		fprintf(stderr, "omnifs: rdma: %s, the %llu MiB pool registered, grants by %s, "
+			"rdma_cm port %u\n", rdma_device(x->rdma),
+			(unsigned long long)(x->c.pool_size >> 20), rdma_grants(x->rdma),
+			rdma_port(x->rdma));
 	return 0;
 }
 

@@ -1,0 +1,41 @@
+#!/bin/bash
+# 05-gpu.t - a node whose pool is GPU memory, with an RDMA device (SPEC §8,
+# README "GPU pools"): no RDMA device reads GPU memory here (no GPUDirect
+# RDMA), so that node reads its peers' objects by RDMA READs into
+# registered host memory and copies them into its pool, whole or streamed,
+# and its own objects go to peers over TCP; its log says so.  Needs a CUDA
+# device in the guest: elsewhere SKIP.
+. "$(dirname "$0")/lib.sh"
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU 0'; then
+	echo "1..0 # SKIP no CUDA device"
+	exit 0
+fi
+
+cluster a:'"0"' b:'"1"' <<EOF
+pool: host:256MiB
+readers: 0
+EOF
+node a
+node b pool=cuda:0:256MiB
+ok "b reads a's objects by rdma" wait_until 20 peer_is b a rdma
+ok "a reads b's over tcp" wait_until 20 peer_is a b tcp
+ok "b's log says why" grep -q "the pool is GPU memory, which no RDMA device reads here" "$T/b.log"
+is "$(health b "d.get('rdma_grants'), d['pool']['gpudirect']")" "none False" \
+   "b's health: it grants no RDMA reads, no GPUDirect"
+
+head -c 20000001 /dev/urandom >"$T/x"
+cp "$T/x" "$T/a/0/1/x"
+ok "a's 20 MB object reads byte-exact on b, through b's GPU pool" cmp "$T/x" "$T/b/0/1/x"
+is "$(stat_of b bytes_pulled_rdma) $(stat_of b bytes_pulled_tcp)" "20000001 0" \
+   "... its bytes came by RDMA, none over TCP"
+head -c $((80 << 20)) /dev/urandom >"$T/y"
+cp "$T/y" "$T/a/0/1/y"
+ok "an 80 MiB one streams to b byte-exact" cmp "$T/y" "$T/b/0/1/y"
+is "$(stat_of b bytes_pulled_tcp)" 0 "... by RDMA too"
+
+head -c 3000007 /dev/urandom >"$T/z"
+cp "$T/z" "$T/b/1/0/z"
+ok "b's object reads byte-exact on a" cmp "$T/z" "$T/a/1/0/z"
+is "$(stat_of a bytes_pulled_tcp)" 3000007 "... over TCP"
+
+done_testing
