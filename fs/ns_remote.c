@@ -231,7 +231,9 @@ void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 	if (o->stage) {         /* bound for a device pool: all of it, or none */
 		if (!final)
 			return;
-		if (!err && obj_copy_in(ns, o, 0, o->stage, o->size))
+		/* In, and done for a GPU process that maps the pool too
+		 * (OMNIFS_IOC_CUDA) before anyone is told it is here. */
+		if (!err && (obj_copy_in(ns, o, 0, o->stage, o->size) || pool_sync(ns->pool)))
 			err = -EIO;
 		land_free(ns, o->stage);
 		o->stage = NULL;
