@@ -30,7 +30,6 @@
 	X(cuMemHostUnregister, "cuMemHostUnregister")                   \
 	X(cuMemAlloc, "cuMemAlloc_v2")                                  \
 	X(cuMemFree, "cuMemFree_v2")                                    \
-	X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                              \
 	X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                              \
 	X(cuMemsetD8, "cuMemsetD8_v2")                                  \
 	X(cuCtxSynchronize, "cuCtxSynchronize")                         \
@@ -301,8 +300,6 @@ int gpu_to_dev(struct gpu *g, uint64_t dptr, const void *src, size_t len)
 
 	if (g->f_cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS)
 		return -EIO;
-	if (!g->stream)
-		return g->f_cuMemcpyHtoD((CUdeviceptr)dptr, src, len) == CUDA_SUCCESS ? 0 : -EIO;
 	for (size_t n; len && !rc; dptr += n, at += n, len -= n) {
 		n = len < GPU_RING_SLOT ? len : GPU_RING_SLOT;
 		rc = gpu_ring_put(g, dptr, at, n);

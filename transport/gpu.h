@@ -39,10 +39,9 @@ void gpu_dev_free(struct gpu *c, uint64_t dptr);
 int gpu_host_alloc(struct gpu *c, size_t len, void **out);
 void gpu_host_free(struct gpu *c, void *p);
 
-/* Makes the ring that gpu_to_dev() stages through: a few page-locked MiB
- * and a stream, so that the CPU fills one slot while the DMA engine
- * empties another.  Without it, gpu_to_dev() copies synchronously from
- * pageable memory.  0 or -errno with err. */
+/* Makes the ring that gpu_to_dev() stages through (it needs one): a few
+ * page-locked MiB and a stream, so that the CPU fills one slot while the
+ * DMA engine empties another.  0 or -errno with err. */
 int gpu_ring_start(struct gpu *c, char *err, size_t errlen);
 
 /* Copies between host and device memory, and zeros.  gpu_to_dev() may
