@@ -15,15 +15,18 @@ declare -A NODE_PID=() NODE_NETNS=()
 CLEANUP_HOOKS=()   # functions cleanup() runs after the daemons are stopped
 SAN_REPORT='(Address|Leak|UndefinedBehavior)Sanitizer|runtime error:'   # grep -E: a sanitizer's report
 
-ok() {  # ok DESC CMD...: passes if CMD exits 0
+# A failure's details go to stderr, as Test::More's do: prove shows a
+# test's stderr, and only that, when it is not run verbose (make check).
+ok() {  # ok DESC CMD...: passes if CMD exits 0; returns as it did
 	local desc=$1; shift
 	_n=$((_n + 1))
 	if "$@" >"$T/.out" 2>&1; then
 		echo "ok $_n - $desc"
 	else
 		echo "not ok $_n - $desc"
-		sed 's/^/#   /' "$T/.out" | head -20
+		sed 's/^/#   /' "$T/.out" | head -20 >&2
 		_failed=$((_failed + 1))
+		return 1
 	fi
 }
 
@@ -33,9 +36,10 @@ is() {  # is GOT WANT DESC
 		echo "ok $_n - $3"
 	else
 		echo "not ok $_n - $3"
-		echo "#   got:  '$1'"
-		echo "#   want: '$2'"
+		echo "#   got:  '$1'" >&2
+		echo "#   want: '$2'" >&2
 		_failed=$((_failed + 1))
+		return 1
 	fi
 }
 

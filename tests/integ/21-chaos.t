@@ -25,6 +25,7 @@ for n in a b c; do baseline $n; done
 
 # --- the workers: writer on one node, reader of its keys on another -------
 ROUNDS=0 WORKERS=()
+declare -A OUT=()       # a worker's pid: the file its lines go to
 workers() {     # one round of four pairs, ROUNDS as the key prefix
 	local r=$ROUNDS n=${CHAOS_KEYS:-60}
 	WORKERS=()
@@ -32,10 +33,10 @@ workers() {     # one round of four pairs, ROUNDS as the key prefix
 		set -- $pair
 		$SYSPY "$SRC/tests/tools/chaos.py" write "$T/$1" "$2" "$3" "r$r-$1$3" "$n" "$SEED" \
 			>"$T/w.$r.$1$3" 2>>"$T/workers.err" &
-		WORKERS+=($!)
+		WORKERS+=($!) OUT[$!]=$T/w.$r.$1$3
 		$SYSPY "$SRC/tests/tools/chaos.py" read "$T/$4" "$2" "$3" "r$r-$1$3" "$n" "$SEED" \
 			"$T/w.$r.$1$3" >"$T/r.$r.$1$3" 2>>"$T/workers.err" &
-		WORKERS+=($!)
+		WORKERS+=($!) OUT[$!]=$T/r.$r.$1$3
 	done
 	ROUNDS=$((ROUNDS + 1))
 }
@@ -44,7 +45,11 @@ workers
 
 # --- the faults ------------------------------------------------------------
 STOPPED=
-cont_all() { [ -n "$STOPPED" ] && kill -CONT "${NODE_PID[$STOPPED]}" 2>/dev/null; STOPPED=; }
+cont_all() {    # also a cleanup hook, which runs after stop_node forgot the pid
+	local pid=${NODE_PID[${STOPPED:-none}]:-}
+	[ -z "$pid" ] || kill -CONT "$pid" 2>/dev/null
+	STOPPED=
+}
 CLEANUP_HOOKS+=(cont_all)
 end=$(( $(date +%s) + SECS ))
 kills=0 stops=0 floods=0
@@ -73,7 +78,24 @@ done
 diag "$kills kills, $stops stops, $floods floods; $ROUNDS rounds of workers"
 ok "every node is back up" wait_until 15 all_up
 idle() { ! working; }
-ok "the workers finish" wait_until 60 idle
+# Where each worker that is still running waits, and what the daemons'
+# threads do meanwhile: on stderr, so that a hang in CI can be read.
+hung() {
+	local p n
+	echo "# replay: CHAOS_SEED=$SEED CHAOS_SECS=$SECS $0"
+	for p in "${WORKERS[@]}"; do
+		kill -0 "$p" 2>/dev/null || continue
+		echo "# $(tr '\0' ' ' <"/proc/$p/cmdline" | cut -d' ' -f3-7), after '$(tail -n1 "${OUT[$p]}")':"
+		echo "#   waits in $(cat "/proc/$p/wchan"); $(tr '\n' ' ' <"/proc/$p/stack" 2>/dev/null | head -c 300)"
+	done
+	for n in a b c; do
+		echo "# $n's log:"; tail -n 8 "$T/$n.log" | sed 's/^/#   /'
+		command -v gdb >/dev/null || continue
+		gdb -batch -p "${NODE_PID[$n]}" -ex 'thread apply all bt 10' 2>/dev/null |
+			grep -E '^(Thread|#)' | sed 's/^/#   /'
+	done
+} >&2
+ok "the workers finish" wait_until 60 idle || hung
 
 # --- the reckoning ------------------------------------------------------------
 cat "$T"/w.* >"$T/written"
