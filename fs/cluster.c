@@ -53,6 +53,12 @@ struct cluster {
 	unsigned delay_ms;
 	unsigned list_delay_ms;          /* tests: a listing answered late */
 	struct leases *leases;          /* peers' streamed reads of ours */
+	/* Peers whose objects on our edges we list again (relist_thread),
+	 * under lock. */
+	pthread_cond_t relist_cond;
+	unsigned char *relist;
+	int relist_stop, relist_running;
+	pthread_t relister;
 };
 
 static int stage_in(const char (*stages)[NAME_STAGE_MAX + 1], size_t n, const char *to)
@@ -646,7 +652,8 @@ static void resync_one(void *arg, const struct ns_objinfo *o)
 		announce_to(r->cl, r->peer, o);
 }
 
-/* A peer (re)joined: tell it what it hosts, as a publish would have. */
+/* A peer (re)joined: tell it what it hosts, as a publish would have, and
+ * have relist_thread learn again what it owns on our edges. */
 static void op_peer_up(void *ctx, int peer)
 {
 	struct cluster *cl = ctx;
@@ -659,6 +666,10 @@ static void op_peer_up(void *ctx, int peer)
 	snprintf(forget.u.obj.key, sizeof(forget.u.obj.key), "-");
 	xport_send(cl->x, peer, &forget);
 	ns_foreach_own(cl->ns, "", "", 1, resync_one, &r);
+	pthread_mutex_lock(&cl->lock);
+	cl->relist[peer] = 1;
+	pthread_cond_signal(&cl->relist_cond);
+	pthread_mutex_unlock(&cl->lock);
 }
 
 static void op_peer_down(void *ctx, int peer)
@@ -768,19 +779,55 @@ int cluster_ask(struct cluster *cl, const char *from, const char *to,
 	return a.found ? 0 : -ENOENT;
 }
 
-void cluster_refresh(struct cluster *cl, const char *from, const char *to)
+/* Brings what peer owns under from/to ("" for all) into ns. */
+static void list_peer(struct cluster *cl, int peer, const char *from, const char *to)
 {
 	struct proto_msg m = { .type = PT_LIST };
-	struct ask a = { cl, 0, 0 };
+	struct ask a = { cl, peer, 0 };
 
 	snprintf(m.u.list.from, sizeof(m.u.list.from), "%s", from);
 	snprintf(m.u.list.to, sizeof(m.u.list.to), "%s", to);
-	for (size_t i = 0; i < cl->npeers; i++) {
-		if (!xport_peer_up(cl->x, (int)i))
+	if (xport_peer_up(cl->x, peer))  /* listing never waits for a peer to connect */
+		xport_call(cl->x, peer, &m, ask_reply, &a);
+}
+
+void cluster_refresh(struct cluster *cl, const char *from, const char *to)
+{
+	for (size_t i = 0; i < cl->npeers; i++)
+		list_peer(cl, (int)i, from, to);
+}
+
+/* A peer that came up: what it owns on the edges into our stages, learnt
+ * again.  We forgot it when our own connection to the peer failed
+ * (op_peer_down), while the peer re-announces it when its connection to
+ * us comes up (op_peer_up there): after a cut one way that never happens,
+ * and a node that wakes from a stall can hear the announces before it
+ * sees its old connection fail.  Its replies come on that new connection,
+ * after the old one's end has been dealt with, so nothing learnt here is
+ * forgotten by mistake.  A thread of its own: a listing waits for the
+ * peer, and the keeper, which connects, must go on pinging the others. */
+static void *relist_thread(void *arg)
+{
+	struct cluster *cl = arg;
+
+	pthread_setname_np(pthread_self(), "omni-relist");
+	pthread_mutex_lock(&cl->lock);
+	while (!cl->relist_stop) {
+		size_t i = 0;
+		while (i < cl->npeers && !cl->relist[i])
+			i++;
+		if (i == cl->npeers) {
+			pthread_cond_wait(&cl->relist_cond, &cl->lock);
 			continue;
-		a.peer = (int)i;
-		xport_call(cl->x, (int)i, &m, ask_reply, &a);
+		}
+		cl->relist[i] = 0;
+		pthread_mutex_unlock(&cl->lock);
+		for (size_t s = 0; s < cl->self.n; s++)
+			list_peer(cl, (int)i, "", cl->self.stages[s]);
+		pthread_mutex_lock(&cl->lock);
 	}
+	pthread_mutex_unlock(&cl->lock);
+	return NULL;
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -793,7 +840,8 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	const char *listen = c->listen;
 	int rc = -ENOMEM;
 
-	if (!cl || !pc || !(cl->hosts = calloc(c->nnodes, sizeof(*cl->hosts))))
+	if (!cl || !pc || !(cl->hosts = calloc(c->nnodes, sizeof(*cl->hosts))) ||
+	    !(cl->relist = calloc(c->nnodes, 1)))
 		goto fail;
 	for (size_t i = 0; i < c->nnodes; i++) {
 		const struct cluster_node *n = &c->nodes[i];
@@ -823,7 +871,9 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	const char *ldelay = getenv("OMNIFS_TEST_LIST_DELAY_MS");
 	cl->list_delay_ms = ldelay ? (unsigned)strtoul(ldelay, NULL, 10) % 10000 : 0;
 	pthread_mutex_init(&cl->lock, NULL);
+	pthread_cond_init(&cl->relist_cond, NULL);
 	if ((rc = xport_create(&cl->x, &xc, &xops, cl, err, errlen))) {
+		pthread_cond_destroy(&cl->relist_cond);
 		pthread_mutex_destroy(&cl->lock);
 		goto fail;
 	}
@@ -831,8 +881,10 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	*out = cl;
 	return 0;
 fail:
-	if (cl)
+	if (cl) {
 		free(cl->hosts);
+		free(cl->relist);
+	}
 	free(cl);
 	free(pc);
 	return rc;
@@ -843,13 +895,30 @@ int cluster_start(struct cluster *cl, struct ns *ns)
 	int rc = leases_create(&cl->leases, ns, cl->npeers);
 
 	cl->ns = ns;
+	if (!rc)
+		rc = -pthread_create(&cl->relister, NULL, relist_thread, cl);
+	cl->relist_running = !rc;
 	return rc ? rc : xport_start(cl->x);
+}
+
+/* Before the transport goes: the relister calls it. */
+static void relist_stop(struct cluster *cl)
+{
+	if (!cl->relist_running)
+		return;
+	pthread_mutex_lock(&cl->lock);
+	cl->relist_stop = 1;
+	pthread_cond_signal(&cl->relist_cond);
+	pthread_mutex_unlock(&cl->lock);
+	pthread_join(cl->relister, NULL);
+	cl->relist_running = 0;
 }
 
 void cluster_destroy(struct cluster *cl)
 {
 	if (!cl)
 		return;
+	relist_stop(cl);
 	xport_destroy(cl->x);
 	leases_destroy(cl->leases);
 	while (cl->subs) {
@@ -857,8 +926,10 @@ void cluster_destroy(struct cluster *cl)
 		cl->subs = s->next;
 		sub_free(cl, s);
 	}
+	pthread_cond_destroy(&cl->relist_cond);
 	pthread_mutex_destroy(&cl->lock);
 	free(cl->hosts);
+	free(cl->relist);
 	free(cl);
 }
 

@@ -183,6 +183,27 @@ node c
 ok "c with the right secret rejoins, the others unrestarted" wait_until 10 peers_up c 2
 ok "... and b sees it up again" wait_until 10 peers_up b 2
 
+# --- b's connection to a cut, a's to b not: b learns a's objects again -------
+# A node forgets a peer's objects when its own connection to the peer
+# fails, while the peer re-announces them when the peer's connection comes
+# up: after a cut one way, or a node waking from a stall to both at once
+# in the wrong order, b must still find a's live objects.
+echo kept >"$T/a/0/1/cut"
+ok "b knows of a's object 'cut'" wait_until 5 test -e "$T/b/0/1/cut"
+downs() { grep -c "peer a (127.0.0.1:$PA) down" "$T/b.log"; }
+d0=$(downs)
+cut_b_to_a() { ss -K dst 127.0.0.1 dport = ":$PA" >/dev/null 2>&1 && wait_until 5 test "$(downs)" -gt "$d0"; }
+if cut_b_to_a; then
+	ok "b reconnects to a" wait_until 10 peers_up b 2
+	# Read as chaos.py's readers do, never listing first: an ls asks
+	# every peer afresh (op_opendir) and would hide the loss.
+	reads_cut() { [ "$(timeout 5 cat "$T/b/0/1/cut" 2>/dev/null)" = kept ]; }
+	ok "b reads a's object again, without an ls" wait_until 5 reads_cut
+else
+	skip "ss -K cannot cut a socket on this kernel (CONFIG_INET_DIAG_DESTROY)"
+	skip "ss -K cannot cut a socket on this kernel (CONFIG_INET_DIAG_DESTROY)"
+fi
+
 # --- the owner killed mid-read ------------------------------------------------
 stop_node a
 OMNIFS_TEST_SERVE_DELAY_MS=50 node a
