@@ -385,6 +385,21 @@ static void pending_del(struct xport *x, struct pending *p)
 		}
 }
 
+/* Puts p in the table, if c is still its peer's connection.  peer_down()
+ * clears that under the lock before it fails what is in flight, so a
+ * request on a connection that went down meanwhile would otherwise wait
+ * for an end that only a later connection's tick would bring.  Under
+ * x->lock; 1 if linked. */
+static int pending_link(struct xport *x, struct xport_conn *c, struct pending *p)
+{
+	if (x->peers[p->peer].out != c)
+		return 0;
+	p->reqid = ++x->next_reqid;
+	p->next = x->pending;
+	x->pending = p;
+	return 1;
+}
+
 /* Ends a pull: its owner hears once.  Called unlocked, on the receiver. */
 static void pull_end(struct xport *x, struct pending *p, int err)
 {
@@ -910,11 +925,10 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 		ts.tv_nsec -= 1000000000;
 	}
 	pthread_mutex_lock(&x->lock);
-	p.reqid = ++x->next_reqid;
-	p.next = x->pending;
-	x->pending = &p;
+	rc = pending_link(x, c, &p) ? 0 : -EIO;
 	pthread_mutex_unlock(&x->lock);
-	rc = conn_send(c, p.reqid, req);
+	if (!rc)
+		rc = conn_send(c, p.reqid, req);
 	pthread_mutex_lock(&x->lock);
 	while (!rc && !p.done)
 		if (pthread_cond_timedwait(&p.cond, &x->lock, &ts) == ETIMEDOUT && !p.done) {
@@ -988,10 +1002,12 @@ int xport_pull(struct xport *x, int peer, const struct xport_range *r,
 			       .last_ns = clock_mono_ns(), .dst = p->dst, .ndst = ndst,
 			       .flags = flags, .progress = progress };
 	pthread_mutex_lock(&x->lock);
-	p->reqid = ++x->next_reqid;
-	p->next = x->pending;
-	x->pending = p;
+	int linked = pending_link(x, c, p);
 	pthread_mutex_unlock(&x->lock);
+	if (!linked) {
+		rc = -EHOSTDOWN;        /* as if peer_conn() had found it down */
+		goto fail;
+	}
 	/* From here the receiver ends it: a failed send closes the socket. */
 	conn_send(c, p->reqid, &m);
 	conn_unref(x, c);
