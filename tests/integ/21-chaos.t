@@ -79,17 +79,29 @@ diag "$kills kills, $stops stops, $floods floods; $ROUNDS rounds of workers"
 ok "every node is back up" wait_until 15 all_up
 idle() { ! working; }
 # Where each worker that is still running waits, and what the daemons'
-# threads do meanwhile: on stderr, so that a hang in CI can be read.
+# threads do meanwhile: on stderr, so that a hang in CI can be read.  For
+# a reader, also its last outcomes and how many of its keys the writer's
+# node still holds (a reader slow on keys that are there is a bug too).
 hung() {
-	local p n
+	local p n a w
 	echo "# replay: CHAOS_SEED=$SEED CHAOS_SECS=$SECS $0"
 	for p in "${WORKERS[@]}"; do
 		kill -0 "$p" 2>/dev/null || continue
-		echo "# $(tr '\0' ' ' <"/proc/$p/cmdline" | cut -d' ' -f3-7), after '$(tail -n1 "${OUT[$p]}")':"
+		# chaos.py OP MOUNT FROM TO PREFIX N SEED [WRITER-OUT]
+		mapfile -d '' -t a <"/proc/$p/cmdline"
+		echo "# ${a[2]} ${a[3]##*/} ${a[4]} ${a[5]} ${a[6]}, after '$(tail -n1 "${OUT[$p]}")':"
 		echo "#   waits in $(cat "/proc/$p/wchan"); $(tr '\n' ' ' <"/proc/$p/stack" 2>/dev/null | head -c 300)"
+		[ "${a[2]}" = read ] || continue
+		w=${a[9]##*.} w=${w:0:1}   # w.ROUND.<writer's node><to>
+		echo "#   its last outcomes: $(tail -n 6 "${OUT[$p]}" | cut -d' ' -f2 | tr '\n' ' ')"
+		echo "#   $w holds $(timeout 2 ls "$T/$w/${a[4]}/${a[5]}" | grep -c "^${a[6]}-") of ${a[6]}-*"
 	done
+	echo "# every omnifs process (a killed one that lingers keeps its mount's requests):"
+	ps -eo pid,stat,wchan:32,args | grep "[o]mnifs -f.* $T/" | sed 's/^/#   /'
 	for n in a b c; do
-		echo "# $n's log:"; tail -n 8 "$T/$n.log" | sed 's/^/#   /'
+		echo "# $n (pid ${NODE_PID[$n]})'s log:"; tail -n 8 "$T/$n.log" | sed 's/^/#   /'
+		echo "# $n's waiters: $(timeout 2 grep -E '^(waiters|waits|wait_timeouts):' \
+			"$T/$n/.omni/stats" | tr '\n' ' ')"
 		command -v gdb >/dev/null || continue
 		gdb -batch -p "${NODE_PID[$n]}" -ex 'thread apply all bt 10' 2>/dev/null |
 			grep -E '^(Thread|#)' | sed 's/^/#   /'
