@@ -204,6 +204,24 @@ else
 	skip "ss -K cannot cut a socket on this kernel (CONFIG_INET_DIAG_DESTROY)"
 fi
 
+# --- b stalls past dead_ms (3 s), a publishes meanwhile ----------------------
+# On waking, b hears both ends of the stall at once: its old connection to a
+# failing, and a's new one with a's announces, in either order.  Which order
+# comes is up to the scheduler, so the cut above is the test that fails
+# without b's own relisting; this one is the same loss as users meet it.
+echo before >"$T/a/0/1/stall1"
+ok "b knows of a's object 'stall1'" wait_until 5 test -e "$T/b/0/1/stall1"
+d0=$(downs)
+kill -STOP "${NODE_PID[b]}"
+echo during >"$T/a/0/1/stall2"
+sleep 4         # the stall itself, longer than dead_ms: not a wait for anything
+kill -CONT "${NODE_PID[b]}"
+ok "b saw a down after its stall" wait_until 10 test "$(downs)" -gt "$d0"
+ok "... and up again" wait_until 10 peers_up b 2
+reads() { [ "$(timeout 5 cat "$T/b/0/1/$1" 2>/dev/null)" = "$2" ]; }
+ok "b reads a's object from before the stall, without an ls" wait_until 5 reads stall1 before
+ok "... and the one a wrote during it" wait_until 5 reads stall2 during
+
 # --- the owner killed mid-read ------------------------------------------------
 stop_node a
 OMNIFS_TEST_SERVE_DELAY_MS=50 node a
