@@ -191,14 +191,14 @@ ok "... and b sees it up again" wait_until 10 peers_up b 2
 echo kept >"$T/a/0/1/cut"
 ok "b knows of a's object 'cut'" wait_until 5 test -e "$T/b/0/1/cut"
 downs() { grep -c "peer a (127.0.0.1:$PA) down" "$T/b.log"; }
+# Read as chaos.py's readers do, never listing first: an ls asks every
+# peer afresh (op_opendir) and would hide the loss.
+reads() { [ "$(timeout 5 cat "$T/b/0/1/$1" 2>/dev/null)" = "$2" ]; }
 d0=$(downs)
 cut_b_to_a() { ss -K dst 127.0.0.1 dport = ":$PA" >/dev/null 2>&1 && wait_until 5 test "$(downs)" -gt "$d0"; }
 if cut_b_to_a; then
 	ok "b reconnects to a" wait_until 10 peers_up b 2
-	# Read as chaos.py's readers do, never listing first: an ls asks
-	# every peer afresh (op_opendir) and would hide the loss.
-	reads_cut() { [ "$(timeout 5 cat "$T/b/0/1/cut" 2>/dev/null)" = kept ]; }
-	ok "b reads a's object again, without an ls" wait_until 5 reads_cut
+	ok "b reads a's object again, without an ls" wait_until 5 reads cut kept
 else
 	skip "ss -K cannot cut a socket on this kernel (CONFIG_INET_DIAG_DESTROY)"
 	skip "ss -K cannot cut a socket on this kernel (CONFIG_INET_DIAG_DESTROY)"
@@ -216,9 +216,10 @@ kill -STOP "${NODE_PID[b]}"
 echo during >"$T/a/0/1/stall2"
 sleep 4         # the stall itself, longer than dead_ms: not a wait for anything
 kill -CONT "${NODE_PID[b]}"
-ok "b saw a down after its stall" wait_until 10 test "$(downs)" -gt "$d0"
-ok "... and up again" wait_until 10 peers_up b 2
-reads() { [ "$(timeout 5 cat "$T/b/0/1/$1" 2>/dev/null)" = "$2" ]; }
+ok "b is up with a after its stall" wait_until 10 peers_up b 2
+# Whether b's old connection to a failed depends on when a's end gave up on
+# it (dead_ms, checked each 250 ms): the reads below must hold either way.
+diag "b saw a down during its stall: $([ "$(downs)" -gt "$d0" ] && echo yes || echo no)"
 ok "b reads a's object from before the stall, without an ls" wait_until 5 reads stall1 before
 ok "... and the one a wrote during it" wait_until 5 reads stall2 during
 

@@ -103,7 +103,7 @@ hung() {
 		echo "# $n's waiters: $(timeout 2 grep -E '^(waiters|waits|wait_timeouts):' \
 			"$T/$n/.omni/stats" | tr '\n' ' ')"
 		command -v gdb >/dev/null || continue
-		gdb -batch -p "${NODE_PID[$n]}" -ex 'thread apply all bt 10' 2>/dev/null |
+		timeout 20 gdb -batch -p "${NODE_PID[$n]}" -ex 'thread apply all bt 10' 2>/dev/null |
 			grep -E '^(Thread|#)' | sed 's/^/#   /'
 	done
 } >&2
