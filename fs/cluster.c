@@ -580,8 +580,13 @@ static void serve_lookup(struct cluster *cl, struct xport_conn *c, int peer,
 
 	if (!ns_find(cl->ns, q->from, q->to, q->key, &o, names)) {
 		to_proto(&o, &r.u.obj);
+		if (o.data) {
+			r.u.obj.data = o.data;
+			r.u.obj.datalen = (uint32_t)o.size;
+		}
 		xport_reply(c, reqid, &r);
 		free((void *)o.kvhdr);
+		free((void *)o.data);
 		return;
 	}
 	int bad = name_check_stage(q->from) || name_check_stage(q->to) || name_check_key(q->key);

@@ -290,7 +290,8 @@ int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c);
 int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key,
 		   uint64_t oid);
 /* Our published object of that name (names point into ns: copy them
- * before the next call; kvhdr is malloc'd: the caller frees it). */
+ * before the next call; kvhdr and data, a small object's bytes, are
+ * malloc'd: the caller frees them). */
 int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
 	    struct ns_objinfo *out, char names[3][256]);
 /* Calls fn for each published object this node owns in the scope (from

@@ -308,6 +308,27 @@ static void kvhdr_keep(struct object *o, const struct ns_objinfo *ri)
 	}
 }
 
+/* The bytes a small object's announce or lookup answer brought, for an
+ * object with none here yet; checked like pulled ones. */
+static void inline_take(struct ns *ns, struct object *o, const struct ns_objinfo *ri)
+{
+	if (!ri->data || o->fetch != F_NONE)
+		return;
+	if (obj_reserve(ns, o, ri->size)) {
+		replica_drop(ns, o);    /* no room now: fetched by its first open */
+		return;
+	}
+	obj_trim(ns, o);                /* a replica holds its size, not 64 KiB */
+	replica_touch(ns, o);
+	if (XXH3_64bits(ri->data, ri->size) != ri->xxh3) {
+		stat_add(ns->st, ST_CHECKSUM_FAILED, 1);
+	} else if (!obj_copy_in(ns, o, 0, ri->data, ri->size)) {
+		o->fetch = F_DONE;
+		o->have = ri->size;
+		stat_add(ns->st, ST_BYTES_PULLED, ri->size);
+	}
+}
+
 /* A remote object's local record, under key k. */
 static struct object *remote_new(struct ns *ns, struct node *k, int owner,
 				 const struct ns_objinfo *ri)
@@ -327,20 +348,7 @@ static struct object *remote_new(struct ns *ns, struct node *k, int owner,
 	o->fetch = ri->size ? F_NONE : F_DONE;
 	npub_add(k, 1);
 	kvhdr_keep(o, ri);
-	/* Bytes that came with the announce are checked like pulled ones. */
-	if (ri->data && !obj_reserve(ns, o, ri->size)) {
-		obj_trim(ns, o);        /* a replica holds its size, not 64 KiB */
-		replica_touch(ns, o);
-		if (XXH3_64bits(ri->data, ri->size) != ri->xxh3) {
-			stat_add(ns->st, ST_CHECKSUM_FAILED, 1);
-		} else if (!obj_copy_in(ns, o, 0, ri->data, ri->size)) {
-			o->fetch = F_DONE;
-			o->have = ri->size;
-			stat_add(ns->st, ST_BYTES_PULLED, ri->size);
-		}
-	} else if (ri->data) {
-		replica_drop(ns, o);    /* no room now: fetched by its first open */
-	}
+	inline_take(ns, o, ri);
 	return o;
 }
 
@@ -391,6 +399,7 @@ int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
 		if (ri->reads > o->reads)
 			o->reads = ri->reads;
 		kvhdr_keep(o, ri);      /* it may have come by a listing, without */
+		inline_take(ns, o, ri); /* ... and without its bytes */
 	} else {
 		if (o)          /* replaced: k must outlive it (drop: frees it) */
 			obj_detach(ns, o, ST_NONE);
@@ -542,12 +551,22 @@ int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
 	pthread_mutex_lock(&ns->lock);
 	struct node *k = key_node(ns, from, to, key);
 	if (k && k->obj && k->obj->owner < 0 && k->obj->state == OS_PUBLISHED) {
-		objinfo(k->obj, out, names);
+		struct object *o = k->obj;
+		objinfo(o, out, names);
 		out->kvhdr = NULL;
 		if (out->kvhdr_len && (out->kvhdr = malloc(out->kvhdr_len)))
-			memcpy((void *)out->kvhdr, k->obj->kvhdr, out->kvhdr_len);
+			memcpy((void *)out->kvhdr, o->kvhdr, out->kvhdr_len);
 		else
 			out->kvhdr_len = 0;
+		/* A small one goes with its bytes, as in its announce: a
+		 * reader that asked before the announce came needs no pull. */
+		void *d = NULL;
+		if (o->size && o->size <= NS_INLINE_MAX && (d = malloc(o->size)) &&
+		    obj_copy_out(ns, o, 0, d, o->size)) {
+			free(d);        /* it is pulled then */
+			d = NULL;
+		}
+		out->data = d;
 		rc = 0;
 	}
 	pthread_mutex_unlock(&ns->lock);

@@ -212,11 +212,8 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		break;
 	case PT_PING: case PT_PONG:
 		break;
-	case PT_ANNOUNCE:
+	case PT_ANNOUNCE: case PT_OBJECT:
 		put_obj(&w, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
-		break;
-	case PT_OBJECT:
-		put_obj(&w, &m->u.obj, OBJ_KVHDR);
 		break;
 	case PT_GONE: case PT_LOOKUP: case PT_REMOVE:
 		put_obj(&w, &m->u.obj, 0);
@@ -400,11 +397,8 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		break;
 	case PT_PING: case PT_PONG:
 		break;
-	case PT_ANNOUNCE:
+	case PT_ANNOUNCE: case PT_OBJECT:
 		get_obj(&r, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
-		break;
-	case PT_OBJECT:
-		get_obj(&r, &m->u.obj, OBJ_KVHDR);
 		break;
 	case PT_GONE: case PT_LOOKUP: case PT_REMOVE:
 		get_obj(&r, &m->u.obj, 0);

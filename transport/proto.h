@@ -21,13 +21,15 @@
 #define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
 #define PROTO_KEY_MAX    255            /* a key */
 #define PROTO_MAGIC      0x4d4fu
-#define PROTO_VERSION    3              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT */
+#define PROTO_VERSION    4              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
+					   4: OBJECT carries a small object's bytes */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
 #define PROTO_NONCE      32
 #define PROTO_MAC        32
-#define PROTO_INLINE_MAX (64u << 10)    /* objects this small travel in their announce */
+#define PROTO_INLINE_MAX (64u << 10)    /* objects this small travel in their announce
+					   and in a lookup's answer */
 #define PROTO_KVHDR_MAX  (512u << 10)   /* a KV payload's header (kvfmt's KV_HDR_MAX) */
 #define PROTO_PULL_PIECES (1u << 24)    /* pieces of one strided pull */
 #define PROTO_TOKEN      16             /* names a connection to its RDMA queue pair */
@@ -78,7 +80,7 @@ struct proto_obj {
 	uint64_t oid, size, xxh3, reads, published_ns;
 	int64_t readers;
 	uint32_t uid, gid;
-	const uint8_t *data;            /* ANNOUNCE: the bytes when small, or NULL */
+	const uint8_t *data;            /* ANNOUNCE, OBJECT: the bytes when small, or NULL */
 	uint32_t datalen;
 	const uint8_t *kvhdr;           /* ANNOUNCE, OBJECT: a KV payload's header, or NULL */
 	uint32_t kvhdrlen;

@@ -126,11 +126,11 @@ is "$(stat_of a removed)" $((removed + 1)) "the owner counted the removal"
 
 # --- the handshake and hostile bytes on the peer port -----------------------
 rogue() {  # rogue MODE: talks to a's peer port; prints what came back
-	$PY - "$PA" "$1" <<'PYEOF'
+	$PY - "$PA" "$1" "$PROTO_VERSION" <<'PYEOF'
 import os, socket, struct, sys
-port, mode = int(sys.argv[1]), sys.argv[2]
+port, mode, VER = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 s = socket.create_connection(("127.0.0.1", port), timeout=5)
-def frame(t, body, ver=3, magic=0x4d4f, length=None):
+def frame(t, body, ver=VER, magic=0x4d4f, length=None):
     return struct.pack("<HBBIQ", magic, ver, t, len(body) if length is None else length, 0) + body
 def recv_all():
     got = b""
@@ -145,7 +145,7 @@ def recv_all():
         pass
     return got
 if mode == "wrongmac":
-    s.sendall(frame(1, struct.pack("<HI", 3, 1) + os.urandom(32) + b"\x01b"))
+    s.sendall(frame(1, struct.pack("<HI", VER, 1) + os.urandom(32) + b"\x01b"))
     ch = s.recv(16 + 34)
     s.sendall(frame(3, os.urandom(32)))
     rest = recv_all()

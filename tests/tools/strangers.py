@@ -9,13 +9,18 @@ again as soon as the daemon closes it, as a determined attacker would.
 At the end it prints one line: `connections N closed_by_peer M
 longest_held_s S` (S: the longest any one connection stayed open).
 """
+import os
+import re
 import selectors
 import socket
 import struct
 import sys
 import time
 
-MAGIC, VERSION, PT_HELLO = 0x4D4F, 3, 1
+MAGIC, PT_HELLO = 0x4D4F, 1
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                       "../../transport/proto.h")) as _h:
+    VERSION = int(re.search(r"#define PROTO_VERSION\s+(\d+)", _h.read()).group(1))
 BODY = 200
 
 

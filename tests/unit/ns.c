@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include "../tap.h"
 #include "../../fs/ns.h"
 #include "../../transport/pool.h"
@@ -166,8 +167,10 @@ int main(void)
 	char names[3][256];
 	stale_calls = 0;
 	uint64_t si = put3(ns, e, "s");
-	ns_find(ns, "0", "1", "s", &oi, names);
+	ok(!ns_find(ns, "0", "1", "s", &oi, names) && oi.size == 3 && oi.data &&
+	   !memcmp(oi.data, "abc", 3), "a peer's lookup of a small object gets its bytes");
 	free((void *)oi.kvhdr);
+	free((void *)oi.data);
 	is(ns_remove_name(ns, "0", "1", "s", oi.oid + 1), -ENOENT, "a peer's rm of another oid: ENOENT");
 	is(ns_getattr(ns, si, &a), 0, "... and the object stays");
 	is(stale_calls, 0, "... nothing stale");
@@ -207,6 +210,28 @@ int main(void)
 	is(ns_lookup(ns, e, "c", 0, &a), -ENOENT, "handed over: one complete read consumed it");
 	is(stat_get(&st, ST_SMALL_GETS), sg + 1, "counted under the stat given");
 	ns_forget(ns, ci, 1);
+
+	/* A peer's small object learnt first without its bytes (a listing),
+	 * then with them (its announce, the same oid): here from then on. */
+	struct ns_objinfo ri = { .from = "0", .to = "1", .key = "far", .oid = 77, .size = 3,
+				 .xxh3 = XXH3_64bits("xyz", 3), .readers = 1 };
+	is(ns_remote_add(ns, 0, &ri), 0, "a peer's object without its bytes");
+	ns_lookup(ns, e, "far", 0, &a);
+	is(ns_open(ns, a.ino, O_RDONLY | NS_OPEN_HERE, NULL, &r), -EREMOTE, "... is elsewhere");
+	uint64_t bad = stat_get(&st, ST_CHECKSUM_FAILED);
+	ri.data = "xyw";
+	ns_remote_add(ns, 0, &ri);
+	ok(stat_get(&st, ST_CHECKSUM_FAILED) == bad + 1 &&
+	   ns_open(ns, a.ino, O_RDONLY | NS_OPEN_HERE, NULL, &r) == -EREMOTE,
+	   "bytes that fail its checksum: counted and not kept");
+	ri.data = "xyz";
+	is(ns_remote_add(ns, 0, &ri), 0, "its announce with its bytes");
+	int here = ns_open(ns, a.ino, O_RDONLY | NS_OPEN_HERE, NULL, &r) == 0;
+	ok(here && !ns_direct_where(ns, r, iov, 8, &niov, &size, &xxh) && size == 3 &&
+	   !memcmp(iov[0].iov_base, "xyz", 3), "... are here now");
+	if (here)
+		ns_release(ns, r);
+	ns_forget(ns, a.ino, 1);
 	ns_stop(ns);
 	ns_destroy(ns);
 	pool_destroy(pool);

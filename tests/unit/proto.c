@@ -66,7 +66,12 @@ static void test_messages(void)
 	ok(roundtrip(&m, &r) > 0, "ANNOUNCE with inline bytes round-trips");
 	ok(!strcmp(r.u.obj.key, m.u.obj.key) && r.u.obj.oid == 9 && r.u.obj.readers == 2 &&
 	   r.u.obj.datalen == 5 && !memcmp(r.u.obj.data, "hello", 5), "... every field");
+	m.type = PT_OBJECT;             /* a lookup's answer carries them too */
+	ok(roundtrip(&m, &r) > 0 && r.u.obj.datalen == 5 && !memcmp(r.u.obj.data, "hello", 5),
+	   "OBJECT with inline bytes round-trips");
 	m.u.obj.datalen = 4;
+	is(roundtrip(&m, &r), -EPROTO, "an OBJECT's inline bytes that are not the whole object: refused");
+	m.type = PT_ANNOUNCE;
 	is(roundtrip(&m, &r), -EPROTO, "inline bytes that are not the whole object: refused");
 	m.u.obj.datalen = 5;
 	strcpy(m.u.obj.key, "a/b");
