@@ -4,10 +4,12 @@ usage: chaos.py write MOUNT FROM TO PREFIX N SEED
        chaos.py read  MOUNT FROM TO PREFIX N SEED WRITER-OUT
 
 Key i is PREFIX-i; its size and bytes derive from the key alone, so a
-reader on any node can check every byte.  One line per key on stdout:
-`KEY ok`, or `KEY ERRNO-NAME` for an error, `KEY NOMOUNT` when MOUNT was
-not mounted then (its daemon being restarted), or `KEY WRONG ...` for
-bytes that are not the key's (never allowed).  A writer that loses its mount
+reader on any node can check every byte.  One line per key on stdout,
+`KEY START END OUTCOME` (START, END: the wall clock in seconds around the
+attempt, to set beside the faults' times), where OUTCOME is `ok`, an
+errno's name, `NOMOUNT` when MOUNT was not mounted then (its daemon being
+restarted), or `WRONG ...` for bytes that are not the key's (never
+allowed).  A writer that loses its mount
 (its daemon killed) goes on with the next key, as a real worker would.  A
 reader follows its writer's lines (WRITER-OUT): it opens a key once its
 writer has tried it, and says `KEY UNWRITTEN` for one the writer could not
@@ -54,11 +56,15 @@ def writer_said(out, key, deadline):
             for line in f:
                 if not line.endswith("\n"):
                     break               # being written
-                k, _, what = line.rstrip("\n").partition(" ")
-                if k == key:
-                    return what
+                f = line.split(None, 3)
+                if f[0] == key:
+                    return f[3].rstrip("\n")
         time.sleep(0.02)
     return "LATE"
+
+
+def say(key, t0, t1, out):
+    print("%s %.3f %.3f %s" % (key, t0, t1, out), flush=True)
 
 
 def main(argv):
@@ -71,10 +77,11 @@ def main(argv):
         path = os.path.join(mnt, frm, to, key)
         want = content(key)
         if op == "read" and writer_said(argv[8], key, time.monotonic() + 120) != "ok":
-            print(key, "UNWRITTEN", flush=True)
+            say(key, time.time(), time.time(), "UNWRITTEN")
             continue
+        t0 = time.time()
         if not os.path.ismount(mnt):
-            print(key, "NOMOUNT", flush=True)
+            say(key, t0, t0, "NOMOUNT")
             time.sleep(0.1)
             continue
         try:
@@ -86,7 +93,7 @@ def main(argv):
                 out = "ok" if got == want else "WRONG %d bytes, want %d" % (len(got), len(want))
         except OSError as e:
             out = errno.errorcode.get(e.errno, str(e.errno))
-        print(key, out, flush=True)
+        say(key, t0, time.time(), out)
         time.sleep(rnd.random() * 0.05)
 
 
