@@ -107,7 +107,9 @@ int proto_frame_check(const uint8_t in[PROTO_HDR], struct proto_hdr *h)
 	h->type = (uint8_t)get_le(&r, 1);
 	h->len = (uint32_t)get_le(&r, 4);
 	h->reqid = get_le(&r, 8);
-	if (h->version != PROTO_VERSION || h->type < PT_HELLO || h->type > PT_MAX_TYPE)
+	if (h->version != PROTO_VERSION)
+		return -EPROTONOSUPPORT;        /* ours, but another release's */
+	if (h->type < PT_HELLO || h->type > PT_MAX_TYPE)
 		return -EPROTO;
 	return h->len > PROTO_MAX_BODY ? -EMSGSIZE : 0;
 }

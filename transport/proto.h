@@ -135,7 +135,8 @@ int proto_encode_granted(uint64_t size, uint64_t first, const uint64_t *hash, ui
 			 const struct proto_extent *ext, uint32_t next, uint8_t *buf, size_t cap);
 
 /* Encodes and decodes a frame header.  proto_frame_check: 0, or -EPROTO
- * (bad magic, version or type) or -EMSGSIZE (a body over the limit). */
+ * (bad magic or type), -EPROTONOSUPPORT (our magic, another version: h's
+ * version says which) or -EMSGSIZE (a body over the limit). */
 void proto_put_hdr(uint8_t out[PROTO_HDR], uint8_t type, uint32_t len, uint64_t reqid);
 int proto_frame_check(const uint8_t in[PROTO_HDR], struct proto_hdr *h);
 

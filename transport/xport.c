@@ -126,7 +126,7 @@ struct xport {
 	size_t npeers;
 	int lfd, started, nservers;
 	atomic_int stopping;            /* read unlocked by the threads it stops */
-	struct ratelog bad_handshakes, slow_handshakes, crowded;
+	struct ratelog bad_handshakes, slow_handshakes, crowded, other_release;
 	pthread_t acceptor, keeper;
 	uint64_t next_reqid;
 	struct pending *pending;
@@ -1255,6 +1255,20 @@ static void stranger_drop(struct strangers *q, struct stranger *s)
 	close(stranger_unlink(q, s));
 }
 
+/* A node of another release (our magic, another version in s's frame):
+ * named, as an upgrade half done is a mistake an operator must see. */
+static void stranger_other_release(struct xport *x, const struct stranger *s)
+{
+	char host[64] = "?", port[16] = "?";
+
+	count(x, XC_BAD_FRAMES, 1);
+	getnameinfo((const struct sockaddr *)&s->from, sizeof(s->from), host, sizeof(host),
+		    port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
+	log_limited(x, &x->other_release, "%s:%s speaks peer protocol version %u, this node "
+		    "%u: run the same omnifs release on every node", host, port, s->buf[2],
+		    PROTO_VERSION);
+}
+
 /* Why a stranger was dropped, counted, and said at most once a second. */
 static void stranger_refused(struct xport *x, int rc)
 {
@@ -1463,7 +1477,10 @@ static void acceptor_events(struct xport *x, struct strangers *q, struct epoll_e
 		} else if ((rc = stranger_step(x, s, &peer, &srv)) > 0) {
 			stranger_promote(x, q, s, peer, srv);
 		} else if (rc < 0) {
-			stranger_refused(x, rc);
+			if (rc == -EPROTONOSUPPORT)
+				stranger_other_release(x, s);
+			else
+				stranger_refused(x, rc);
 			stranger_drop(q, s);
 		}
 	}

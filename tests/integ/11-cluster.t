@@ -166,6 +166,8 @@ is "$(rogue before-auth)" "b''" "a request before the handshake: closed, nothing
 is "$(rogue garbage)" "b''" "4 KiB of garbage: closed"
 is "$(rogue oversized)" "b''" "a frame claiming 1 GiB: closed before reading it"
 is "$(rogue badversion)" "b''" "a frame of another protocol version: closed"
+ok "... and the log names both versions" \
+	grep -q "127.0.0.1:[0-9]* speaks peer protocol version 9, this node $PROTO_VERSION: run the same omnifs release" "$T/a.log"
 ok "a counted the bad frames" test "$(stat_of a peer_bad_frames)" -ge 3
 echo still >"$T/a/0/1/alive"
 is "$(cat "$T/b/0/1/alive")" still "a still serves its peers after all that"
