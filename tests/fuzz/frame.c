@@ -1,7 +1,7 @@
 /* A libFuzzer target for the peer protocol's decoder: the bytes a peer
  * port reads, as a stream of frames.  Whatever comes in, the decoder
- * answers 0 or -EPROTO/-EMSGSIZE, never reads past what it was given and
- * leaks nothing (run under ASan and UBSan). */
+ * answers 0 or -EPROTO/-EPROTONOSUPPORT/-EMSGSIZE, never reads past what
+ * it was given and leaks nothing (run under ASan and UBSan). */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
