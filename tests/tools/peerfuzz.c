@@ -139,6 +139,8 @@ static void fill_obj(struct proto_obj *o, uint8_t *scratch)
 		o->kvhdr = scratch;
 		memcpy(scratch, "OMNIKV\r\n", 8);
 	}
+	if (o->data && o->datalen == o->size && rnd(2))  /* with their checksum: kept */
+		o->xxh3 = XXH3_64bits(o->data, o->datalen);
 }
 
 /* A lease id: often one of a few, to be reused; else one of more than a
@@ -583,8 +585,6 @@ static int answer(int fd, const struct proto_hdr *h, const struct proto_msg *q, 
 		fill_like(&r.u.obj, q->u.obj.from, q->u.obj.to, scratch);
 		if (rnd(4))
 			snprintf(r.u.obj.key, sizeof(r.u.obj.key), "%s", q->u.obj.key);
-		r.u.obj.data = NULL;
-		r.u.obj.datalen = 0;
 		break;
 	case PT_LIST:
 		return answer_list(fd, q, reqid, out, scratch);
