@@ -7,9 +7,9 @@ Key i is PREFIX-i; its size and bytes derive from the key alone, so a
 reader on any node can check every byte.  One line per key on stdout,
 `KEY START END OUTCOME` (START, END: the wall clock in seconds around the
 attempt, to set beside the faults' times), where OUTCOME is `ok`, an
-errno's name, `NOMOUNT` when MOUNT was not mounted then (its daemon being
-restarted), or `WRONG ...` for bytes that are not the key's (never
-allowed).  A writer that loses its mount
+errno's name, `NOMOUNT` when MOUNT was not mounted then or stopped being
+that mount during a failed attempt (its daemon being restarted), or
+`WRONG ...` for bytes that are not the key's (never allowed).  A writer that loses its mount
 (its daemon killed) goes on with the next key, as a real worker would.  A
 reader follows its writer's lines (WRITER-OUT): it opens a key once its
 writer has tried it, and says `KEY UNWRITTEN` for one the writer could not
@@ -63,6 +63,14 @@ def writer_said(out, key, deadline):
     return "LATE"
 
 
+def mount_dev(mnt):
+    """The device of what is mounted at mnt, or None."""
+    try:
+        return os.stat(mnt).st_dev if os.path.ismount(mnt) else None
+    except OSError:
+        return None             # a dead daemon's mount answers ENOTCONN
+
+
 def say(key, t0, t1, out):
     print("%s %.3f %.3f %s" % (key, t0, t1, out), flush=True)
 
@@ -80,7 +88,8 @@ def main(argv):
             say(key, time.time(), time.time(), "UNWRITTEN")
             continue
         t0 = time.time()
-        if not os.path.ismount(mnt):
+        dev = mount_dev(mnt)
+        if dev is None:
             say(key, t0, t0, "NOMOUNT")
             time.sleep(0.1)
             continue
@@ -93,6 +102,10 @@ def main(argv):
                 out = "ok" if got == want else "WRONG %d bytes, want %d" % (len(got), len(want))
         except OSError as e:
             out = errno.errorcode.get(e.errno, str(e.errno))
+            # Its daemon went while we were at it: the path may even have
+            # been resolved in the bare directory under the mount (ENOENT).
+            if mount_dev(mnt) != dev:
+                out = "NOMOUNT"
         say(key, t0, time.time(), out)
         time.sleep(rnd.random() * 0.05)
 
