@@ -906,7 +906,7 @@ int cluster_start(struct cluster *cl, struct ns *ns)
 	return rc ? rc : xport_start(cl->x);
 }
 
-/* Before the transport goes: the relister calls it. */
+/* Before the transport goes, as the relister's listings go through it. */
 static void relist_stop(struct cluster *cl)
 {
 	if (!cl->relist_running)

@@ -10,8 +10,8 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 T=$(mktemp -d /tmp/omnifs-test.XXXXXX)
 PY=${PYTHON:-python3}
 SYSPY=/usr/bin/python3   # Debian's, with python3-prometheus-client and python3-xxhash
-# what tests that speak the peer protocol by hand put in their frames
-PROTO_VERSION=$(sed -n 's/^#define PROTO_VERSION *\([0-9]*\).*/\1/p' "$SRC/transport/proto.h")
+# what tests and tools that speak the peer protocol by hand put in their frames
+export PROTO_VERSION=$(sed -n 's/^#define PROTO_VERSION *\([0-9]*\).*/\1/p' "$SRC/transport/proto.h")
 _n=0 _failed=0
 declare -A NODE_PID=() NODE_NETNS=()
 CLEANUP_HOOKS=()   # functions cleanup() runs after the daemons are stopped

@@ -925,7 +925,7 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 		ts.tv_nsec -= 1000000000;
 	}
 	pthread_mutex_lock(&x->lock);
-	rc = pending_link(x, c, &p) ? 0 : -EIO;
+	rc = pending_link(x, c, &p) ? 0 : -EHOSTDOWN;
 	pthread_mutex_unlock(&x->lock);
 	if (!rc)
 		rc = conn_send(c, p.reqid, req);
@@ -1260,12 +1260,14 @@ static void stranger_drop(struct strangers *q, struct stranger *s)
 static void stranger_other_release(struct xport *x, const struct stranger *s)
 {
 	char host[64] = "?", port[16] = "?";
+	struct proto_hdr h;
 
+	proto_frame_check(s->buf, &h);  /* -EPROTONOSUPPORT, h.version set */
 	count(x, XC_BAD_FRAMES, 1);
 	getnameinfo((const struct sockaddr *)&s->from, sizeof(s->from), host, sizeof(host),
 		    port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
 	log_limited(x, &x->other_release, "%s:%s speaks peer protocol version %u, this node "
-		    "%u: run the same omnifs release on every node", host, port, s->buf[2],
+		    "%u: run the same omnifs release on every node", host, port, h.version,
 		    PROTO_VERSION);
 }
 

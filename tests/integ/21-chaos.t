@@ -3,8 +3,8 @@
 # byte, while peers are killed and restarted, stopped and continued, and
 # strangers flood their ports (issue 20).  At the end: no wrong byte,
 # every key read or failed with an errno SPEC §9 documents, and failed
-# only where a fault explains it; every pool
-# empty, and each daemon's threads and descriptors back where they were.
+# only where a fault explains it; every pool empty, and each daemon's
+# threads and descriptors back where they were.
 # CHAOS_SECS (default 30) sets how long the faults go on; `make soak`
 # runs it for SOAK_SECS with the fuzzers beside it.
 . "$(dirname "$0")/../lib.sh"
@@ -162,7 +162,7 @@ for rpath in sorted(glob.glob(os.path.join(T, "r.*.*.*"))):
         if what in ("ok", "UNWRITTEN", "NOMOUNT") or what.startswith("WRONG"):
             continue
         t0, t1 = float(t0), float(t1)
-        w = float(wrote[key][1]) if key in wrote else t0
+        w = float(wrote[key][1])    # read only once its writer said ok
         if not explained(owner, reader, w, t0, t1):
             print("%s on %s: %s after %.1f s, written on %s %.1f s before it; faults %s" % (
                 key, reader, what, t1 - t0, owner, t0 - w,

@@ -9,11 +9,12 @@ reader on any node can check every byte.  One line per key on stdout,
 attempt, to set beside the faults' times), where OUTCOME is `ok`, an
 errno's name, `NOMOUNT` when MOUNT was not mounted then or stopped being
 that mount during a failed attempt (its daemon being restarted), or
-`WRONG ...` for bytes that are not the key's (never allowed).  A writer that loses its mount
-(its daemon killed) goes on with the next key, as a real worker would.  A
-reader follows its writer's lines (WRITER-OUT): it opens a key once its
-writer has tried it, and says `KEY UNWRITTEN` for one the writer could not
-write, so that no read waits out wait_ms for a key that will never come.
+`WRONG ...` for bytes that are not the key's (never allowed).  A writer
+that loses its mount (its daemon killed) goes on with the next key, as a
+real worker would.  A reader follows its writer's lines (WRITER-OUT): it
+opens a key once its writer has tried it, and says `KEY UNWRITTEN` for one
+the writer could not write, so that no read waits out wait_ms for a key
+that will never come.
 """
 import errno
 import os
@@ -56,9 +57,9 @@ def writer_said(out, key, deadline):
             for line in f:
                 if not line.endswith("\n"):
                     break               # being written
-                f = line.split(None, 3)
-                if f[0] == key:
-                    return f[3].rstrip("\n")
+                fields = line.split(None, 3)
+                if fields[0] == key:
+                    return fields[3].rstrip("\n")
         time.sleep(0.02)
     return "LATE"
 

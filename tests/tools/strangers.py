@@ -8,9 +8,10 @@ every INTERVAL seconds (default 0.2: never silent for long), and is opened
 again as soon as the daemon closes it, as a determined attacker would.
 At the end it prints one line: `connections N closed_by_peer M
 longest_held_s S` (S: the longest any one connection stayed open).
+PROTO_VERSION in the environment (tests/lib.sh sets it from
+transport/proto.h) is the protocol version the headers claim.
 """
 import os
-import re
 import selectors
 import socket
 import struct
@@ -18,9 +19,6 @@ import sys
 import time
 
 MAGIC, PT_HELLO = 0x4D4F, 1
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                       "../../transport/proto.h")) as _h:
-    VERSION = int(re.search(r"#define PROTO_VERSION\s+(\d+)", _h.read()).group(1))
 BODY = 200
 
 
@@ -29,14 +27,17 @@ def usage():
     sys.exit(2)
 
 
-def header():
+def header(version):
     # magic, version, type, body length (as long as a HELLO may be), reqid
-    return struct.pack("<HBBIQ", MAGIC, VERSION, PT_HELLO, BODY, 0)
+    return struct.pack("<HBBIQ", MAGIC, version, PT_HELLO, BODY, 0)
 
 
 def main(argv):
     if len(argv) < 4 or argv[1] in ("-h", "--help"):
         usage()
+    if not os.environ.get("PROTO_VERSION", "").isdigit():
+        sys.exit("strangers.py: set PROTO_VERSION to the peer protocol's version")
+    version = int(os.environ["PROTO_VERSION"])
     host, port = argv[1].rsplit(":", 1)
     count, secs = int(argv[2]), float(argv[3])
     every = float(argv[4]) if len(argv) > 4 else 0.2
@@ -76,7 +77,7 @@ def main(argv):
         for s in socks:                 # the header first, then a byte at a time
             try:
                 n = sent.get(s, 0)
-                out = header() if n == 0 else b"x"
+                out = header(version) if n == 0 else b"x"
                 if n < 16 + BODY - 1 and s.send(out) > 0:
                     sent[s] = n + len(out)
             except (BlockingIOError, InterruptedError, OSError):
