@@ -48,6 +48,30 @@ struct omnifs_direct {
  * EINVAL beyond the object's size or on a descriptor that did not PLACE. */
 #define OMNIFS_IOC_PLACED _IOW('O', 0x15, uint64_t)
 
+/* OMNIFS_IOC_SHARE, on any object's descriptor: the pool's memory as a
+ * file that a process of this node maps once (/proc/PID/fd/FD, MAP_SHARED)
+ * to copy the bytes of WHERE's and PLACE's answers itself, with memcpy:
+ * one copy at memory speed, where process_vm_readv(2) and writev(2) move
+ * a page at a time.  Their addresses less base are offsets in the file;
+ * the pool is [0, size) of it, and the 8 bytes at offset size hold cookie,
+ * the same as WHERE's: read them through the mapping first, and trust
+ * nothing else on a mismatch.  The file is sealed at its size.  Root and
+ * the daemon's user only (they could open it anyway); EOPNOTSUPP for a
+ * pool that is not such a file (device memory, no memfd), a view or an
+ * .omni file. */
+#define OMNIFS_SHARE_MAGIC 0x5248534fu         /* "OSHR" little-endian */
+
+struct omnifs_share {
+	uint32_t magic, pid;
+	int32_t fd;             /* the daemon's descriptor of the file */
+	uint32_t flags;         /* 0 */
+	uint64_t base;          /* the daemon's address of its offset 0 */
+	uint64_t size;          /* the pool's bytes; the cookie follows */
+	uint64_t cookie;
+};
+
+#define OMNIFS_IOC_SHARE _IOR('O', 0x17, struct omnifs_share)
+
 /* OMNIFS_IOC_CUDA, on a descriptor opened for reading, where the pool is
  * a GPU's memory (pool=cuda:DEV:SIZE): the pool's CUDA IPC handle, which
  * a process of this node opens once (cuIpcOpenMemHandle), and where in

@@ -699,6 +699,26 @@ static int host_place(struct fs *fs, struct ns_handle *h, uint64_t size,
 	return 0;
 }
 
+/* OMNIFS_IOC_SHARE: the pool's file, for a process to map once. */
+static void share_ioctl(fuse_req_t req, struct fs *fs, size_t out_bufsz)
+{
+	struct omnifs_share s = { .magic = OMNIFS_SHARE_MAGIC, .pid = (uint32_t)getpid(),
+				  .cookie = fs->cookie };
+	struct pool_usage u;
+	void *label;
+	int fd;
+
+	if (out_bufsz < sizeof(s))
+		return (void)fuse_reply_err(req, EINVAL);
+	if (pool_share(fs->vf.pool, &fd, &label))
+		return (void)fuse_reply_err(req, EOPNOTSUPP);
+	pool_usage(fs->vf.pool, &u);
+	s.fd = fd;
+	s.base = (uintptr_t)pool_base(fs->vf.pool);
+	s.size = u.size;
+	fuse_reply_ioctl(req, 0, &s, sizeof(s));
+}
+
 /* The same-node hand-over (fs/direct.h): one request instead of one per
  * MiB.  Only for those who could read and write our memory anyway. */
 static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi,
@@ -711,12 +731,14 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 	int n = 0, rc;
 
 	if (cmd != OMNIFS_IOC_WHERE && cmd != OMNIFS_IOC_PLACE && cmd != OMNIFS_IOC_CUDA &&
-	    cmd != OMNIFS_IOC_PLACED && cmd != OMNIFS_IOC_CUDA_PLACE)
+	    cmd != OMNIFS_IOC_PLACED && cmd != OMNIFS_IOC_CUDA_PLACE && cmd != OMNIFS_IOC_SHARE)
 		return (void)fuse_reply_err(req, ENOTTY);
 	if (fi->fh & FH_TAGS)           /* views, .omni files: no one place */
 		return (void)fuse_reply_err(req, EOPNOTSUPP);
 	if (uid != 0 && uid != geteuid())
 		return (void)fuse_reply_err(req, EPERM);
+	if (cmd == OMNIFS_IOC_SHARE)
+		return share_ioctl(req, fs, out_bufsz);
 	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
 	if (cmd == OMNIFS_IOC_CUDA || cmd == OMNIFS_IOC_CUDA_PLACE)
 		return cuda_ioctl(req, cmd, h, in_buf, in_bufsz, out_bufsz);
@@ -1050,6 +1072,10 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 	}
 	if ((rc = ns_create(&fs->ns, p->pool, &fs->st, &set)))
 		goto free_cluster;
+	int share_fd;
+	void *label;
+	if (!pool_share(p->pool, &share_fd, &label))   /* OMNIFS_IOC_SHARE's proof */
+		memcpy(label, &fs->cookie, sizeof(fs->cookie));
 	fs->vf = (struct vfile_ctx){ fs->ns, p->pool, &fs->st, p->node_name,
 				     p->transport, p->config_text, fs->cl };
 	view_jobs_init(&fs->vjobs);

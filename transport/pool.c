@@ -20,8 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "gpu.h"
 
@@ -56,6 +58,8 @@ struct pool {
 	const struct pool_backend *be;
 	struct gpu *gpu;        /* pinned and cuda: the driver */
 	uint8_t *base;          /* NULL for device memory */
+	int memfd;              /* host, pinned: the file base maps, or -1 */
+	void *label;            /* the page after the pool in it */
 	uint64_t dbase;         /* cuda: the device's address of the region */
 	unsigned char ipc[POOL_IPC_BYTES];      /* cuda: its IPC handle */
 	uint64_t size, used;
@@ -180,33 +184,102 @@ static int pool_try_lock(void *base, uint64_t size)
  * kernel mapped next to it (another thread's stack, say). */
 #define POOL_GUARD POOL_GRAIN
 
+/* The file that holds a host pool, so that a process of this node may map
+ * the pool itself (pool_share): the pool, then one page for a label.
+ * Sealed at that size: a mapper that could shrink it would make the
+ * daemon's next touch of the cut pages a SIGBUS.  -1 where the kernel
+ * has no memfd; the pool is then private memory, as before. */
+static int pool_memfd(uint64_t size)
+{
+	int fd = memfd_create("omnifs-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)(size + POOL_GRAIN)) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Reserves guard, pool and guard, the pool starting on a huge page
+ * boundary: a huge page maps only where its address and its offset in
+ * the file are both multiples of its size.  The pool's address, or NULL. */
+#define POOL_HUGE (2u << 20)
+static uint8_t *pool_reserve(uint64_t size)
+{
+	size_t len = size + 2 * POOL_GUARD + POOL_HUGE;
+	uint8_t *map = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			    -1, 0);
+
+	if (map == MAP_FAILED)
+		return NULL;
+	uintptr_t at = ((uintptr_t)map + POOL_GUARD + POOL_HUGE - 1) & ~(uintptr_t)(POOL_HUGE - 1);
+	uint8_t *base = (uint8_t *)at, *end = base + size + POOL_GUARD;
+
+	if (base - POOL_GUARD > map)
+		munmap(map, (size_t)(base - POOL_GUARD - map));
+	if (end < map + len)
+		munmap(end, (size_t)(map + len - end));
+	return base;
+}
+
 static int pool_map_host(struct pool *p, char *err, size_t errlen)
 {
-	uint8_t *map = mmap(NULL, p->size + 2 * POOL_GUARD, PROT_NONE,
-			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	uint8_t *base = map == MAP_FAILED ? NULL : map + POOL_GUARD;
+	uint8_t *base = pool_reserve(p->size);
+	int fd = base ? pool_memfd(p->size) : -1;
+	void *label = MAP_FAILED;
 
-	if (!base || mprotect(base, p->size, PROT_READ | PROT_WRITE)) {
-		int e = errno;
-		if (base)
-			munmap(map, p->size + 2 * POOL_GUARD);
-		snprintf(err, errlen, "cannot map %" PRIu64 " bytes: %s",
-			 p->size, strerror(e));
-		return -e;
+	if (fd >= 0) {          /* over the reserved middle, between the guards */
+		if (mmap(base, p->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+			 fd, 0) == MAP_FAILED ||
+		    (label = mmap(NULL, POOL_GRAIN, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+				  (off_t)p->size)) == MAP_FAILED)
+			goto fail;
+	} else if (!base || mprotect(base, p->size, PROT_READ | PROT_WRITE)) {
+		goto fail;
 	}
 	/* Huge pages make the copies in and out of the pool cheaper; asking
-	 * before the first touch lets the kernel back the region with them. */
+	 * before the first touch lets the kernel back the region with them
+	 * (a memfd's only where shmem_enabled allows). */
 	madvise(base, p->size, MADV_HUGEPAGE);
 	p->locked = pool_try_lock(base, p->size);
 	if (!p->locked)    /* mlock() pre-faults; without it, fault in now */
 		madvise(base, p->size, MADV_POPULATE_WRITE);
 	p->base = base;
+	p->memfd = fd;
+	p->label = label == MAP_FAILED ? NULL : label;
 	return 0;
+
+fail:;
+	int e = errno;
+	if (label != MAP_FAILED)
+		munmap(label, POOL_GRAIN);
+	if (fd >= 0)
+		close(fd);
+	if (base)
+		munmap(base - POOL_GUARD, p->size + 2 * POOL_GUARD);
+	snprintf(err, errlen, "cannot map %" PRIu64 " bytes: %s", p->size, strerror(e));
+	return -e;
 }
 
 static void pool_unmap_host(struct pool *p)
 {
 	munmap(p->base - POOL_GUARD, p->size + 2 * POOL_GUARD);    /* and its guards */
+	if (p->memfd >= 0) {
+		munmap(p->label, POOL_GRAIN);
+		close(p->memfd);
+	}
+}
+
+int pool_share(const struct pool *p, int *fd, void **label)
+{
+	if (!p->base || p->memfd < 0)
+		return -EOPNOTSUPP;
+	*fd = p->memfd;
+	*label = p->label;
+	return 0;
 }
 
 /* Pinned: host memory as above, page-locked by CUDA for every context,
@@ -393,6 +466,7 @@ int pool_create(struct pool **out, const struct pool_spec *spec,
 	p->be = &backends[spec->kind];
 	p->dev = spec->dev;
 	p->size = round_grain(spec->size);
+	p->memfd = -1;
 	p->capfree = 16;
 	p->free = malloc(p->capfree * sizeof(*p->free));
 	if (!p->free) {

@@ -50,6 +50,13 @@ void pool_destroy(struct pool *p);
  * one (host, pinned); device memory is reached only by the copies below. */
 void *pool_base(const struct pool *p);
 int pool_cpu(const struct pool *p);
+/* Where the pool's host memory is a file (a memfd) that another process of
+ * this node may map to copy in and out itself: its descriptor, with the
+ * pool's bytes at offset 0, and the pool's own address of the page that
+ * follows them in it (offset pool size), for the owner to write a label
+ * that a mapper checks.  -EOPNOTSUPP for device memory and where the kernel
+ * gave no memfd. */
+int pool_share(const struct pool *p, int *fd, void **label);
 enum pool_kind pool_kind_of(const struct pool *p);
 
 /* Copies into and out of [off, off + len) of the pool, and zeros it, for

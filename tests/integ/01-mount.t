@@ -48,8 +48,24 @@ if id nobody >/dev/null 2>&1 && command -v runuser >/dev/null; then
 	echo shared >"$T/o/x/y/k"
 	is "$(runuser -u nobody -- cat "$T/o/x/y/k" 2>&1)" "shared" "with allow_other another user reads"
 	ok "allow_other is in the effective config" grep -q "^allow_other: true$" "$T/o/.omni/config"
+	# the same-node hand-over reaches the daemon's memory: not for others
+	echo theirs >"$T/o/x/y/k"
+	is "$(runuser -u nobody -- env PYTHONPATH="$SRC/contrib/python" $SYSPY - "$T/o/x/y/k" <<'EOF'
+import errno, fcntl, os, sys
+from omnifs import direct
+fd, out = os.open(sys.argv[1], os.O_RDONLY), []
+for cmd, size in ((direct.WHERE, direct.SIZE), (direct.SHARE, direct._SHR.size)):
+    try:
+        fcntl.ioctl(fd, cmd, bytearray(size), True)
+        out.append("OK")
+    except OSError as e:
+        out.append(errno.errorcode[e.errno])
+print(*out)
+EOF
+)" "EPERM EPERM" "another user may not have the pool's place (WHERE) or file (SHARE)"
 else
 	skip "no 'nobody' user or runuser here"; skip "no 'nobody' user"; skip "no 'nobody' user"
+	skip "no 'nobody' user"
 fi
 pid=${NODE_PID[a]}
 kill -TERM "$pid"

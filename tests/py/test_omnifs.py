@@ -384,6 +384,63 @@ def test_a_forked_child_copies_in_threads_too(monkeypatch):
     m.remove("0", "1", k)
 
 
+def test_the_pool_is_mapped_once_and_copies_are_memmoves(monkeypatch):
+    """Where the daemon shares its pool (OMNIFS_IOC_SHARE), a Mount maps it
+    once and moves every byte of its direct puts and gets with memmove,
+    none with process_vm_*: from odd offsets, and in threads too."""
+    from omnifs import direct
+
+    def no_vm(*a):
+        raise AssertionError("a process_vm_ call")
+    monkeypatch.setattr(direct, "PAR_MAX", 3)           # whatever the cores
+    monkeypatch.setattr(direct, "_vm", no_vm)
+    m, k, data = omnifs.Mount(ONE), rid(), os.urandom(3 * direct.PAR_MIN + 5)
+    g0, p0 = counters(ONE)
+    m.put("0", "1", k, [data[:7], data[7:]], readers=0)   # an odd first piece
+    pool = m._pool[1]
+    assert pool is not None, "mapped"
+    assert bytes(m.get("0", "1", k, timeout=5)) == data
+    assert m._pool[1] is pool, "once"
+    assert counters(ONE) == (g0 + 1, p0 + 1), "both went direct"
+    with open(os.path.join(ONE, "0", "1", k), "rb") as f:
+        pl = direct.where(f.fileno())
+        pl.pool = pool
+        buf = bytearray(len(data) - 3)
+        assert direct.copy_out(pl, buf, skip=3) and buf == data[3:]
+    assert pool.local([(pool.base - 1, 2)]) is None, "nothing before the pool"
+    assert pool.local([(pool.base + pool.size - 1, 2)]) is None, "nor after it"
+    m.close()
+    assert m._pool is None, "close lets the mapping go"
+    m.remove("0", "1", k)
+
+
+def test_a_pool_file_that_is_not_the_daemons_is_never_used(monkeypatch):
+    """The file a Mount opens is checked by the cookie after the pool in
+    it (another pid namespace would open some other process's): on a
+    mismatch, and wherever the pool cannot be mapped, the copies go by
+    process_vm_* instead, byte-exact."""
+    import fcntl
+    from omnifs import direct
+    real = fcntl.ioctl
+
+    def forged(fd, cmd, *a):        # the answer names a cookie not in the file
+        r = real(fd, cmd, *a)
+        if cmd == direct.SHARE:
+            a[0][-1] ^= 0x40
+        return r
+    monkeypatch.setattr(fcntl, "ioctl", forged)
+    m, k, data = omnifs.Mount(ONE), rid(), os.urandom((2 << 20) + 3)
+    g0, p0 = counters(ONE)
+    m.put("0", "1", k, data, readers=1)
+    assert m._pool is not None and m._pool[1] is None, "not mapped"
+    with open(os.path.join(ONE, "0", "1", k), "rb") as f:     # no read: not consumed
+        with pytest.raises(OSError) as e:
+            direct.Pool(f.fileno())
+    assert e.value.errno == errno.ESTALE
+    assert bytes(m.get("0", "1", k, timeout=5)) == data
+    assert counters(ONE) == (g0 + 1, p0 + 1), "both went direct all the same"
+
+
 def test_placed_refuses_what_it_cannot_mean():
     """OMNIFS_IOC_PLACED: EINVAL on a writer that did not place or past the
     end, EBADF on a reader; and the object is published whole after it."""
@@ -530,6 +587,8 @@ def test_place_refuses_what_it_cannot_do_and_changes_nothing():
     assert ioctl_errno(p + "w", os.O_WRONLY | os.O_CREAT | os.O_EXCL, direct.WHERE) == errno.EBADF
     m.remove("0", "1", k + "w")
     assert ioctl_errno(os.path.join(ONE, ".omni", "stats"), os.O_RDONLY, direct.WHERE) \
+        == errno.EOPNOTSUPP
+    assert ioctl_errno(os.path.join(ONE, ".omni", "stats"), os.O_RDONLY, direct.SHARE) \
         == errno.EOPNOTSUPP
 
 

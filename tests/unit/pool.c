@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../tap.h"
@@ -162,6 +164,40 @@ static void test_backend_copies(void)
 	pool_destroy(p);
 }
 
+/* pool_share: the host pool is a file another process maps, the same
+ * bytes at the same offsets, with the owner's label after them, and no
+ * mapper can cut it under the daemon. */
+static void test_share(void)
+{
+	struct pool *p;
+	struct pool_spec spec = { POOL_HOST, 0, 1 << 20 };
+	char err[128];
+	uint64_t word = 0x0123456789abcdefull;
+	struct stat st;
+	void *label;
+	int fd;
+
+	if (!ok(pool_create(&p, &spec, err, sizeof(err)) == 0, "create a host pool"))
+		return;
+	if (!ok(!pool_share(p, &fd, &label) && fd >= 0 && label, "a host pool is shared"))
+		goto destroy;
+	ok(!fstat(fd, &st) && st.st_size == (1 << 20) + 4096, "the pool and one page for a label");
+	memcpy(label, &word, sizeof(word));
+	pool_write(p, 12345, "shared", 6);
+	uint8_t *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (ok(m != MAP_FAILED, "another mapping of it")) {
+		ok(!memcmp(m + 12345, "shared", 6), "pool bytes at their offset in the file");
+		ok(!memcmp(m + (1 << 20), &word, sizeof(word)), "the label after them");
+		memcpy(m + 777, "back", 4);
+		ok(!memcmp((uint8_t *)pool_base(p) + 777, "back", 4), "what the mapper writes, the pool has");
+		munmap(m, (size_t)st.st_size);
+	}
+	ok(ftruncate(fd, 4096) == -1 && errno == EPERM, "no one can shrink it (sealed)");
+	ok(ftruncate(fd, 4 << 20) == -1 && errno == EPERM, "nor grow it");
+destroy:
+	pool_destroy(p);
+}
+
 static void *bounce_of(void *p)
 {
 	return pool_bounce(p);
@@ -221,6 +257,7 @@ int main(void)
 	test_copy_nocache();
 	test_guards();
 	test_backend_copies();
+	test_share();
 	test_bounce();
 	test_gpu_pools();
 	return done_testing();

@@ -59,9 +59,12 @@ class Mount:
         self.small = True
         self._edges = {}            # (from, to): an open descriptor of the edge
         self._edges_lock = threading.Lock()
+        self._pool = None           # ((pid, cookie), direct.Pool or None)
 
     def close(self):
-        """Closes the edges' descriptors; the Mount stays usable."""
+        """Closes the edges' descriptors and lets the pool's mapping go;
+        the Mount stays usable."""
+        self._pool = None
         with self._edges_lock:
             fds, self._edges = list(self._edges.values()), {}
         for fd in fds:
@@ -117,13 +120,33 @@ class Mount:
         if not self.direct:
             return None
         try:
-            return fn(*args)
+            pl = fn(*args)
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 raise
             if direct.never(e):
                 self.direct = False
             return None
+        pl.pool = self._mapped_pool(args[0], pl)
+        return pl
+
+    def _mapped_pool(self, fd, pl):
+        """The pool of the daemon that answered pl, mapped here once (the
+        copies are then memmoves), or None: it does not share it, or this
+        process cannot map it.  A daemon that restarted has another
+        cookie: the old pool's mapping goes, and its memory with it."""
+        key = (pl.pid, pl.cookie)
+        cur = self._pool
+        if cur is not None and cur[0] == key:
+            return cur[1]
+        try:
+            pool = direct.Pool(fd)
+            if (pool.pid, pool.cookie) != key:
+                pool = None
+        except OSError:
+            pool = None
+        self._pool = (key, pool)
+        return pool
 
     def path(self, from_stage, to_stage, key):
         """The file of a key; OSError(EINVAL) for names SPEC §3 refuses."""
