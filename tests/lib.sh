@@ -62,6 +62,8 @@ wait_until() {
 all_gone() { local p; for p; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
 is_mounted() { grep -q " $1 fuse.omnifs " /proc/mounts; }
 
+# How long a daemon may take to mount: it faults its whole pool in first.
+MOUNT_WAIT_S=${MOUNT_WAIT_S:-10}
 # start_node NAME [OPTS]: mounts omnifs at $T/NAME in the foreground of a
 # background job; its log is $T/NAME.log.
 start_node() {
@@ -74,7 +76,7 @@ start_node() {
 		"$B/omnifs" -f -o "$opts" "$T/$name" >"$T/$name.log" 2>&1 &
 	fi
 	NODE_PID[$name]=$!
-	wait_until 10 is_mounted "$T/$name" || { cat "$T/$name.log"; bail "node $name did not mount"; }
+	wait_until "$MOUNT_WAIT_S" is_mounted "$T/$name" || { cat "$T/$name.log"; bail "node $name did not mount"; }
 }
 
 stop_node() {

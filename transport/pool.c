@@ -179,6 +179,42 @@ static int pool_try_lock(void *base, uint64_t size)
 	return mlock(base, size) == 0;
 }
 
+/* Faults the whole region in, in one thread per core (up to 8, each 64 MiB
+ * at least): without huge pages, as a memfd on most kernels, a page at a
+ * time costs about 2 s a GiB in a VM, and a daemon mounts only after. */
+struct pool_fill { uint8_t *at; size_t len; };
+
+static void *pool_fill_part(void *v)
+{
+	struct pool_fill *f = v;
+
+	madvise(f->at, f->len, MADV_POPULATE_WRITE);    /* advice: mlock() or use faults */
+	return NULL;
+}
+
+static void pool_populate(uint8_t *base, uint64_t size)
+{
+	enum { MAX_FILL = 8 };
+	struct pool_fill part[MAX_FILL];
+	pthread_t th[MAX_FILL];
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t n = size / (64u << 20), each;
+	int started = 0;
+
+	n = n < 1 ? 1 : n > MAX_FILL ? MAX_FILL : n;
+	n = cpus > 0 && (uint64_t)cpus < n ? (uint64_t)cpus : n;
+	each = size / n / POOL_GRAIN * POOL_GRAIN;
+	for (uint64_t i = 0; i < n; i++) {
+		part[i] = (struct pool_fill){ base + i * each, i + 1 < n ? each : size - i * each };
+		if (i + 1 < n && !pthread_create(&th[started], NULL, pool_fill_part, &part[i]))
+			started++;
+		else
+			pool_fill_part(&part[i]);
+	}
+	while (started--)
+		pthread_join(th[started], NULL);
+}
+
 /* The pool sits between two inaccessible guard pages: a copy that runs
  * off either end faults there, rather than landing in whatever the
  * kernel mapped next to it (another thread's stack, say). */
@@ -244,9 +280,8 @@ static int pool_map_host(struct pool *p, char *err, size_t errlen)
 	 * before the first touch lets the kernel back the region with them
 	 * (a memfd's only where shmem_enabled allows). */
 	madvise(base, p->size, MADV_HUGEPAGE);
+	pool_populate(base, p->size);
 	p->locked = pool_try_lock(base, p->size);
-	if (!p->locked)    /* mlock() pre-faults; without it, fault in now */
-		madvise(base, p->size, MADV_POPULATE_WRITE);
 	p->base = base;
 	p->memfd = fd;
 	p->label = label == MAP_FAILED ? NULL : label;

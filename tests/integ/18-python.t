@@ -35,4 +35,34 @@ done < <(grep -E '^(PASSED|FAILED|ERROR) [^ ]+::|^SKIPPED \[' "$T/pytest.log")
 grep -qE '^(PASSED|FAILED|ERROR) [^ ]+::' "$T/pytest.log" || { cat "$T/pytest.log"; ok "pytest ran" false; }
 # on stderr, so that prove shows why in CI's log too
 grep -qE '^(FAILED|ERROR) [^ ]+::' "$T/pytest.log" && sed 's/^/# /' "$T/pytest.log" | tail -60 >&2
+
+# A worker's Mount across a restart of its daemon: it maps the new pool and
+# lets the old one go (its memory with it), one pool mapped at a time, and
+# its small objects' requests go on the new daemon's edge.
+cat >"$T/restart.py" <<'EOF'
+import os, sys
+import omnifs
+m, data = omnifs.Mount(sys.argv[1]), os.urandom(3 << 20)
+
+def round_trip(key):
+    m.put("0", "1", key, data)
+    m.put("0", "1", key + ".s", b"small")
+    ok = (bytes(m.get("0", "1", key, timeout=10)) == data
+          and bytes(m.get("0", "1", key + ".s", timeout=10)) == b"small")
+    maps = sum("omnifs-pool" in line for line in open("/proc/self/maps"))
+    print(ok, maps, m._pool[0] if m._pool and m._pool[1] else None, flush=True)
+
+round_trip("before")
+sys.stdin.readline()            # the daemon restarts meanwhile
+round_trip("after")
+EOF
+coproc WORKER { PYTHONPATH="$SRC/contrib/python" $SYSPY "$T/restart.py" "$T/a" 2>&1; }
+read -t 60 -r ok1 maps1 key1 <&"${WORKER[0]}"
+stop_node a
+start_node a "pool=host:512M,node=a,wait_ms=20000"
+echo go >&"${WORKER[1]}"
+read -t 60 -r ok2 maps2 key2 <&"${WORKER[0]}"
+wait "$WORKER_PID" 2>/dev/null
+is "$ok1 $maps1 $ok2 $maps2" "True 1 True 1" "a worker's Mount goes on with its restarted daemon, its pool mapped, only it"
+ok "... a new pool, not the old one ($key1, then $key2)" test "$key1" != "$key2" -a "$key2" != None
 done_testing

@@ -7,6 +7,9 @@
 
 [ -n "${RDMA_VM:-}" ] || { echo "1..0 # SKIP not in the RDMA guest (tests/rdma/suite runs these)"; exit 0; }
 IP=$RDMA_VM_IP
+# The guest's CPU is slow at faulting pages in: a 1200 MiB pool, without
+# huge pages for shared memory, takes about 7 s, its registration more.
+MOUNT_WAIT_S=60
 
 # cluster NAME:STAGES... - writes $T/omni.yaml for those nodes on free ports
 # of $IP (more settings may follow on stdin) and sets PORT[NAME].

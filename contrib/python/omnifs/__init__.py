@@ -59,6 +59,7 @@ class Mount:
         self.small = True
         self._edges = {}            # (from, to): an open descriptor of the edge
         self._edges_lock = threading.Lock()
+        self._stale = []            # edge descriptors of a daemon gone
         self._pool = None           # ((pid, cookie), direct.Pool or None)
 
     def close(self):
@@ -66,7 +67,8 @@ class Mount:
         the Mount stays usable."""
         self._pool = None
         with self._edges_lock:
-            fds, self._edges = list(self._edges.values()), {}
+            fds, self._edges = list(self._edges.values()) + self._stale, {}
+            self._stale = []
         for fd in fds:
             os.close(fd)
 
@@ -87,12 +89,29 @@ class Mount:
                 os.close(extra)     # another thread opened it first
         return fd
 
+    def _on_edge(self, from_stage, to_stage, fn):
+        """fn(the edge's descriptor), and once more with a new one if the
+        kept one is of a daemon that has gone (ENOTCONN): the mount's
+        daemon restarted since.  The old one is closed only by close():
+        another thread may be using its number still."""
+        fd = self._edge(from_stage, to_stage)
+        try:
+            return fn(fd)
+        except OSError as e:
+            if e.errno != errno.ENOTCONN:
+                raise
+        with self._edges_lock:
+            if self._edges.get((from_stage, to_stage)) == fd:
+                self._stale.append(self._edges.pop((from_stage, to_stage)))
+        return fn(self._edge(from_stage, to_stage))
+
     def _small_put(self, p, from_stage, to_stage, key, views, total, readers):
         """True if put in one request; False: write the file instead."""
         if not self.small or total > small.room(key):
             return False
         try:
-            small.put(self._edge(from_stage, to_stage), key, views, total, readers)
+            self._on_edge(from_stage, to_stage,
+                          lambda fd: small.put(fd, key, views, total, readers))
             return True
         except OSError as e:
             if e.errno not in small.NEVER:
@@ -106,7 +125,7 @@ class Mount:
             return None
         ms = 0 if timeout is None else max(1, math.ceil(float(timeout) * 1000))
         try:
-            return small.get(self._edge(from_stage, to_stage), key, ms)
+            return self._on_edge(from_stage, to_stage, lambda fd: small.get(fd, key, ms))
         except OSError as e:
             if e.errno in small.NEVER:
                 self.small = False
