@@ -240,6 +240,10 @@ int ns_unlink(struct ns *ns, uint64_t parent, const char *name);
 int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int max,
 		    int *n, uint64_t *size, uint64_t *xxh3);
 void ns_direct_done(struct ns *ns, struct ns_handle *h, enum stat_id what);
+/* Waits, as a read would, until another node's object that h's open is
+ * copying here whole has landed (or its pull has failed); returns at once
+ * for any other.  Blocks: never from a thread that delivers pulls. */
+void ns_direct_landed(struct ns *ns, struct ns_handle *h);
 /* As where, the bytes as pool offsets (any pool; for a GPU's, which
  * another process maps by the pool's IPC handle). */
 struct ns_span { uint64_t off, len; };

@@ -60,6 +60,16 @@ int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int m
 	return rc;
 }
 
+void ns_direct_landed(struct ns *ns, struct ns_handle *h)
+{
+	struct object *o = h->obj;
+
+	pthread_mutex_lock(&ns->lock);
+	if (o->owner >= 0 && o->fetch == F_RUNNING && !stream_wanted(h))
+		fetch_wait(ns, h, 0, o->size);
+	pthread_mutex_unlock(&ns->lock);
+}
+
 int ns_direct_spans(struct ns *ns, struct ns_handle *h, struct ns_span *sp, int max, int *n,
 		    uint64_t *size, uint64_t *xxh3)
 {

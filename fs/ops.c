@@ -759,6 +759,9 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 		       sizeof(d.size));
 		rc = host_place(fs, h, d.size, iov, &n);
 	} else {
+		/* Another node's object that lands here whole: once it has,
+		 * one memmove, not a FUSE request per MiB behind its pull. */
+		ns_direct_landed(fs->ns, h);
 		rc = ns_direct_where(fs->ns, h, iov, OMNIFS_DIRECT_EXT, &n, &d.size, &d.xxh3);
 		if (!rc)        /* the caller copies after the answer: its close counts */
 			ns_direct_done(fs->ns, h, ST_DIRECT_GETS);

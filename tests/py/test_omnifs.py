@@ -614,11 +614,16 @@ def test_the_gpu_hand_over_is_for_gpu_pools_only():
 
 
 def test_another_nodes_object_is_pulled_first():
+    """Pulled whole into the reader's pool, then handed over there: the
+    WHERE waits for the pull, as a read would, instead of reading behind
+    it a FUSE request per MiB."""
     k, data = rid(), os.urandom(2 << 20)
     omnifs.Mount(B).put("0", "1", k, data)
     pulled = omnifs.Mount(C).stats()["bytes_pulled"]
+    direct_gets = counters(C)[0]
     assert bytes(omnifs.Mount(C).get("0", "1", k, timeout=5)) == data
     assert omnifs.Mount(C).stats()["bytes_pulled"] >= pulled + len(data)
+    assert counters(C)[0] == direct_gets + 1, "handed over once here"
 
 
 # ---- small objects in one request (omnifs.small, fs/direct.h) ----
