@@ -56,6 +56,10 @@ static char *render_health(const struct vfile_ctx *c)
 	json_object_object_add(pool, "largest_free", json_object_new_uint64(u.largest_free));
 	json_object_object_add(pool, "copies", json_object_new_uint64(ns_copy_bytes(c->ns)));
 	json_object_object_add(pool, "locked", json_object_new_boolean(u.locked));
+	if (pool_cpu(c->pool)) {
+		json_object_object_add(pool, "shared", json_object_new_boolean(u.shared));
+		json_object_object_add(pool, "huge_pages", json_object_new_boolean(u.huge));
+	}
 	if (!pool_cpu(c->pool))         /* GPU memory: RDMA devices do not read it (yet) */
 		json_object_object_add(pool, "gpudirect", json_object_new_boolean(0));
 	json_object_object_add(root, "pool", pool);

@@ -59,6 +59,7 @@ struct pool {
 	struct gpu *gpu;        /* pinned and cuda: the driver */
 	uint8_t *base;          /* NULL for device memory */
 	int memfd;              /* host, pinned: the file base maps, or -1 */
+	int huge;               /* most of base is mapped with huge pages */
 	void *label;            /* the page after the pool in it */
 	uint64_t dbase;         /* cuda: the device's address of the region */
 	unsigned char ipc[POOL_IPC_BYTES];      /* cuda: its IPC handle */
@@ -261,6 +262,26 @@ static uint8_t *pool_reserve(uint64_t size)
 	return base;
 }
 
+/* Whether most of this process's just-faulted pool of size bytes has huge
+ * pages, by the kernel's own count (smaps_rollup's line for that kind of
+ * memory, in kB): asking for them is advice the kernel may not take. */
+static int pool_huge(uint64_t size, int shared)
+{
+	const char *key = shared ? "ShmemPmdMapped:" : "AnonHugePages:";
+	FILE *f = fopen("/proc/self/smaps_rollup", "re");
+	char line[128];
+	unsigned long long kb = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, strlen(key)) &&
+		    sscanf(line + strlen(key), "%llu", &kb) == 1)
+			break;
+	fclose(f);
+	return kb * 1024 >= size / 2;
+}
+
 static int pool_map_host(struct pool *p, char *err, size_t errlen)
 {
 	uint8_t *base = pool_reserve(p->size);
@@ -281,6 +302,7 @@ static int pool_map_host(struct pool *p, char *err, size_t errlen)
 	 * (a memfd's only where shmem_enabled allows). */
 	madvise(base, p->size, MADV_HUGEPAGE);
 	pool_populate(base, p->size);
+	p->huge = pool_huge(p->size, fd >= 0);
 	p->locked = pool_try_lock(base, p->size);
 	p->base = base;
 	p->memfd = fd;
@@ -597,6 +619,8 @@ void pool_usage(struct pool *p, struct pool_usage *u)
 			u->largest_free = p->free[i].len;
 	u->fragments = (unsigned)p->nfree;
 	u->locked = p->locked;
+	u->shared = p->memfd >= 0;
+	u->huge = p->huge;
 	pthread_mutex_unlock(&p->lock);
 }
 

@@ -28,6 +28,8 @@ struct pool_usage {
 	uint64_t size, used, free, largest_free;
 	unsigned fragments;     /* free fragments */
 	int locked;             /* 1 if mlock() succeeded */
+	int shared;             /* 1 if a file other processes map (pool_share) */
+	int huge;               /* 1 if most of it is mapped with huge pages */
 };
 
 struct pool;
