@@ -261,13 +261,6 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 		fprintf(stderr, "omnifs: the pool is GPU %d's memory: reads and writes copy "
 			"through host memory, GPU processes here take objects by its IPC handle, "
 			"and no RDMA device reads it (no GPUDirect RDMA yet)\n", c->pool.dev);
-	struct pool_usage pu;
-	pool_usage(pool, &pu);
-	if (pool_cpu(pool) && !pu.huge)
-		fprintf(stderr, "omnifs: the pool has no huge pages (%s): copies in and out "
-			"of it cost more; README, \"Same-node hand-over\", says how to give them\n",
-			pu.shared ? "shared memory: /sys/kernel/mm/transparent_hugepage/shmem_enabled"
-				  : "/sys/kernel/mm/transparent_hugepage/enabled");
 	p.pool = pool;
 	cc.pool = pool;         /* registered with the RDMA device, if one is used */
 	int mrc = fs_mount(&fs, &p, fargs);

@@ -13,17 +13,12 @@ assert d['node'] == 'alpha' and d['version'] and d['peers'] == []
 assert d['pool']['kind'] == 'host' and d['pool']['size'] == 32 << 20
 assert d['pool']['used'] + d['pool']['free'] == d['pool']['size']
 assert d['objects'] == 0 and d['inflight'] == 0"
-# The pool is a file that workers map (README, "Same-node hand-over"); its
-# huge pages as the kernel counts them, and the log says when there are none.
+# The pool is a file that workers map (README, "Same-node hand-over"), and
+# has huge pages or not as the kernel counts them.
 ok "health: the pool is shared, with huge pages as the kernel counts them" $PY -c "
 import json; d = json.load(open('$M/.omni/health'))['pool']
 kb = [int(l.split()[1]) for l in open('/proc/${NODE_PID[a]}/smaps_rollup') if l.startswith('ShmemPmdMapped:')]
 assert d['shared'] is True and d['huge_pages'] == (kb[0] << 10 >= d['size'] // 2), (d, kb)"
-if [ "$(health a "d['pool']['huge_pages']")" = True ]; then
-	ok "a pool with huge pages is not logged as without" sh -c "! grep -q 'no huge pages' '$T/a.log'"
-else
-	ok "a pool without huge pages is logged, naming the setting" grep -q "the pool has no huge pages (shared memory: /sys/kernel/mm/transparent_hugepage/shmem_enabled)" "$T/a.log"
-fi
 ok "stats are 'name: value' lines" $PY -c "
 import re; lines = open('$M/.omni/stats').read().splitlines()
 assert lines and all(re.fullmatch(r'[a-z_]+: \d+', l) for l in lines), lines"
