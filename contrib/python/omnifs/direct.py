@@ -17,6 +17,7 @@ import errno
 import fcntl
 import mmap
 import os
+import stat
 import struct
 import threading
 
@@ -120,10 +121,17 @@ class Pool:
         magic, self.pid, pfd, _, self.base, self.size, self.cookie = _SHR.unpack(raw)
         if magic != SHARE_MAGIC:
             raise OSError(errno.EPROTO, "omnifs: a bad share answer")
-        f = os.open("/proc/%d/fd/%d" % (self.pid, pfd), os.O_RDWR | os.O_CLOEXEC)
+        # Looked at before it is opened: in another pid namespace the path
+        # names some other process's file, which may be a device or a FIFO.
+        p = os.open("/proc/%d/fd/%d" % (self.pid, pfd), os.O_PATH | os.O_CLOEXEC)
         try:
-            if os.fstat(f).st_size < self.size + 8:
+            st = os.fstat(p)
+            if not stat.S_ISREG(st.st_mode) or st.st_size < self.size + 8:
                 raise OSError(errno.ESTALE, "omnifs: not the daemon's pool")
+            f = os.open("/proc/self/fd/%d" % p, os.O_RDWR | os.O_CLOEXEC)
+        finally:
+            os.close(p)
+        try:
             self._mm = mmap.mmap(f, self.size + 8)
         finally:
             os.close(f)
