@@ -13,6 +13,16 @@
 start_node a "pool=pinned:1200M,readers=0"
 is "$(health a "d['pool']['kind']")" "pinned" ".omni/health says the pool is pinned"
 ok "the log names the pool" grep -q "pool pinned" "$T/a.log"
+is "$(health a "d['pool']['shared']")" "True" "... and that workers of this node map it"
+ok "a same-node get copies out of the pinned pool through that mapping" $PY - "$T/a" <<'PYEOF'
+import os, sys
+import omnifs
+m, data = omnifs.Mount(sys.argv[1]), os.urandom((8 << 20) + 5)
+m.put("0", "1", "mapped", data)
+assert bytes(m.get("0", "1", "mapped", timeout=5)) == data
+assert m._pool is not None and m._pool[1] is not None, "mapped"
+m.remove("0", "1", "mapped")
+PYEOF
 
 round_trips a
 full a 1300

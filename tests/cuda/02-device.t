@@ -59,6 +59,16 @@ if command -v setpriv >/dev/null; then
 else
 	skip "no setpriv to ask as another user"
 fi
+ok "OMNIFS_IOC_SHARE: a GPU pool is not a file to map (EOPNOTSUPP)" $PY - "$T/a/0/1/h" <<'PYEOF'
+import errno, os, sys
+from omnifs import direct
+with open(sys.argv[1], "rb") as f:       # no read: not consumed
+    try:
+        direct.Pool(f.fileno())
+        sys.exit("shared")
+    except OSError as e:
+        sys.exit(0 if e.errno == errno.EOPNOTSUPP else errno.errorcode[e.errno])
+PYEOF
 ok "a second process takes 3 MiB + 7 B device to device by the IPC handle, byte-exact" take a h
 is "$(stat_of a cuda_gets)" $((gets + 1)) "... counted as cuda_gets"
 ok "... and its close consumed it (readers 1)" wait_until 5 sh -c "! [ -e '$T/a/0/1/h' ]"
