@@ -59,9 +59,9 @@ static char *render_health(const struct vfile_ctx *c)
 	if (pool_cpu(c->pool)) {
 		json_object_object_add(pool, "shared", json_object_new_boolean(u.shared));
 		json_object_object_add(pool, "huge_pages", json_object_new_boolean(u.huge));
-	}
-	if (!pool_cpu(c->pool))         /* GPU memory: RDMA devices do not read it (yet) */
+	} else {                        /* GPU memory: RDMA devices do not read it (yet) */
 		json_object_object_add(pool, "gpudirect", json_object_new_boolean(0));
+	}
 	json_object_object_add(root, "pool", pool);
 	json_object_object_add(root, "transport", json_object_new_string(c->transport));
 	const char *dev, *grants;

@@ -16,7 +16,8 @@ nodes:
   b: { addr: 127.0.0.1:$PB, stages: ["0"] }
   c: { addr: 127.0.0.1:$PC, stages: ["1", "2"] }
 EOF
-start_node a "pool=host:512M,node=a,wait_ms=20000"
+A_OPTS="pool=host:512M,node=a,wait_ms=20000"
+start_node a "$A_OPTS"
 start_node b "config=$T/omni.yaml,node=b,pool=host:512MiB"
 start_node c "config=$T/omni.yaml,node=c,pool=host:512MiB"
 up() { [ "$(health c "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
@@ -59,9 +60,10 @@ EOF
 coproc WORKER { PYTHONPATH="$SRC/contrib/python" $SYSPY "$T/restart.py" "$T/a" 2>&1; }
 read -t 60 -r ok1 maps1 key1 <&"${WORKER[0]}"
 stop_node a
-start_node a "pool=host:512M,node=a,wait_ms=20000"
+start_node a "$A_OPTS"
 echo go >&"${WORKER[1]}"
 read -t 60 -r ok2 maps2 key2 <&"${WORKER[0]}"
+kill "$WORKER_PID" 2>/dev/null    # done, or stuck: the wait is bounded either way
 wait "$WORKER_PID" 2>/dev/null
 is "$ok1 $maps1 $ok2 $maps2" "True 1 True 1" "a worker's Mount goes on with its restarted daemon, its pool mapped, only it"
 ok "... a new pool, not the old one ($key1, then $key2)" test "$key1" != "$key2" -a "$key2" != None

@@ -106,6 +106,7 @@ class Place:
         self.ext = [_EXT.unpack_from(raw, _HEAD.size + i * _EXT.size) for i in range(n)]
         if sum(ln for _, ln in self.ext) != self.size:
             raise OSError(errno.EPROTO, "omnifs: a direct answer that does not add up")
+        self.pool = None        # its daemon's Pool, where the caller mapped one
 
 
 class Pool:
@@ -289,8 +290,7 @@ def _readv(pid, local, remote):
 def _mapped(pl):
     """pl's pieces as this process's addresses, where its daemon's pool is
     mapped here (pl.pool, set by the caller), else None."""
-    pool = getattr(pl, "pool", None)
-    return pool.local(pl.ext) if pool is not None else None
+    return pl.pool.local(pl.ext) if pl.pool is not None else None
 
 
 def copy_out(pl, dest, skip=0):
