@@ -685,6 +685,22 @@ def test_a_small_get_of_a_larger_object_consumes_nothing_and_reads_it():
     assert small_counters(ONE)[0] == g0 and k not in m.keys("0", "1")
 
 
+def test_a_small_put_counts_a_keys_bytes_not_its_characters():
+    """A key of multi-byte characters leaves less room in the one request:
+    the largest put that fits goes small, one byte more is written."""
+    from omnifs import small
+    m, k = omnifs.Mount(ONE), rid() + "-ключ-κλειδί"
+    fits = small.MAX - small.HEAD - len(k.encode())
+    _, p0 = small_counters(ONE)
+    for key, size, went_small in ((k, fits, 1), (k + "2", fits - 1, 1), (k + "3", fits, 0)):
+        data = os.urandom(size)
+        m.put("0", "1", key, data)
+        assert small_counters(ONE)[1] == p0 + went_small, key
+        p0 += went_small
+        assert bytes(m.get("0", "1", key, timeout=5)) == data
+    assert m.small, "the small requests are still in use"
+
+
 GETTER = ("import sys, omnifs\n"
           "sys.stdout.buffer.write(omnifs.Mount(sys.argv[1]).get('0', '1', sys.argv[2], timeout=10))")
 

@@ -48,6 +48,14 @@ def _bad(what, name):
     return OSError(errno.EINVAL, "omnifs: bad %s %r" % (what, name))
 
 
+def _key(key):
+    """key, if SPEC §3 allows it; OSError(EINVAL) if not."""
+    if (type(key) is not str or not key or key[0] == "." or "/" in key or "\0" in key
+            or (len(key) > 63 and len(key.encode()) > 255)):     # 63 * 4 < 255
+        raise _bad("key", key)
+    return key
+
+
 class Mount:
     """One omnifs mount point."""
 
@@ -79,58 +87,62 @@ class Mount:
         self.close()
 
     def _edge(self, from_stage, to_stage):
-        fd = self._edges.get((from_stage, to_stage))
-        if fd is None:
-            fd = os.open(os.path.join(self.root, from_stage, to_stage),
-                         os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            with self._edges_lock:
-                fd, extra = self._edges.setdefault((from_stage, to_stage), fd), fd
-            if extra != fd:
-                os.close(extra)     # another thread opened it first
+        """The edge's open descriptor; OSError(EINVAL) for bad stage names.
+        Only good names are ever kept, so a kept pair needs no check."""
+        try:
+            return self._edges[from_stage, to_stage]
+        except (KeyError, TypeError):
+            pass
+        fd = os.open(self._edge_path(from_stage, to_stage),
+                     os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        with self._edges_lock:
+            fd, extra = self._edges.setdefault((from_stage, to_stage), fd), fd
+        if extra != fd:
+            os.close(extra)         # another thread opened it first
         return fd
 
-    def _on_edge(self, from_stage, to_stage, fn):
-        """fn(the edge's descriptor), and once more with a new one if the
-        kept one is of a daemon that has gone (ENOTCONN): the mount's
+    def _on_edge(self, from_stage, to_stage, fn, *args):
+        """fn(the edge's descriptor, *args), and once more with a new one if
+        the kept one is of a daemon that has gone (ENOTCONN): the mount's
         daemon restarted since.  The old one is closed only by close():
         another thread may be using its number still."""
         fd = self._edge(from_stage, to_stage)
         try:
-            return fn(fd)
+            return fn(fd, *args)
         except OSError as e:
             if e.errno != errno.ENOTCONN:
                 raise
         with self._edges_lock:
             if self._edges.get((from_stage, to_stage)) == fd:
                 self._stale.append(self._edges.pop((from_stage, to_stage)))
-        return fn(self._edge(from_stage, to_stage))
+        return fn(self._edge(from_stage, to_stage), *args)
 
-    def _small_put(self, p, from_stage, to_stage, key, views, total, readers):
+    # The small paths are what a 4 KiB hand-off runs, with the caches cold
+    # after the caller's idle time, where every Python step costs micro-
+    # seconds: they check a key without building its path, reuse the
+    # edge's descriptor, and make the path only for an error's message.
+
+    def _small_put(self, from_stage, to_stage, key, views, total, readers):
         """True if put in one request; False: write the file instead."""
-        if not self.small or total > small.room(key):
-            return False
         try:
-            self._on_edge(from_stage, to_stage,
-                          lambda fd: small.put(fd, key, views, total, readers))
+            self._on_edge(from_stage, to_stage, small.put, key, views, total, readers)
             return True
         except OSError as e:
             if e.errno not in small.NEVER:
-                raise OSError(e.errno, e.strerror, p) from None
+                raise OSError(e.errno, e.strerror, self.path(from_stage, to_stage, key)) from None
             self.small = False
             return False
 
-    def _small_get(self, p, from_stage, to_stage, key, timeout):
+    def _small_get(self, from_stage, to_stage, key, timeout):
         """The bytes of a small object, or None: open and read it instead."""
-        if not self.small:
-            return None
         ms = 0 if timeout is None else max(1, math.ceil(float(timeout) * 1000))
         try:
-            return self._on_edge(from_stage, to_stage, lambda fd: small.get(fd, key, ms))
+            return self._on_edge(from_stage, to_stage, small.get, key, ms)
         except OSError as e:
             if e.errno in small.NEVER:
                 self.small = False
             elif e.errno not in small.FALLBACK:
-                raise OSError(e.errno, e.strerror, p) from None
+                raise OSError(e.errno, e.strerror, self.path(from_stage, to_stage, key)) from None
             return None
 
     def _direct(self, fn, *args):
@@ -169,24 +181,27 @@ class Mount:
 
     def path(self, from_stage, to_stage, key):
         """The file of a key; OSError(EINVAL) for names SPEC §3 refuses."""
+        return os.path.join(self._edge_path(from_stage, to_stage), _key(key))
+
+    def _edge_path(self, from_stage, to_stage):
         for s in (from_stage, to_stage):
             if not isinstance(s, str) or not _STAGE.match(s) or s.startswith("."):
                 raise _bad("stage", s)
-        if (not isinstance(key, str) or not key or "/" in key or "\0" in key
-                or key.startswith(".") or len(key.encode()) > 255):
-            raise _bad("key", key)
-        return os.path.join(self.root, from_stage, to_stage, key)
+        return os.path.join(self.root, from_stage, to_stage)
 
     def put(self, from_stage, to_stage, key, data, readers=None):
         """Writes and publishes data (bytes-like, or a list of bytes-like
         pieces written one after the other); its size.  readers: how many
         complete reads consume it (0 keeps it until removed)."""
-        p = self.path(from_stage, to_stage, key)
-        pieces = data if isinstance(data, (list, tuple)) else [data]
-        views = [memoryview(piece).cast("B") for piece in pieces]
-        total = sum(len(v) for v in views)
-        if self._small_put(p, from_stage, to_stage, key, views, total, readers):
+        if isinstance(data, (list, tuple)):
+            views = [memoryview(piece).cast("B") for piece in data]
+        else:
+            views = (memoryview(data).cast("B"),)
+        total = sum(map(len, views))
+        if (self.small and total <= small.room(_key(key))
+                and self._small_put(from_stage, to_stage, key, views, total, readers)):
             return total
+        p = self.path(from_stage, to_stage, key)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             if readers is not None:
@@ -249,12 +264,14 @@ class Mount:
         gives the writable buffer to fill for objects of ALLOC_MIN bytes and
         more (otherwise, and by default, a bytearray), shown their first
         HEAD bytes."""
-        p = self.path(from_stage, to_stage, key)
         if timeout is not None and timeout <= 0:
-            raise FileNotFoundError(errno.ENOENT, "omnifs: no time left to wait", p)
-        buf = self._small_get(p, from_stage, to_stage, key, timeout)
-        if buf is not None:
-            return buf
+            raise FileNotFoundError(errno.ENOENT, "omnifs: no time left to wait",
+                                    self.path(from_stage, to_stage, key))
+        if self.small:
+            buf = self._small_get(from_stage, to_stage, _key(key), timeout)
+            if buf is not None:
+                return buf
+        p = self.path(from_stage, to_stage, key)
         self._arm(timeout)
         with open(p, "rb", buffering=0) as f:
             pl = self._direct(direct.where, f.fileno())

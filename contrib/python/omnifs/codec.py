@@ -84,8 +84,10 @@ def on_gpu(obj):
 
 def encode(obj):
     """A list of bytes-like pieces to write, in order."""
-    if isinstance(obj, (bytes, bytearray, memoryview)):
-        b = memoryview(obj).cast("B")
+    if isinstance(obj, (bytes, bytearray)):
+        return _framed({"k": "bytes"}, obj) if obj.startswith(MAGIC) else [obj]
+    if isinstance(obj, memoryview):
+        b = obj.cast("B")
         return _framed({"k": "bytes"}, b) if bytes(b[:len(MAGIC)]) == MAGIC else [b]
     torch, np = sys.modules.get("torch"), _numpy()     # as in on_gpu()
     if torch is not None and isinstance(obj, torch.Tensor):
@@ -122,6 +124,8 @@ def alloc(size, head):
 
 def decode(buf):
     """The value of an object's bytes (buf: a bytearray, kept where it can)."""
+    if type(buf) is bytearray and not buf.startswith(MAGIC):
+        return buf                  # raw bytes, the common case: one check
     mv = memoryview(buf)
     if bytes(mv[:len(MAGIC)]) != MAGIC:
         return buf
