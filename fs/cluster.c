@@ -765,23 +765,44 @@ static int ask_reply(void *arg, const struct proto_msg *m)
 	return m->type == PT_LISTING && m->u.listing.more;
 }
 
+/* Sends m to every peer that is up, at once (asking never waits for a
+ * peer to connect); how many of them found something. */
+static int ask_all(struct cluster *cl, const struct proto_msg *m)
+{
+	struct ask *a = calloc(cl->npeers, sizeof(*a));
+	void **args = calloc(cl->npeers, sizeof(*args));
+	int *peers = calloc(cl->npeers, sizeof(*peers)), *rcs = calloc(cl->npeers, sizeof(*rcs));
+	int n = 0, found = 0;
+
+	if (a && args && peers && rcs) {
+		for (size_t i = 0; i < cl->npeers; i++) {
+			if (!xport_peer_up(cl->x, (int)i))
+				continue;
+			a[n] = (struct ask){ cl, (int)i, 0 };
+			args[n] = &a[n];
+			peers[n++] = (int)i;
+		}
+		if (n && !xport_call_each(cl->x, peers, n, m, ask_reply, args, rcs))
+			for (int i = 0; i < n; i++)
+				found += a[i].found;
+	}
+	free(a);
+	free(args);
+	free(peers);
+	free(rcs);
+	return found;
+}
+
 int cluster_ask(struct cluster *cl, const char *from, const char *to,
 		const char *key, unsigned subscribe_ms)
 {
 	struct proto_msg m = { .type = PT_LOOKUP };
-	struct ask a = { cl, 0, 0 };
 
 	snprintf(m.u.obj.from, sizeof(m.u.obj.from), "%s", from);
 	snprintf(m.u.obj.to, sizeof(m.u.obj.to), "%s", to);
 	snprintf(m.u.obj.key, sizeof(m.u.obj.key), "%s", key);
 	m.u.obj.size = subscribe_ms;
-	for (size_t i = 0; i < cl->npeers && !a.found; i++) {
-		if (!xport_peer_up(cl->x, (int)i))
-			continue;       /* asking never waits for a peer to connect */
-		a.peer = (int)i;
-		xport_call(cl->x, (int)i, &m, ask_reply, &a);
-	}
-	return a.found ? 0 : -ENOENT;
+	return ask_all(cl, &m) ? 0 : -ENOENT;
 }
 
 /* Brings what peer owns under from/to ("" for all) into ns. */
@@ -798,8 +819,11 @@ static void list_peer(struct cluster *cl, int peer, const char *from, const char
 
 void cluster_refresh(struct cluster *cl, const char *from, const char *to)
 {
-	for (size_t i = 0; i < cl->npeers; i++)
-		list_peer(cl, (int)i, from, to);
+	struct proto_msg m = { .type = PT_LIST };
+
+	snprintf(m.u.list.from, sizeof(m.u.list.from), "%s", from);
+	snprintf(m.u.list.to, sizeof(m.u.list.to), "%s", to);
+	ask_all(cl, &m);
 }
 
 /* A peer that came up: what it owns on the edges into our stages, learnt

@@ -71,7 +71,7 @@ struct xport_conn {
 struct pending {
 	uint64_t reqid;
 	int peer, pull, done, busy, err;
-	pthread_cond_t cond;
+	pthread_cond_t *cond;   /* a call's: its caller waits on it */
 	xport_reply_fn on_reply;
 	void *arg;
 	/* A pull: where its bytes go and how far they got. */
@@ -417,7 +417,7 @@ static void call_end(struct xport *x, struct pending *p, int err)
 	p->done = 1;
 	p->err = err;
 	pending_del(x, p);
-	pthread_cond_broadcast(&p->cond);
+	pthread_cond_broadcast(p->cond);
 }
 
 /* Fails what is in flight to peer: the connection is gone.  A call's
@@ -906,44 +906,96 @@ int xport_post(struct xport *x, int peer, const struct proto_msg *m)
 	return send_on(x, peer_conn(x, peer), m);
 }
 
-int xport_call(struct xport *x, int peer, const struct proto_msg *req,
-	       xport_reply_fn on_reply, void *arg)
+/* The absolute CLOCK_REALTIME time ms from now (pthread_cond_timedwait). */
+static struct timespec deadline_in(unsigned ms)
 {
-	struct xport_conn *c = peer_conn(x, peer);
-	struct pending p = { .peer = peer, .on_reply = on_reply, .arg = arg };
 	struct timespec ts;
-	int rc;
 
-	if (!c)
-		return -EHOSTDOWN;
-	pthread_cond_init(&p.cond, NULL);
 	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += x->c.call_ms / 1000;
-	ts.tv_nsec += (long)(x->c.call_ms % 1000) * 1000000;
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
 	if (ts.tv_nsec >= 1000000000) {
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000;
 	}
+	return ts;
+}
+
+/* Sends call p on c, linked so that its reply finds it: 0 or an errno
+ * (the call is then over).  Unlocked. */
+static int call_send(struct xport *x, struct xport_conn *c, struct pending *p,
+		     const struct proto_msg *req)
+{
 	pthread_mutex_lock(&x->lock);
-	rc = pending_link(x, c, &p) ? 0 : -EHOSTDOWN;
+	int linked = pending_link(x, c, p);
 	pthread_mutex_unlock(&x->lock);
-	if (!rc)
-		rc = conn_send(c, p.reqid, req);
+	return linked ? conn_send(c, p->reqid, req) : -EHOSTDOWN;
+}
+
+int xport_call_each(struct xport *x, const int *peers, int n, const struct proto_msg *req,
+		    xport_reply_fn on_reply, void *const *args, int *rcs)
+{
+	struct pending *p = calloc((size_t)n, sizeof(*p));
+	struct xport_conn **c = calloc((size_t)n, sizeof(*c));
+	pthread_cond_t cond;
+	struct timespec ts = deadline_in(x->c.call_ms);
+	int waiting = 0;
+
+	if (!p || !c) {
+		free(p);
+		free(c);
+		return -ENOMEM;
+	}
+	pthread_cond_init(&cond, NULL);
+	/* All asked before any answer is awaited: one round trip, not n. */
+	for (int i = 0; i < n; i++) {
+		p[i] = (struct pending){ .peer = peers[i], .on_reply = on_reply, .arg = args[i],
+					 .cond = &cond };
+		c[i] = peer_conn(x, peers[i]);
+		rcs[i] = c[i] ? call_send(x, c[i], &p[i], req) : -EHOSTDOWN;
+		waiting += !rcs[i];
+	}
 	pthread_mutex_lock(&x->lock);
-	while (!rc && !p.done)
-		if (pthread_cond_timedwait(&p.cond, &x->lock, &ts) == ETIMEDOUT && !p.done) {
-			while (p.busy)
-				pthread_cond_wait(&x->cond, &x->lock);
-			rc = p.done ? 0 : -ETIMEDOUT;
+	for (int timedout = 0; waiting; ) {
+		waiting = 0;
+		for (int i = 0; i < n; i++) {
+			if (rcs[i] || p[i].done)
+				continue;
+			if (timedout) {         /* a reply being handed over ends first */
+				while (p[i].busy)
+					pthread_cond_wait(&x->cond, &x->lock);
+				if (!p[i].done)
+					rcs[i] = -ETIMEDOUT;
+			}
+			waiting += !rcs[i] && !p[i].done;
 		}
-	if (!p.done)
-		pending_del(x, &p);
-	else if (!rc)
-		rc = p.err;
-	conn_put(c);
+		if (waiting)
+			timedout = pthread_cond_timedwait(&cond, &x->lock, &ts) == ETIMEDOUT;
+	}
+	for (int i = 0; i < n; i++) {
+		if (!c[i])
+			continue;
+		while (p[i].busy)       /* a reply still in hand: p[i] is read after */
+			pthread_cond_wait(&x->cond, &x->lock);
+		if (!p[i].done)
+			pending_del(x, &p[i]);
+		else if (!rcs[i])
+			rcs[i] = p[i].err;
+		conn_put(c[i]);
+	}
 	pthread_mutex_unlock(&x->lock);
-	pthread_cond_destroy(&p.cond);
-	return rc;
+	pthread_cond_destroy(&cond);
+	free(p);
+	free(c);
+	return 0;
+}
+
+int xport_call(struct xport *x, int peer, const struct proto_msg *req,
+	       xport_reply_fn on_reply, void *arg)
+{
+	int rc, err = xport_call_each(x, &peer, 1, req, on_reply, &arg, &rc);
+
+	return err ? err : rc;
 }
 
 /* A pull from a peer whose bytes move by RDMA, or by nothing at all. */
