@@ -935,17 +935,16 @@ static int call_send(struct xport *x, struct xport_conn *c, struct pending *p,
 int xport_call_each(struct xport *x, const int *peers, int n, const struct proto_msg *req,
 		    xport_reply_fn on_reply, void *const *args, int *rcs)
 {
+	struct timespec ts = deadline_in(x->c.call_ms);
+	pthread_cond_t cond;
+	int waiting = 0, rc = -ENOMEM;
+
+	if (n <= 0)
+		return 0;
 	struct pending *p = calloc((size_t)n, sizeof(*p));
 	struct xport_conn **c = calloc((size_t)n, sizeof(*c));
-	pthread_cond_t cond;
-	struct timespec ts = deadline_in(x->c.call_ms);
-	int waiting = 0;
-
-	if (!p || !c) {
-		free(p);
-		free(c);
-		return -ENOMEM;
-	}
+	if (!p || !c)
+		goto free_arrays;
 	pthread_cond_init(&cond, NULL);
 	/* All asked before any answer is awaited: one round trip, not n. */
 	for (int i = 0; i < n; i++) {
@@ -985,9 +984,11 @@ int xport_call_each(struct xport *x, const int *peers, int n, const struct proto
 	}
 	pthread_mutex_unlock(&x->lock);
 	pthread_cond_destroy(&cond);
+	rc = 0;
+free_arrays:
 	free(p);
 	free(c);
-	return 0;
+	return rc;
 }
 
 int xport_call(struct xport *x, int peer, const struct proto_msg *req,
