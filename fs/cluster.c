@@ -770,26 +770,23 @@ static int ask_reply(void *arg, const struct proto_msg *m)
 static int ask_all(struct cluster *cl, const struct proto_msg *m)
 {
 	struct ask *a = calloc(cl->npeers, sizeof(*a));
-	void **args = calloc(cl->npeers, sizeof(*args));
-	int *peers = calloc(cl->npeers, sizeof(*peers)), *rcs = calloc(cl->npeers, sizeof(*rcs));
+	struct xport_callee *to = calloc(cl->npeers, sizeof(*to));
 	int n = 0, found = 0;
 
-	if (a && args && peers && rcs) {
+	if (a && to) {
 		for (size_t i = 0; i < cl->npeers; i++) {
 			if (!xport_peer_up(cl->x, (int)i))
 				continue;
 			a[n] = (struct ask){ cl, (int)i, 0 };
-			args[n] = &a[n];
-			peers[n++] = (int)i;
+			to[n] = (struct xport_callee){ .peer = (int)i, .arg = &a[n] };
+			n++;
 		}
-		if (n && !xport_call_each(cl->x, peers, n, m, ask_reply, args, rcs))
+		if (!xport_call_each(cl->x, to, n, m, ask_reply))
 			for (int i = 0; i < n; i++)
 				found += a[i].found;
 	}
 	free(a);
-	free(args);
-	free(peers);
-	free(rcs);
+	free(to);
 	return found;
 }
 
@@ -805,24 +802,30 @@ int cluster_ask(struct cluster *cl, const char *from, const char *to,
 	return ask_all(cl, &m) ? 0 : -ENOENT;
 }
 
-/* Brings what peer owns under from/to ("" for all) into ns. */
-static void list_peer(struct cluster *cl, int peer, const char *from, const char *to)
+/* A LIST of what a peer owns under from/to ("" for all). */
+static struct proto_msg list_msg(const char *from, const char *to)
 {
 	struct proto_msg m = { .type = PT_LIST };
-	struct ask a = { cl, peer, 0 };
 
 	snprintf(m.u.list.from, sizeof(m.u.list.from), "%s", from);
 	snprintf(m.u.list.to, sizeof(m.u.list.to), "%s", to);
+	return m;
+}
+
+/* Brings what peer owns under from/to into ns. */
+static void list_peer(struct cluster *cl, int peer, const char *from, const char *to)
+{
+	struct proto_msg m = list_msg(from, to);
+	struct ask a = { cl, peer, 0 };
+
 	if (xport_peer_up(cl->x, peer))  /* listing never waits for a peer to connect */
 		xport_call(cl->x, peer, &m, ask_reply, &a);
 }
 
 void cluster_refresh(struct cluster *cl, const char *from, const char *to)
 {
-	struct proto_msg m = { .type = PT_LIST };
+	struct proto_msg m = list_msg(from, to);
 
-	snprintf(m.u.list.from, sizeof(m.u.list.from), "%s", from);
-	snprintf(m.u.list.to, sizeof(m.u.list.to), "%s", to);
 	ask_all(cl, &m);
 }
 

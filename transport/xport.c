@@ -932,71 +932,72 @@ static int call_send(struct xport *x, struct xport_conn *c, struct pending *p,
 	return linked ? conn_send(c, p->reqid, req) : -EHOSTDOWN;
 }
 
-int xport_call_each(struct xport *x, const int *peers, int n, const struct proto_msg *req,
-		    xport_reply_fn on_reply, void *const *args, int *rcs)
+int xport_call_each(struct xport *x, struct xport_callee *to, int n,
+		    const struct proto_msg *req, xport_reply_fn on_reply)
 {
 	struct timespec ts = deadline_in(x->c.call_ms);
+	struct call { struct pending p; struct xport_conn *c; } one, *call = &one;
 	pthread_cond_t cond;
-	int waiting = 0, rc = -ENOMEM;
+	int waiting = 0;
 
 	if (n <= 0)
 		return 0;
-	struct pending *p = calloc((size_t)n, sizeof(*p));
-	struct xport_conn **c = calloc((size_t)n, sizeof(*c));
-	if (!p || !c)
-		goto free_arrays;
+	if (n > 1 && !(call = calloc((size_t)n, sizeof(*call))))
+		return -ENOMEM;
 	pthread_cond_init(&cond, NULL);
 	/* All asked before any answer is awaited: one round trip, not n. */
 	for (int i = 0; i < n; i++) {
-		p[i] = (struct pending){ .peer = peers[i], .on_reply = on_reply, .arg = args[i],
-					 .cond = &cond };
-		c[i] = peer_conn(x, peers[i]);
-		rcs[i] = c[i] ? call_send(x, c[i], &p[i], req) : -EHOSTDOWN;
-		waiting += !rcs[i];
+		struct call *k = &call[i];
+		k->p = (struct pending){ .peer = to[i].peer, .on_reply = on_reply,
+					 .arg = to[i].arg, .cond = &cond };
+		k->c = peer_conn(x, to[i].peer);
+		to[i].rc = k->c ? call_send(x, k->c, &k->p, req) : -EHOSTDOWN;
+		waiting += !to[i].rc;
 	}
 	pthread_mutex_lock(&x->lock);
 	for (int timedout = 0; waiting; ) {
 		waiting = 0;
 		for (int i = 0; i < n; i++) {
-			if (rcs[i] || p[i].done)
+			struct pending *p = &call[i].p;
+			if (to[i].rc || p->done)
 				continue;
 			if (timedout) {         /* a reply being handed over ends first */
-				while (p[i].busy)
+				while (p->busy)
 					pthread_cond_wait(&x->cond, &x->lock);
-				if (!p[i].done)
-					rcs[i] = -ETIMEDOUT;
+				if (!p->done)
+					to[i].rc = -ETIMEDOUT;
 			}
-			waiting += !rcs[i] && !p[i].done;
+			waiting += !to[i].rc && !p->done;
 		}
 		if (waiting)
 			timedout = pthread_cond_timedwait(&cond, &x->lock, &ts) == ETIMEDOUT;
 	}
 	for (int i = 0; i < n; i++) {
-		if (!c[i])
+		struct pending *p = &call[i].p;
+		if (!call[i].c)
 			continue;
-		while (p[i].busy)       /* a reply still in hand: p[i] is read after */
+		while (p->busy)         /* a reply still in hand: p is read after */
 			pthread_cond_wait(&x->cond, &x->lock);
-		if (!p[i].done)
-			pending_del(x, &p[i]);
-		else if (!rcs[i])
-			rcs[i] = p[i].err;
-		conn_put(c[i]);
+		if (!p->done)
+			pending_del(x, p);
+		else if (!to[i].rc)
+			to[i].rc = p->err;
+		conn_put(call[i].c);
 	}
 	pthread_mutex_unlock(&x->lock);
 	pthread_cond_destroy(&cond);
-	rc = 0;
-free_arrays:
-	free(p);
-	free(c);
-	return rc;
+	if (call != &one)
+		free(call);
+	return 0;
 }
 
 int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 	       xport_reply_fn on_reply, void *arg)
 {
-	int rc, err = xport_call_each(x, &peer, 1, req, on_reply, &arg, &rc);
+	struct xport_callee to = { .peer = peer, .arg = arg };
 
-	return err ? err : rc;
+	xport_call_each(x, &to, 1, req, on_reply);     /* one: nothing to allocate */
+	return to.rc;
 }
 
 /* A pull from a peer whose bytes move by RDMA, or by nothing at all. */

@@ -122,12 +122,13 @@ int xport_post(struct xport *x, int peer, const struct proto_msg *m);
 typedef int (*xport_reply_fn)(void *arg, const struct proto_msg *m);
 int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 	       xport_reply_fn on_reply, void *arg);
-/* The same request to each of peers[0, n) at once, so that asking n
- * peers takes one round trip, not n: on_reply(args[i], ...) for peer i's
- * replies, and its end (as xport_call returns) in rcs[i].  0, or -ENOMEM
- * with nothing sent. */
-int xport_call_each(struct xport *x, const int *peers, int n, const struct proto_msg *req,
-		    xport_reply_fn on_reply, void *const *args, int *rcs);
+/* The same request to each of to[0, n) at once, so that asking n peers
+ * takes one round trip, not n: on_reply(to[i].arg, ...) for to[i].peer's
+ * replies, and its end (as xport_call returns) in to[i].rc.  0, or
+ * -ENOMEM with nothing sent. */
+struct xport_callee { int peer; void *arg; int rc; };
+int xport_call_each(struct xport *x, struct xport_callee *to, int n,
+		    const struct proto_msg *req, xport_reply_fn on_reply);
 
 /* What a pull asks of peer: count pieces of len bytes at off + k*stride
  * (count 1: the range [off, off+len)) of object oid, under lease (0:
