@@ -701,6 +701,21 @@ def test_a_small_put_counts_a_keys_bytes_not_its_characters():
     assert m.small, "the small requests are still in use"
 
 
+def test_a_keys_limit_is_255_bytes_not_characters():
+    """SPEC §3: keys of up to 255 bytes; checked before any request."""
+    m = omnifs.Mount(ONE)
+    for bad in ("k" * 256, "é" * 128, "ключ" * 32):       # 256 bytes each
+        for call in (lambda: m.put("0", "1", bad, b"x"), lambda: m.get("0", "1", bad, timeout=5)):
+            with pytest.raises(OSError) as e:
+                call()
+            assert e.value.errno == errno.EINVAL, bad
+    k = rid()
+    k += "é" * ((255 - len(k)) // 2)                    # 254 or 255 bytes
+    assert len(k.encode()) >= 254
+    m.put("0", "1", k, b"longest")
+    assert bytes(m.get("0", "1", k, timeout=5)) == b"longest"
+
+
 GETTER = ("import sys, omnifs\n"
           "sys.stdout.buffer.write(omnifs.Mount(sys.argv[1]).get('0', '1', sys.argv[2], timeout=10))")
 

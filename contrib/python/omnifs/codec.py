@@ -84,11 +84,9 @@ def on_gpu(obj):
 
 def encode(obj):
     """A list of bytes-like pieces to write, in order."""
-    if isinstance(obj, (bytes, bytearray)):
-        return _framed({"k": "bytes"}, obj) if obj.startswith(MAGIC) else [obj]
-    if isinstance(obj, memoryview):
-        b = obj.cast("B")
-        return _framed({"k": "bytes"}, b) if bytes(b[:len(MAGIC)]) == MAGIC else [b]
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        b = obj.cast("B") if isinstance(obj, memoryview) else obj
+        return _framed({"k": "bytes"}, b) if b[:len(MAGIC)] == MAGIC else [b]
     torch, np = sys.modules.get("torch"), _numpy()     # as in on_gpu()
     if torch is not None and isinstance(obj, torch.Tensor):
         t = obj.detach().contiguous().cpu()

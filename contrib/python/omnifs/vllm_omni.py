@@ -59,11 +59,11 @@ class OmniFSConnector(_Base):
                    "get_failures": 0, "bytes_put": 0, "bytes_got": 0, "removed": 0}
         self._closed = False
 
-    def _count(self, what, bytes_what=None, n=0):
+    def _count(self, what, n=1, bytes_what=None, nbytes=0):
         with self._lock:
-            self._n[what] += 1
+            self._n[what] += n
             if bytes_what:
-                self._n[bytes_what] += n
+                self._n[bytes_what] += nbytes
 
     # ---- OmniConnectorBase ----
 
@@ -84,7 +84,7 @@ class OmniFSConnector(_Base):
             log.error("OmniFSConnector: put %s/%s/%s failed: %s", from_stage, to_stage, put_key, e)
             self._count("put_failures")
             return False, 0, None
-        self._count("puts", "bytes_put", n)
+        self._count("puts", 1, "bytes_put", n)
         return True, n, {"mount": self.mount_path, "key": str(put_key), "size": n}
 
     def get(self, from_stage, to_stage, get_key, metadata=None, timeout=None):
@@ -104,7 +104,7 @@ class OmniFSConnector(_Base):
             log.error("OmniFSConnector: get %s/%s/%s failed: %s", from_stage, to_stage, get_key, e)
             self._count("get_failures")
             return None
-        self._count("gets", "bytes_got", len(raw))
+        self._count("gets", 1, "bytes_got", len(raw))
         return obj, len(raw)
 
     def get_with_deadline(self, from_stage, to_stage, get_key, metadata=None, *, deadline):
@@ -134,8 +134,7 @@ class OmniFSConnector(_Base):
                     pass        # consumed or removed meanwhile
                 except OSError as e:
                     log.error("OmniFSConnector: cleanup %s/%s/%s: %s", f, t, key, e)
-        with self._lock:
-            self._n["removed"] += removed
+        self._count("removed", removed)
         return removed > 0
 
     def health(self):
