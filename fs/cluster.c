@@ -637,6 +637,12 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 	case PT_PULL:
 		serve_pull(cl, c, peer, reqid, m);
 		break;
+	case PT_CLEANUP: {
+		struct proto_msg r = { .type = PT_CLEANED };
+		r.u.cleaned.removed = ns_cleanup(cl->ns, m->u.cleanup.id, NULL);
+		xport_reply(c, reqid, &r);
+		break;
+	}
 	case PT_RELEASE:
 		leases_end(cl->leases, peer, m->u.release.lease);
 		break;
@@ -743,7 +749,7 @@ static const struct xport_ops xops = {
 
 /* ---------------------------------------------------------------- asking */
 
-struct ask { struct cluster *cl; int peer, found; };
+struct ask { struct cluster *cl; int peer; uint64_t found; };
 
 static int ask_reply(void *arg, const struct proto_msg *m)
 {
@@ -765,13 +771,24 @@ static int ask_reply(void *arg, const struct proto_msg *m)
 	return m->type == PT_LISTING && m->u.listing.more;
 }
 
+/* CLEANED: how many objects the peer removed. */
+static int cleaned_reply(void *arg, const struct proto_msg *m)
+{
+	if (m->type == PT_CLEANED)
+		((struct ask *)arg)->found += m->u.cleaned.removed;
+	return 0;
+}
+
 /* Sends m to every peer that is up, at once (asking never waits for a
- * peer to connect); how many of them found something. */
-static int ask_all(struct cluster *cl, const struct proto_msg *m)
+ * peer to connect), on_reply taking each answer; what they found in all,
+ * and, if told is set, which of them answered without an error. */
+static uint64_t ask_all(struct cluster *cl, const struct proto_msg *m, xport_reply_fn on_reply,
+			uint8_t *told)
 {
 	struct ask *a = calloc(cl->npeers, sizeof(*a));
 	struct xport_callee *to = calloc(cl->npeers, sizeof(*to));
-	int n = 0, found = 0;
+	uint64_t found = 0;
+	int n = 0;
 
 	if (a && to) {
 		for (size_t i = 0; i < cl->npeers; i++) {
@@ -781,9 +798,12 @@ static int ask_all(struct cluster *cl, const struct proto_msg *m)
 			to[n] = (struct xport_callee){ .peer = (int)i, .arg = &a[n] };
 			n++;
 		}
-		if (!xport_call_each(cl->x, to, n, m, ask_reply))
-			for (int i = 0; i < n; i++)
+		if (!xport_call_each(cl->x, to, n, m, on_reply))
+			for (int i = 0; i < n; i++) {
 				found += a[i].found;
+				if (told)
+					told[to[i].peer] = !to[i].rc;
+			}
 	}
 	free(a);
 	free(to);
@@ -799,7 +819,7 @@ int cluster_ask(struct cluster *cl, const char *from, const char *to,
 	snprintf(m.u.obj.to, sizeof(m.u.obj.to), "%s", to);
 	snprintf(m.u.obj.key, sizeof(m.u.obj.key), "%s", key);
 	m.u.obj.size = subscribe_ms;
-	return ask_all(cl, &m) ? 0 : -ENOENT;
+	return ask_all(cl, &m, ask_reply, NULL) ? 0 : -ENOENT;
 }
 
 /* A LIST of what a peer owns under from/to ("" for all). */
@@ -826,7 +846,25 @@ void cluster_refresh(struct cluster *cl, const char *from, const char *to)
 {
 	struct proto_msg m = list_msg(from, to);
 
-	ask_all(cl, &m);
+	ask_all(cl, &m, ask_reply, NULL);
+}
+
+int cluster_cleanup(struct cluster *cl, const char *id, uint64_t *removed, size_t *missed)
+{
+	struct proto_msg m = { .type = PT_CLEANUP };
+	uint8_t *told = calloc(cl->npeers + 1, 1);
+
+	if (!told)
+		return -ENOMEM;
+	snprintf(m.u.cleanup.id, sizeof(m.u.cleanup.id), "%s", id);
+	*removed = ask_all(cl, &m, cleaned_reply, told);
+	*missed = 0;
+	for (size_t i = 0; i < cl->npeers; i++)
+		*missed += !told[i];
+	/* After the owners: the records of theirs it forgets stay forgotten. */
+	*removed += ns_cleanup(cl->ns, id, told);
+	free(told);
+	return 0;
 }
 
 /* A peer that came up: what it owns on the edges into our stages, learnt

@@ -56,6 +56,10 @@ int cluster_ask(struct cluster *cl, const char *from, const char *to,
 		const char *key, unsigned subscribe_ms);
 /* Brings what the peers own under from/to ("" for all) into ns. */
 void cluster_refresh(struct cluster *cl, const char *from, const char *to);
+/* rm of request id's objects on every node (ns_cleanup there), in one
+ * round trip: how many went in all, and how many peers could not be told
+ * (down, or no answer in time: theirs stay).  0, or -ENOMEM. */
+int cluster_cleanup(struct cluster *cl, const char *id, uint64_t *removed, size_t *missed);
 
 /* Brings pieces of objects from their owners, all pulls in flight at once
  * (each piece's done, if set, is called as it ends, on a peer's thread):

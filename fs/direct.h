@@ -133,4 +133,27 @@ struct omnifs_small {
 #define OMNIFS_IOC_PUT(n) _IOC(_IOC_WRITE, 'O', 0x12, (n))
 #define OMNIFS_IOC_GET(n) _IOC(_IOC_READ | _IOC_WRITE, 'O', 0x13, (n))
 
+/* OMNIFS_IOC_CLEANUP, on a descriptor of any directory of the mount: rm
+ * of every object of one request, on every node, in one round trip to
+ * the peers (README, "Cleaning up a request"): the keys that are the id,
+ * or the id followed by '_' or '.' and more, or vllm-omni's
+ * omni_<from>_to_<to>_kv_cache_<id>; published, or being written (their
+ * writers' next write fails with ENOENT).  Open to every user, as rm is.
+ *
+ * The argument is the header then the id's bytes (a valid key), its size
+ * the command's size field; the answer is the header, with removed (how
+ * many objects went, on all nodes) and missed (peers that could not be
+ * told, down or silent: their objects stay).  EINVAL or ENAMETOOLONG for
+ * an id that is no key, having removed nothing. */
+#define OMNIFS_CLEANUP_MAGIC 0x4e4c434fu       /* "OCLN" little-endian */
+
+struct omnifs_cleanup {
+	uint32_t magic;
+	uint32_t id_len;        /* bytes of id after the header, no NUL */
+	uint64_t removed;       /* out */
+	uint64_t missed;        /* out */
+};
+
+#define OMNIFS_IOC_CLEANUP(n) _IOC(_IOC_READ | _IOC_WRITE, 'O', 0x18, (n))
+
 #endif

@@ -31,3 +31,35 @@ int name_check_key(const char *name)
 		return -ENAMETOOLONG;
 	return 0;
 }
+
+static const char kv[] = "_kv_cache_";
+
+int name_of_request(const char *key, const char *id)
+{
+	size_t n = strlen(id), k = strlen(key);
+
+	if (!strncmp(key, id, n) && (!key[n] || key[n] == '_' || key[n] == '.'))
+		return 1;
+	return !strncmp(key, "omni_", 5) && k >= sizeof(kv) - 1 + n &&
+	       !memcmp(key + k - n - (sizeof(kv) - 1), kv, sizeof(kv) - 1) &&
+	       !strcmp(key + k - n, id);
+}
+
+size_t name_stem(const char *key, const char **stem)
+{
+	const char *s = key;
+
+	/* After the last "_kv_cache_": an id with one inside it, or right
+	 * after one, is never looked up by its stem. */
+	if (!strncmp(key, "omni_", 5))
+		for (const char *p = key; (p = strstr(p, kv)); p++)
+			s = p + sizeof(kv) - 1;
+	size_t n = strlen(s);
+	*stem = s;
+	return n < NAME_STEM ? n : NAME_STEM;
+}
+
+int name_stem_finds(const char *id)
+{
+	return strlen(id) >= NAME_STEM && strncmp(id, "omni", 4) && !strstr(id, "kv_cache_");
+}

@@ -11,4 +11,21 @@
 int name_check_stage(const char *name);
 int name_check_key(const char *name);
 
+/* 1 if key belongs to request id (a valid key itself): it is id, or id
+ * followed by '_' or '.' and more (every key builder of vllm-omni puts
+ * the request first; views add ".rank<r>of<T>"), or vllm-omni's
+ * "omni_<from>_to_<to>_kv_cache_<id>". */
+int name_of_request(const char *key, const char *id);
+
+/* So that finding a request's keys need not look at every key, keys are
+ * indexed by their stem: their first NAME_STEM bytes, or for vllm-omni's
+ * KV keys those of the id they end with.  name_stem() gives a key's (its
+ * length).  All keys of an id are under the id's own stem if it is at
+ * least NAME_STEM bytes long, does not start with "omni" and holds no
+ * "kv_cache_" (name_stem_finds() says whether); for any other id, every
+ * key must be looked at. */
+#define NAME_STEM 12
+size_t name_stem(const char *key, const char **stem);
+int name_stem_finds(const char *id);
+
 #endif

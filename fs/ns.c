@@ -76,6 +76,51 @@ struct node *node_child(struct ns *ns, struct node *p, const char *name)
 	return NULL;
 }
 
+static uint64_t stem_hash(const char *name)
+{
+	const char *stem;
+	size_t n = name_stem(name, &stem);
+
+	return XXH3_64bits(stem, n);
+}
+
+struct node *node_stem_ring(struct ns *ns, const char *name)
+{
+	struct hlink *l = htab_find(&ns->byreq, stem_hash(name));
+	return l ? (struct node *)((char *)l - offsetof(struct node, byreq)) : NULL;
+}
+
+static void stem_join(struct ns *ns, struct node *n)
+{
+	struct node *h = node_stem_ring(ns, n->name);
+
+	if (!h) {
+		n->req_next = n->req_prev = n;
+		n->req_head = 1;
+		htab_add(&ns->byreq, &n->byreq, stem_hash(n->name));
+		return;
+	}
+	n->req_next = h->req_next;
+	n->req_prev = h;
+	h->req_next->req_prev = n;
+	h->req_next = n;
+}
+
+static void stem_leave(struct ns *ns, struct node *n)
+{
+	struct node *next = n->req_next;
+
+	if (n->req_head) {
+		htab_del(&ns->byreq, &n->byreq);
+		if (next != n) {
+			next->req_head = 1;
+			htab_add(&ns->byreq, &next->byreq, n->byreq.key);
+		}
+	}
+	next->req_prev = n->req_prev;
+	n->req_prev->req_next = next;
+}
+
 static struct node *node_new(struct ns *ns, struct node *p, const char *name,
 			     enum ns_kind kind)
 {
@@ -91,8 +136,10 @@ static struct node *node_new(struct ns *ns, struct node *p, const char *name,
 	if (p) {
 		n->parent = p;
 		htab_add(&ns->byname, &n->byname, name_hash(p->ino, name));
-		if (kind == NK_KEY)
+		if (kind == NK_KEY) {
 			htab_add(&ns->bybase, &n->bybase, base_hash(p->ino, name));
+			stem_join(ns, n);
+		}
 		n->next = p->child;
 		if (p->child)
 			p->child->prev = n;
@@ -110,8 +157,10 @@ void node_maybe_free(struct ns *ns, struct node *n)
 		struct node *p = n->parent;
 		htab_del(&ns->byino, &n->byino);
 		htab_del(&ns->byname, &n->byname);
-		if (n->kind == NK_KEY)
+		if (n->kind == NK_KEY) {
 			htab_del(&ns->bybase, &n->bybase);
+			stem_leave(ns, n);
+		}
 		if (n->prev)
 			n->prev->next = n->next;
 		else
@@ -954,7 +1003,8 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	}
 	if (htab_init(&ns->byino, 1024) || htab_init(&ns->byname, 1024) ||
 	    htab_init(&ns->waiters, 1024) || htab_init(&ns->byoid, 1024) ||
-	    htab_init(&ns->bybase, 1024) || htab_init(&ns->gone_byoid, NS_GONE_RECENT))
+	    htab_init(&ns->bybase, 1024) || htab_init(&ns->byreq, 1024) ||
+	    htab_init(&ns->gone_byoid, NS_GONE_RECENT))
 		goto free_tables;
 	pthread_mutex_init(&ns->ev_lock, NULL);
 	pthread_cond_init(&ns->fcond, NULL);
@@ -983,6 +1033,7 @@ free_tables:
 	htab_fini(&ns->waiters);
 	htab_fini(&ns->byoid);
 	htab_fini(&ns->bybase);
+	htab_fini(&ns->byreq);
 	htab_fini(&ns->gone_byoid);
 	free(ns->rules);
 free_ns:
@@ -1070,6 +1121,7 @@ void ns_destroy(struct ns *ns)
 	htab_fini(&ns->waiters);
 	htab_fini(&ns->byoid);
 	htab_fini(&ns->bybase);
+	htab_fini(&ns->byreq);
 	htab_fini(&ns->gone_byoid);
 	timerq_fini(&ns->tq);
 	pthread_cond_destroy(&ns->fcond);

@@ -231,6 +231,11 @@ int ns_truncate(struct ns *ns, uint64_t ino, uint64_t size);
  * Without it, the C library would write a byte a block up to the end. */
 int ns_fallocate(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t len);
 int ns_unlink(struct ns *ns, uint64_t parent, const char *name);
+/* rm of request id's objects (name_of_request): those this node owns,
+ * published or being written (the writer's next write: ENOENT), and the
+ * records of other nodes' where told[owner] says that owner removed its
+ * own (told may be NULL).  How many of its own it removed. */
+uint64_t ns_cleanup(struct ns *ns, const char *id, const uint8_t *told);
 /* The same-node hand-over (fs/direct.h).  where: a reader's handle of a
  * complete local object, its bytes as at most max iovecs (valid until the
  * handle's release); -EREMOTE when the bytes are not all here, -E2BIG in

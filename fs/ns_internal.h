@@ -83,6 +83,11 @@ struct node {
 	struct object *obj;
 	struct ns_waiter *waiters;
 	char *name;
+	/* Keys by stem (name_stem()): a ring of those with one stem, of
+	 * which one, the ring's head, is in ns->byreq. */
+	struct hlink byreq;
+	struct node *req_next, *req_prev;
+	int req_head;
 	uint64_t lost_ns;               /* its object went with its owner then */
 	int stale;      /* its published object left while the kernel knew the
 			 * name; until the next lookup or object (see ns_open) */
@@ -124,7 +129,7 @@ struct ns {
 	struct stats *st;
 	struct ns_settings set;
 	struct ns_rule *rules;
-	struct htab byino, byname, waiters, bybase;
+	struct htab byino, byname, waiters, bybase, byreq;
 	uint64_t next_ino, next_wid, nobjects;
 	struct timerq tq;
 	struct node *root;
@@ -170,6 +175,8 @@ struct wakelist { struct ns_waiter *head; };
 /* The tree. */
 struct node *node_by_ino(struct ns *ns, uint64_t ino);
 struct node *node_child(struct ns *ns, struct node *p, const char *name);
+/* A ring of the keys whose stem is that of name (NULL if none). */
+struct node *node_stem_ring(struct ns *ns, const char *name);
 int node_resolve(struct ns *ns, struct node *p, const char *name,
 		 int placeholder, struct node **out);
 void node_maybe_free(struct ns *ns, struct node *n);

@@ -437,30 +437,46 @@ void ns_remote_gone(struct ns *ns, int owner, const char *from, const char *to,
 	pthread_mutex_unlock(&ns->lock);
 }
 
-void ns_drop_owner(struct ns *ns, int owner, int lost)
+/* fn(ns, k, arg) for every key node, under the lock; fn may unlink k's
+ * object, which may free k and the directories above it. */
+static void each_key(struct ns *ns, void (*fn)(struct ns *ns, struct node *k, void *arg),
+		     void *arg)
 {
-	uint64_t now = clock_mono_ns();
-	int kept = 0;
-
-	pthread_mutex_lock(&ns->lock);
 	for (struct node *s = ns->root->child, *sn; s; s = sn) {
-		sn = s->next;           /* unlinking may free nodes up the tree */
+		sn = s->next;
 		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL, *en; e; e = en) {
 			en = e->next;
 			for (struct node *k = e->child, *kn; k; k = kn) {
 				kn = k->next;
-				if (!k->obj || k->obj->owner != owner)
-					continue;
-				if (lost && k->obj->state == OS_PUBLISHED) {
-					k->lost_ns = now;       /* its next open: EIO */
-					kept = 1;
-				}
-				obj_unlink(ns, k->obj, lost ? ST_LOST : ST_NONE);
+				fn(ns, k, arg);
 			}
 		}
 	}
-	if (kept)
-		ns_lost_sweep_at(ns, now + NS_LOST_KEEP_NS);
+}
+
+struct drop { int owner, lost, kept; uint64_t now; };
+
+static void drop_key(struct ns *ns, struct node *k, void *arg)
+{
+	struct drop *d = arg;
+
+	if (!k->obj || k->obj->owner != d->owner)
+		return;
+	if (d->lost && k->obj->state == OS_PUBLISHED) {
+		k->lost_ns = d->now;    /* its next open: EIO */
+		d->kept = 1;
+	}
+	obj_unlink(ns, k->obj, d->lost ? ST_LOST : ST_NONE);
+}
+
+void ns_drop_owner(struct ns *ns, int owner, int lost)
+{
+	struct drop d = { owner, lost, 0, clock_mono_ns() };
+
+	pthread_mutex_lock(&ns->lock);
+	each_key(ns, drop_key, &d);
+	if (d.kept)
+		ns_lost_sweep_at(ns, d.now + NS_LOST_KEEP_NS);
 	pthread_mutex_unlock(&ns->lock);
 }
 
@@ -526,6 +542,44 @@ int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *
 	}
 	ns_unlock(ns);
 	return rc;
+}
+
+struct clean { const char *id; const uint8_t *told; uint64_t n; };
+
+/* ns_cleanup's step for one key: counts an object of ours it removed. */
+static void clean_key(struct ns *ns, struct node *k, void *arg)
+{
+	struct clean *c = arg;
+	struct object *o = k->obj;
+
+	if (!o || (o->owner >= 0 && !(c->told && c->told[o->owner])) ||
+	    !name_of_request(k->name, c->id))
+		return;
+	if (o->owner >= 0)      /* its GONE may come after a listing */
+		gone_note(ns, o->owner, o->oid);
+	c->n += o->owner < 0;
+	obj_unlink(ns, o, o->owner < 0 ? ST_REMOVED : ST_NONE);
+}
+
+uint64_t ns_cleanup(struct ns *ns, const char *id, const uint8_t *told)
+{
+	struct clean c = { id, told, 0 };
+
+	pthread_mutex_lock(&ns->lock);
+	if (name_stem_finds(id)) {      /* only the keys of its stem */
+		struct node *k = node_stem_ring(ns, id), *kn;
+		size_t left = 0;
+		for (struct node *r = k; r && (!left || r != k); r = r->req_next)
+			left++;
+		for (; left; left--, k = kn) {
+			kn = k->req_next;       /* unlinking frees no other key */
+			clean_key(ns, k, &c);
+		}
+	} else {
+		each_key(ns, clean_key, &c);
+	}
+	ns_unlock(ns);
+	return c.n;
 }
 
 static void objinfo(const struct object *o, struct ns_objinfo *out, char names[3][256])

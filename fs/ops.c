@@ -934,6 +934,35 @@ static void small_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, const void
 		small_get(req, ino, &s, key, out_bufsz);
 }
 
+/* OMNIFS_IOC_CLEANUP: rm of a request's objects on every node. */
+static void cleanup_ioctl(fuse_req_t req, const void *in, size_t in_bufsz, size_t out_bufsz)
+{
+	struct fs *fs = fs_of(req);
+	struct omnifs_cleanup c;
+	char id[NAME_KEY_MAX + 1];
+	size_t missed = 0;
+	int rc = -EINVAL;
+
+	if (in_bufsz < sizeof(c) || out_bufsz < sizeof(c))
+		return (void)fuse_reply_err(req, EINVAL);
+	memcpy(&c, in, sizeof(c));
+	if (c.magic == OMNIFS_CLEANUP_MAGIC && c.id_len <= in_bufsz - sizeof(c))
+		rc = c.id_len > NAME_KEY_MAX ? -ENAMETOOLONG : 0;
+	if (!rc) {
+		memcpy(id, (const char *)in + sizeof(c), c.id_len);
+		id[c.id_len] = 0;
+		rc = strlen(id) != c.id_len ? -EINVAL : name_check_key(id);
+	}
+	if (!rc && fs->cl)
+		rc = cluster_cleanup(fs->cl, id, &c.removed, &missed);
+	else if (!rc)
+		c.removed = ns_cleanup(fs->ns, id, NULL);
+	if (rc)
+		return (void)fuse_reply_err(req, -rc);
+	c.missed = missed;
+	fuse_reply_ioctl(req, 0, &c, sizeof(c));
+}
+
 static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, void *arg,
 		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
 		     size_t in_bufsz, size_t out_bufsz)
@@ -941,6 +970,8 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, void *arg,
 	(void)arg;
 	if (flags & FUSE_IOCTL_COMPAT)
 		fuse_reply_err(req, ENOTTY);
+	else if ((flags & FUSE_IOCTL_DIR) && cmd == OMNIFS_IOC_CLEANUP(_IOC_SIZE(cmd)))
+		cleanup_ioctl(req, in_buf, in_bufsz, out_bufsz);
 	else if (flags & FUSE_IOCTL_DIR)
 		small_ioctl(req, ino, cmd, in_buf, in_bufsz, out_bufsz);
 	else

@@ -241,6 +241,12 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 	case PT_RELEASE:
 		put_le(&w, m->u.release.lease, 8);
 		break;
+	case PT_CLEANUP:
+		put_str(&w, m->u.cleanup.id, 2);
+		break;
+	case PT_CLEANED:
+		put_le(&w, m->u.cleaned.removed, 8);
+		break;
 	case PT_GRANT:
 		put_le(&w, m->u.grant.oid, 8);
 		put_le(&w, m->u.grant.lease, 8);
@@ -435,6 +441,14 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 	case PT_RELEASE:
 		m->u.release.lease = get_le(&r, 8);
 		break;
+	case PT_CLEANUP:
+		get_str(&r, m->u.cleanup.id, PROTO_KEY_MAX, 2, 0);
+		if (!r.err && m->u.cleanup.id[0] == '.')
+			r.err = 1;
+		break;
+	case PT_CLEANED:
+		m->u.cleaned.removed = get_le(&r, 8);
+		break;
 	case PT_GRANT:
 		m->u.grant.oid = get_le(&r, 8);
 		m->u.grant.lease = get_le(&r, 8);
@@ -491,6 +505,8 @@ const char *proto_type_name(unsigned type)
 		"?", "HELLO", "CHALLENGE", "AUTH", "WELCOME", "PING", "PONG",
 		"ANNOUNCE", "GONE", "CONSUMED", "LOOKUP", "LIST", "REMOVE", "PULL",
 		"STATUS", "OBJECT", "LISTING", "DATA", "RELEASE", "GRANT", "GRANTED",
+		"CLEANUP", "CLEANED",
 	};
+	_Static_assert(sizeof(names) / sizeof(*names) == PT_MAX_TYPE + 1, "a name for each type");
 	return type <= PT_MAX_TYPE ? names[type] : "?";
 }

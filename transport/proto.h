@@ -21,8 +21,9 @@
 #define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
 #define PROTO_KEY_MAX    255            /* a key */
 #define PROTO_MAGIC      0x4d4fu
-#define PROTO_VERSION    4              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
-					   4: OBJECT carries a small object's bytes */
+#define PROTO_VERSION    5              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
+					   4: OBJECT carries a small object's bytes;
+					   5: CLEANUP */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -65,7 +66,10 @@ enum proto_type {
 			   lease; reply GRANTED or STATUS */
 	PT_GRANTED,     /* reply: size, the hashes of chunks first.., and the
 			   object's extents as the sender's RDMA device lets them be read */
-	PT_MAX_TYPE = PT_GRANTED,
+	PT_CLEANUP,     /* request: a request id; the receiver removes the objects
+			   of it that it owns; reply CLEANED or STATUS */
+	PT_CLEANED,     /* reply: how many it removed */
+	PT_MAX_TYPE = PT_CLEANED,
 };
 
 struct proto_hdr {
@@ -109,6 +113,8 @@ struct proto_msg {
 		 * as for an open file, until RELEASE. */
 		struct { uint64_t oid, off, len, stride; uint32_t count; uint64_t lease; } pull;
 		struct { uint64_t lease; } release;
+		struct { char id[PROTO_KEY_MAX + 1]; } cleanup;   /* a valid key */
+		struct { uint64_t removed; } cleaned;
 		struct { int32_t err; } status;
 		struct { uint32_t n; uint8_t more, objects; struct proto_obj *obj;
 			 char (*name)[PROTO_NAME_MAX + 1]; } listing;

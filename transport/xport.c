@@ -653,7 +653,7 @@ static void *rx_thread(void *arg)
 		if (h.type == PT_DATA) {
 			rc = rx_data(c, &h, &m);
 		} else if (h.type == PT_STATUS || h.type == PT_OBJECT || h.type == PT_LISTING ||
-			   h.type == PT_GRANTED) {
+			   h.type == PT_GRANTED || h.type == PT_CLEANED) {
 			rx_reply(c, &h, &m);
 		} else if (h.type != PT_PONG) {
 			rc = -EPROTO;   /* a request has no business here */
@@ -1126,7 +1126,7 @@ static int is_request(unsigned t)
 {
 	return t == PT_PING || t == PT_ANNOUNCE || t == PT_GONE || t == PT_CONSUMED ||
 	       t == PT_LOOKUP || t == PT_LIST || t == PT_REMOVE || t == PT_PULL ||
-	       t == PT_RELEASE || t == PT_GRANT;
+	       t == PT_RELEASE || t == PT_GRANT || t == PT_CLEANUP;
 }
 
 static int reply_status(struct xport_conn *c, uint64_t reqid, int err)

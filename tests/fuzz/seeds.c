@@ -45,6 +45,8 @@ int main(int argc, char **argv)
 		}
 		if (t == PT_LIST)
 			strcpy(m.u.list.from, "0");
+		if (t == PT_CLEANUP)
+			strcpy(m.u.cleanup.id, "req-7");
 		if (t == PT_LISTING)
 			m.u.listing = (typeof(m.u.listing)){ 2, 0, 1, objs, NULL };
 		if (t == PT_DATA)

@@ -131,6 +131,28 @@ ok "... and on b" wait_until 5 gone_on b 0/9/fromA
 is "$(M=$T/c pyerr "os.unlink(M + '/0/9/fromA')")" ENOENT "rm again: ENOENT"
 is "$(stat_of a removed)" $((removed + 1)) "the owner counted the removal"
 
+# --- cleanup of a request: one ioctl, every node's objects of it ----------
+clean_req() {  # clean_req NODE ID: "removed missed", as NODE's daemon answers
+	PYTHONPATH="$SRC/contrib/python" $SYSPY -c \
+		"import omnifs, sys; print(*omnifs.Mount(sys.argv[1]).cleanup(sys.argv[2]))" "$T/$1" "$2" 2>&1
+}
+of_r7() { ls "$T/$1/0/9" "$T/$1/0/2" | grep -cE '^(r7([._].*)?|omni_.*_kv_cache_r7)$'; }
+for k in r7 r7_0_1 r7.rank0of2 r70 omni_0_to_9_kv_cache_r7; do echo x >"$T/a/0/9/$k"; done
+echo y >"$T/b/0/9/r7_b"
+echo z >"$T/c/0/2/r7_c"
+exec {wfd}>"$T/b/0/9/r7_w"
+echo partial >&$wfd
+is "$(of_r7 c)" 6 "r7 has 6 objects published on the three nodes, and one being written on b"
+is "$(clean_req c r7)" "7 0" "cleanup of r7 from c: a's 4, b's 2, c's 1 removed, no node missed"
+for n in a b c; do is "$(of_r7 $n)" 0 "... none of r7's left on $n"; done
+ok "... another request's key stays (r70)" test -e "$T/b/0/9/r70"
+( echo more >&$wfd ) 2>"$T/wr7"
+ok "... and r7_w's writer's next write fails: ENOENT" grep -q "No such file" "$T/wr7"
+exec {wfd}>&-
+ok "... its close publishes nothing" wait_until 2 gone_on c 0/9/r7_w
+is "$(clean_req a r7)" "0 0" "cleanup again: nothing to remove"
+rm -f "$T/a/0/9/r70"
+
 # --- the handshake and hostile bytes on the peer port -----------------------
 rogue() {  # rogue MODE: talks to a's peer port; prints what came back
 	$PY - "$PA" "$1" "$PROTO_VERSION" <<'PYEOF'
@@ -183,6 +205,10 @@ ok "a's peers are still up" peers_up a 2
 # --- a node with the wrong secret is refused; it rejoins with the right one --
 stop_node c
 ok "b sees c down" wait_until 10 peers_up b 1
+echo x >"$T/a/0/9/r8"
+a_sees_c_down() { peers_up a 1; }
+wait_until 10 a_sees_c_down
+is "$(clean_req a r8)" "1 1" "a cleanup while c is down removes a's object and says one node missed"
 node c wrong
 c_isolated() { ! wait_until 3 peers_up c 1; }
 ok "c with the wrong secret mounts but no peer accepts it" c_isolated

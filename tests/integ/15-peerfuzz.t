@@ -54,6 +54,9 @@ traffic() {
 		for f in "$T"/a/1/2/* "$T"/a/0/1/*; do cat "$f"; done
 		rm -f "$T/a/0/2/p$id"
 		echo "$n" >"$T/a/0/2/p$id"
+		# a asks f to clean up a request: f answers anything
+		[ $((n % 4)) = 0 ] && PYTHONPATH="$SRC/contrib/python" $SYSPY -c \
+			"import omnifs, sys; omnifs.Mount(sys.argv[1]).cleanup('k2')" "$T/a"
 	done >/dev/null 2>&1     # what they print is not TAP
 }
 

@@ -190,20 +190,87 @@ def test_cleanup_leaves_nothing_on_any_node():
     r, other = rid(), rid()
     with OmniFSConnector({"mount": B}) as b, OmniFSConnector({"mount": C}) as c:
         c.put("1", "2", other, b"keep")
+        b.put("0", "1", r + "0", b"another request's")
         used_b, used_c = pool_used(B), pool_used(C)
         b.put("0", "1", r, b"a" * 5000)
         b.put("0", "2", r + "_0_0_0_1", b"b" * 5000)
         b.put("0", "1", "omni_0_to_1_kv_cache_" + r, b"c")
         c.put("1", "2", r + ".rank0of2", b"d" * 70000)
+        writing = open(os.path.join(B, "0", "1", r + "_w"), "wb", buffering=0)
+        writing.write(b"e" * 9000)
         assert pool_used(B) > used_b and pool_used(C) > used_c
         assert c.cleanup(r) is True
+        assert c.health()["removed"] == 5, "5 objects went"
+        with pytest.raises(FileNotFoundError):
+            writing.write(b"more")      # removed while being written
+        writing.close()
         for m in (B, C):
             for f, t in omnifs.Mount(m).edges():
                 left = [k for k in omnifs.Mount(m).keys(f, t) if request_of(k, r)]
                 assert left == [], (m, f, t, left)
         assert (pool_used(B), pool_used(C)) == (used_b, used_c), "every pool as before"
         assert c.cleanup(r) is False
+        assert omnifs.Mount(B).cleanup(r) == (0, 0), "none left, no node missed"
         assert c.get("1", "2", other) == (b"keep", 4)
+        assert c.get("0", "1", r + "0") == (b"another request's", 17)
+
+
+def dir_ioctl_errno(path, rw, nr, buf, size=None):
+    """The errno of a hand-made ioctl of buf (size bytes, or all of it,
+    padded) on the directory path (0: it worked)."""
+    import fcntl
+    from omnifs import small
+    n = len(buf) if size is None else size
+    buf = bytearray(buf) + bytes(max(0, n - len(buf)))
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.ioctl(fd, small.ioc(rw, nr, n), buf, True)
+        return 0
+    except OSError as e:
+        return e.errno
+    finally:
+        os.close(fd)
+
+
+def cleanup_errno(head, body, size=None):
+    """The errno of a hand-made OMNIFS_IOC_CLEANUP on B's root (0: it worked)."""
+    return dir_ioctl_errno(B, 3, 0x18, omnifs._CLEANUP.pack(*head) + body, size)
+
+
+def test_cleanup_refuses_an_id_that_is_no_key_and_removes_nothing():
+    r = rid()
+    omnifs.Mount(B).put("0", "1", r, b"x")
+    M = omnifs._CLEANUP_MAGIC
+    for head, body, want in [
+            ((M, 0, 0, 0), b"", errno.EINVAL),                  # empty
+            ((M, 3, 0, 0), b".r1", errno.EINVAL),               # leading dot
+            ((M, 3, 0, 0), b"a/b", errno.EINVAL),               # a slash
+            ((M, 3, 0, 0), b"a\0b", errno.EINVAL),              # a NUL
+            ((M, 256, 0, 0), b"r" * 256, errno.ENAMETOOLONG),   # over 255 bytes
+            ((M, 40, 0, 0), r.encode(), errno.EINVAL),          # longer than what came
+            ((M + 1, len(r), 0, 0), r.encode(), errno.EINVAL)]:  # not its magic
+        assert cleanup_errno(head, body) == want, (head, body)
+    assert cleanup_errno((M, len(r), 0, 0), r.encode(), size=16) == errno.EINVAL, "a short buffer"
+    assert r in omnifs.Mount(B).keys("0", "1"), "nothing removed"
+    for bad in ("", ".x", "a/b", "r" * 256):
+        with pytest.raises(OSError) as e:
+            omnifs.Mount(B).cleanup(bad)
+        assert e.value.errno == errno.EINVAL
+    assert omnifs.Mount(B).cleanup(r) == (1, 0)
+
+
+def test_cleanup_through_a_daemon_without_the_ioctl(monkeypatch, caplog):
+    r = rid()
+    with OmniFSConnector({"mount": C}) as c:
+        c.put("1", "2", r, b"x")
+        c.put("1", "2", r + "_1", b"y")
+
+        def old_daemon(self, request_id):
+            raise OSError(errno.ENOTTY, "Inappropriate ioctl for device")
+        monkeypatch.setattr(omnifs.Mount, "cleanup", old_daemon)
+        assert c.cleanup(r) is True
+        assert c.health()["removed"] == 2
+        assert not [k for k in omnifs.Mount(C).keys("1", "2") if request_of(k, r)]
 
 
 def test_health_and_close_twice():
@@ -635,19 +702,8 @@ def small_counters(mount):
 
 def small_errno(path, cmd_nr, head, body=b"", size=None):
     """The errno of a hand-made small ioctl on path (0: it worked)."""
-    import fcntl
     from omnifs import small
-    buf = bytearray(small._HEAD.pack(*head) + body)
-    n = len(buf) if size is None else size
-    buf.extend(bytes(max(0, n - len(buf))))
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.ioctl(fd, small._ioc(1 if cmd_nr == 0x12 else 3, cmd_nr, n), buf, True)
-        return 0
-    except OSError as e:
-        return e.errno
-    finally:
-        os.close(fd)
+    return dir_ioctl_errno(path, 1 if cmd_nr == 0x12 else 3, cmd_nr, small._HEAD.pack(*head) + body, size)
 
 
 @pytest.mark.parametrize("size", [0, 1, 4096, "room"])

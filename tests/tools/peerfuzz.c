@@ -155,7 +155,7 @@ static int build(uint8_t *body, size_t cap, uint8_t *type, uint8_t *scratch)
 {
 	static const uint8_t types[] = { PT_ANNOUNCE, PT_GONE, PT_CONSUMED, PT_LOOKUP,
 					 PT_LIST, PT_REMOVE, PT_PULL, PT_PULL, PT_PING,
-					 PT_RELEASE, PT_GRANT };
+					 PT_RELEASE, PT_GRANT, PT_CLEANUP };
 	struct proto_msg m = { .type = types[rnd(sizeof(types))] };
 	uint64_t oid = 1, size = 1 << 20;
 
@@ -188,6 +188,9 @@ static int build(uint8_t *body, size_t cap, uint8_t *type, uint8_t *scratch)
 		break;
 	case PT_RELEASE:
 		m.u.release.lease = rnd(2) ? pick_lease() : pick_u64(1);
+		break;
+	case PT_CLEANUP:        /* the targets' keys too: "k1" is one's id */
+		pick_name(m.u.cleanup.id, sizeof(m.u.cleanup.id), 1);
 		break;
 	case PT_GRANT:          /* refused here, a connection with no RDMA; decoded first */
 		m.u.grant.oid = rnd(4) ? oid : pick_u64(oid);
@@ -592,6 +595,12 @@ static int answer(int fd, const struct proto_hdr *h, const struct proto_msg *q, 
 		return answer_pull(fd, q, reqid, out, scratch);
 	case PT_REMOVE:
 		r.u.status.err = rnd(2) ? 0 : ENOENT;
+		break;
+	case PT_CLEANUP:        /* any count at all, or an errno */
+		if (rnd(4)) {
+			r.type = PT_CLEANED;
+			r.u.cleaned.removed = pick_u64(3);
+		}
 		break;
 	default:
 		return 0;       /* one-way: nothing is owed */

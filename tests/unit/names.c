@@ -30,5 +30,25 @@ int main(void)
 	is(name_check_key(""), -EINVAL, "empty key");
 	is(name_check_key(".hidden"), -EINVAL, "leading dot key");
 	is(name_check_key("a/b"), -EINVAL, "slash");
+	ok(name_of_request("r1", "r1"), "a request's own key");
+	ok(name_of_request("r1_0_0_1_2", "r1"), "id then '_'");
+	ok(name_of_request("r1.rank0of2", "r1"), "id then '.' (a rank shard)");
+	ok(name_of_request("omni_0_to_1_kv_cache_r1", "r1"), "vllm-omni's KV key");
+	ok(!name_of_request("r10", "r1"), "a longer id is another request");
+	ok(!name_of_request("xr1", "r1"), "the id inside a key is not enough");
+	ok(!name_of_request("r", "r1"), "a shorter key");
+	ok(!name_of_request("omni_0_to_1_kv_cache_r10", "r1"), "KV key of another request");
+	ok(!name_of_request("omni_0_to_1_kv_cache_xr1", "r1"), "KV key ending in the id");
+	ok(!name_of_request("omni_0_to_1_kv_cache_", "r1"), "a KV key without the id");
+	const char *st;
+	is(name_stem("0_0123456789abcdef_0_0_1", &st), NAME_STEM, "a key's stem: its first bytes");
+	ok(!strncmp(st, "0_0123456789", NAME_STEM), "... from its start");
+	is(name_stem("omni_0_to_1_kv_cache_0_0123456789abcdef", &st), NAME_STEM, "a KV key's...");
+	ok(!strncmp(st, "0_0123456789", NAME_STEM), "... its request's");
+	is(name_stem("r1", &st), 2, "a short key is all stem");
+	ok(name_stem_finds("0_0123456789abcdef"), "a long id is found by its stem");
+	ok(!name_stem_finds("0_012345678"), "one shorter than the stem is not");
+	ok(!name_stem_finds("omni_0123456789"), "nor one that starts as KV keys do");
+	ok(!name_stem_finds("0123456789_kv_cache_1"), "nor one holding kv_cache_");
 	return done_testing();
 }

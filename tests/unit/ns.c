@@ -232,6 +232,51 @@ int main(void)
 	if (here)
 		ns_release(ns, r);
 	ns_forget(ns, a.ino, 1);
+
+	/* rm of a request: its keys of this node, published or being
+	 * written; another node's only once its owner has removed them. */
+	static const char *mine[] = { "q1", "q1_0_1", "q1.rank0of2", "omni_0_to_1_kv_cache_q1" };
+	for (int i = 0; i < 4; i++)
+		ns_forget(ns, put3(ns, e, mine[i]), 1);
+	ns_forget(ns, put3(ns, e, "q10"), 1);
+	struct ns_handle *qw;
+	ns_create_key(ns, e, "q1_writing", 1, 0, 0, &a, &qw);
+	ns_forget(ns, a.ino, 1);
+	struct ns_objinfo qi = { .from = "0", .to = "1", .key = "q1_far", .oid = 78, .size = 3,
+				 .xxh3 = XXH3_64bits("xyz", 3), .readers = 1 };
+	ns_remote_add(ns, 0, &qi);
+	uint64_t removed = stat_get(&st, ST_REMOVED);
+	is(ns_cleanup(ns, "q1", NULL), 5, "cleanup: the request's 5 objects of this node");
+	is(stat_get(&st, ST_REMOVED), removed + 5, "counted as removed");
+	is(ns_write(ns, qw, "x", 1, 0), -ENOENT, "its writer's next write: ENOENT");
+	ns_release(ns, qw);
+	ok(ns_lookup(ns, e, "q10", 0, &a) == 0, "another request's key stays");
+	ns_forget(ns, a.ino, 1);
+	ok(ns_lookup(ns, e, "q1_far", 0, &a) == 0, "another node's stays until its owner is told");
+	ns_forget(ns, a.ino, 1);
+	uint8_t told[1] = { 1 };
+	ok(ns_cleanup(ns, "q1", told) == 0 && ns_lookup(ns, e, "q1_far", 0, &a) == -ENOENT,
+	   "and is forgotten, not counted, once it is");
+	ok(ns_remote_add(ns, 0, &qi) == -ENOENT && ns_lookup(ns, e, "q1_far", 0, &a) == -ENOENT,
+	   "a late listing of it does not bring it back");
+
+	/* The same by the stem index: a long id, with another request of
+	 * the same stem beside it. */
+	static const char *mine2[] = { "0_0123456789ab", "0_0123456789ab_0_1",
+				       "0_0123456789ab.rank1of2", "omni_0_to_1_kv_cache_0_0123456789ab" };
+	for (int i = 0; i < 4; i++)
+		ns_forget(ns, put3(ns, e, mine2[i]), 1);
+	ns_forget(ns, put3(ns, e, "0_0123456789abc"), 1);
+	ns_forget(ns, put3(ns, edge(ns, "2", "3"), "0_0123456789ab_2_3"), 1);
+	qi.key = "0_0123456789ab_far";
+	qi.oid = 79;
+	ns_remote_add(ns, 0, &qi);
+	is(ns_cleanup(ns, "0_0123456789ab", told), 5, "cleanup by stem: the 5 of ours, on two edges");
+	ok(ns_lookup(ns, e, "0_0123456789ab_far", 0, &a) == -ENOENT, "and another node's record");
+	ok(ns_lookup(ns, e, "0_0123456789abc", 0, &a) == 0, "another request of that stem stays");
+	ns_forget(ns, a.ino, 1);
+	is(ns_cleanup(ns, "0_0123456789abc", NULL), 1, "... until its own cleanup");
+	is(ns_cleanup(ns, "0_0123456789abc", NULL), 0, "and nothing is left");
 	ns_stop(ns);
 	ns_destroy(ns);
 	pool_destroy(pool);

@@ -124,6 +124,23 @@ static void test_messages(void)
 	st.u.status.err = -5;
 	is(roundtrip(&st, &r), -EPROTO, "a negative errno: refused");
 
+	struct proto_msg cu = { .type = PT_CLEANUP };
+	strcpy(cu.u.cleanup.id, "chatcmpl-7 \xc3\xa9");
+	ok(roundtrip(&cu, &r) > 0 && !strcmp(r.u.cleanup.id, cu.u.cleanup.id),
+	   "CLEANUP carries a request id of any key's bytes");
+	memset(cu.u.cleanup.id, 'r', PROTO_KEY_MAX);
+	ok(roundtrip(&cu, &r) > 0 && strlen(r.u.cleanup.id) == PROTO_KEY_MAX, "a 255-byte id");
+	buf[0] = 0; buf[1] = 1;         /* a 256-byte id */
+	memset(buf + 2, 'r', 256);
+	is(proto_decode(PT_CLEANUP, buf, 258, &r), -EPROTO, "a 256-byte id: refused");
+	static const char *bad[] = { "", ".x", "a/b" };
+	for (int i = 0; i < 3; i++) {
+		strcpy(cu.u.cleanup.id, bad[i]);
+		is(roundtrip(&cu, &r), -EPROTO, "an id that is no key (\"%s\"): refused", bad[i]);
+	}
+	struct proto_msg cd = { .type = PT_CLEANED, .u.cleaned.removed = 1ull << 40 };
+	ok(roundtrip(&cd, &r) > 0 && r.u.cleaned.removed == 1ull << 40, "CLEANED round-trips");
+
 	struct proto_msg d = { .type = PT_DATA, .u.data = { 0, 42, 100 } };
 	len = proto_encode(&d, buf, sizeof(buf));
 	is(len, PROTO_DATA_HDR, "a DATA header is 20 bytes");

@@ -17,10 +17,12 @@ FileNotFoundError when a key is not published within the wait,
 FileExistsError for a key that exists, OSError(EINVAL) for a bad name.
 """
 import errno
+import fcntl
 import json
 import math
 import os
 import re
+import struct
 import threading
 
 from . import cuda, direct, small
@@ -38,6 +40,9 @@ _STAGE = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 # Smaller puts write(): one request either way, and the daemon hashes
 # written bytes as they come.
 DIRECT_PUT_MIN = 64 << 10
+# OMNIFS_IOC_CLEANUP's header (fs/direct.h): magic id_len removed missed.
+_CLEANUP = struct.Struct("<IIQQ")
+_CLEANUP_MAGIC = 0x4E4C434F
 # get()'s alloc chooses buffers this large, shown an object's first HEAD
 # bytes; smaller ones are bytearrays, with no extra read for the head.
 ALLOC_MIN = 1 << 20
@@ -344,6 +349,22 @@ class Mount:
 
     def remove(self, from_stage, to_stage, key):
         os.unlink(self.path(from_stage, to_stage, key))
+
+    def cleanup(self, request_id):
+        """Removes every object of request_id on every node, published or
+        being written, in one request to this node's daemon (README,
+        "Cleaning up a request"): the keys that are the id, or start with
+        it and "_" or ".", or are vllm-omni's omni_<from>_to_<to>_kv_cache_<id>.
+        Returns (removed, missed): how many objects went, and how many
+        other nodes could not be told (down or silent: theirs stay)."""
+        rid = _key(request_id).encode()
+        buf = bytearray(_CLEANUP.pack(_CLEANUP_MAGIC, len(rid), 0, 0) + rid)
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.ioctl(fd, small.ioc(3, 0x18, len(buf)), buf, True)
+        finally:
+            os.close(fd)
+        return _CLEANUP.unpack_from(buf)[2:]
 
     def keys(self, from_stage, to_stage):
         """The published keys of an edge, on every node."""

@@ -24,12 +24,12 @@ FALLBACK = (errno.E2BIG, errno.EREMOTE, errno.EOPNOTSUPP)
 NEVER = (errno.ENOTTY, errno.ENOSYS)
 
 
-def _ioc(rw, nr, size):     # asm-generic/ioctl.h: x86-64, arm64, riscv
+def ioc(rw, nr, size):     # asm-generic/ioctl.h: x86-64, arm64, riscv
     return (rw << 30) | (size << 16) | (ord("O") << 8) | nr
 
 
-_GET = _ioc(3, 0x13, MAX)
-_PUT = _ioc(1, 0x12, 0)         # | the size << 16
+_GET = ioc(3, 0x13, MAX)
+_PUT = ioc(1, 0x12, 0)         # | the size << 16
 
 
 def room(key):

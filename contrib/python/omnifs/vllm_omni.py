@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-from . import Mount, codec
+from . import Mount, codec, small
 
 try:
     from vllm_omni.distributed.omni_connectors.connectors.base import OmniConnectorBase as _Base
@@ -33,7 +33,8 @@ __all__ = ["OmniFSConnector", "request_of", "use_tp_views", "tp_view_hooks"]
 
 def request_of(key, request_id):
     """True when key belongs to request_id: it is the id, or starts with it
-    and "_" or ".", or is vllm-omni's omni_<from>_to_<to>_kv_cache_<id>."""
+    and "_" or ".", or is vllm-omni's omni_<from>_to_<to>_kv_cache_<id>
+    (the daemon's rule for OMNIFS_IOC_CLEANUP, fs/names.c)."""
     if key == request_id or key.startswith(request_id + "_") or key.startswith(request_id + "."):
         return True
     return key.startswith("omni_") and key.endswith("_kv_cache_" + request_id)
@@ -116,13 +117,31 @@ class OmniFSConnector(_Base):
         return self.get(from_stage, to_stage, get_key, metadata, timeout=left)
 
     def cleanup(self, request_id):
-        """Removes every object of request_id, on every node; True if any."""
-        rid, removed = str(request_id), 0
+        """Removes every object of request_id, on every node, in one
+        request to the daemon; True if any."""
+        rid = str(request_id)
+        try:
+            removed, missed = self._mount.cleanup(rid)
+        except OSError as e:
+            if e.errno not in small.NEVER:
+                log.error("OmniFSConnector: cleanup %s: %s", rid, e)
+                return False
+            removed, missed = self._cleanup_by_listing(rid), 0
+        if missed:
+            log.warning("OmniFSConnector: cleanup %s: %d node(s) could not be told; "
+                        "their objects of it stay", rid, missed)
+        self._count("removed", removed)
+        return removed > 0
+
+    def _cleanup_by_listing(self, rid):
+        """cleanup() through a daemon without OMNIFS_IOC_CLEANUP: every
+        edge listed, each of the request's keys removed."""
+        removed = 0
         try:
             edges = self._mount.edges()
         except OSError as e:
             log.error("OmniFSConnector: cleanup %s: %s", rid, e)
-            return False
+            return 0
         for f, t in edges:
             for key in self._mount.keys(f, t):
                 if not request_of(key, rid):
@@ -134,8 +153,7 @@ class OmniFSConnector(_Base):
                     pass        # consumed or removed meanwhile
                 except OSError as e:
                     log.error("OmniFSConnector: cleanup %s/%s/%s: %s", f, t, key, e)
-        self._count("removed", removed)
-        return removed > 0
+        return removed
 
     def health(self):
         with self._lock:
