@@ -84,6 +84,8 @@ enum caller_intent caller_intent(pid_t tid)
 		return nr == SYS_openat2 ? CALLER_UNKNOWN : CALLER_OTHER;
 	if ((flags & (O_CREAT | O_EXCL)) == O_CREAT)
 		return CALLER_OPEN_CREATE;
+	if (flags & O_CREAT)
+		return CALLER_OPEN_EXCL;
 	if (flags & (O_CREAT | O_PATH | O_DIRECTORY) || (flags & O_ACCMODE) != O_RDONLY)
 		return CALLER_OPEN_OTHER;
 	return CALLER_OPEN_READ;

@@ -578,6 +578,7 @@ static void serve_lookup(struct cluster *cl, struct xport_conn *c, int peer,
 	char names[3][256];
 	const struct proto_obj *q = &m->u.obj;
 
+	stat_add(cl->st, ST_PEER_LOOKUPS, 1);
 	if (!ns_find(cl->ns, q->from, q->to, q->key, &o, names)) {
 		to_proto(&o, &r.u.obj);
 		if (o.data) {

@@ -193,9 +193,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (rc == -ENOENT) {
 		enum caller_intent in = caller_intent(fuse_req_ctx(req)->pid);
 		/* A writer's plain O_CREAT need not know (a published key
-		 * elsewhere is found when it publishes): no round trip. */
+		 * elsewhere is found when it publishes), and an O_EXCL one
+		 * is asked about by its create: no round trip here. */
 		int reads = in == CALLER_OPEN_READ;
-		if (fs->cl && in != CALLER_OPEN_CREATE &&
+		if (fs->cl && in != CALLER_OPEN_CREATE && in != CALLER_OPEN_EXCL &&
 		    ask_peers(fs, parent, name, reads,
 			      reads ? callwait_peek(&fs->cw, fuse_req_ctx(req)->pid) : 0,
 			      reads || in == CALLER_OTHER || in == CALLER_UNKNOWN))

@@ -124,6 +124,11 @@ is "$(xattr owner "$T/c/0/9/fromA")" a "user.omni.owner on c names the owner"
 is "$(xattr size "$T/c/0/9/fromB")" 555 "user.omni.size on c"
 is "$(ls "$T/c")" "0" "readdir of the root on c lists a remote stage"
 is "$(M=$T/c pyerr "open(M + '/0/9/fromA', 'xb')")" EEXIST "O_EXCL on c for a key of a: EEXIST"
+lookups() { echo $(( $(stat_of a peer_lookups) + $(stat_of b peer_lookups) )); }
+before=$(lookups)
+is "$(M=$T/c pyerr "open(M + '/0/9/fresh', 'xb').close()")" OK "O_EXCL on c of a new key"
+is "$(( $(lookups) - before ))" 2 "... asked a and b once each, not once at lookup and again at create"
+rm -f "$T/c/0/9/fresh"
 removed=$(stat_of a removed)
 ok "rm on c of a's object" rm "$T/c/0/9/fromA"
 ok "... removes it on a" wait_until 5 gone_on a 0/9/fromA
