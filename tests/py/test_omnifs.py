@@ -486,16 +486,14 @@ def test_a_pool_file_that_is_not_the_daemons_is_never_used(monkeypatch):
     it (another pid namespace would open some other process's): on a
     mismatch, and wherever the pool cannot be mapped, the copies go by
     process_vm_* instead, byte-exact."""
-    import fcntl
-    from omnifs import direct
-    real = fcntl.ioctl
+    from omnifs import direct, ioctl
+    real = ioctl.call
 
-    def forged(fd, cmd, *a):        # the answer names a cookie not in the file
-        r = real(fd, cmd, *a)
+    def forged(fd, cmd, buf, *a):   # the answer names a cookie not in the file
+        real(fd, cmd, buf, *a)
         if cmd == direct.SHARE:
-            a[0][-1] ^= 0x40
-        return r
-    monkeypatch.setattr(fcntl, "ioctl", forged)
+            buf[-1] ^= 0x40
+    monkeypatch.setattr(ioctl, "call", forged)
     m, k, data = omnifs.Mount(ONE), rid(), os.urandom((2 << 20) + 3)
     g0, p0 = counters(ONE)
     m.put("0", "1", k, data, readers=1)
@@ -804,6 +802,26 @@ def test_a_small_get_waits_for_a_later_put_and_times_out_on_time():
     with pytest.raises(FileNotFoundError):
         m.get("0", "1", k, timeout=0.3)
     assert 0.3 <= time.monotonic() - t0 < 0.33 + 0.05
+
+
+def test_a_waiting_get_lets_the_other_threads_run():
+    # fcntl.ioctl of a buffer over 1 KiB holds the GIL (CPython < 3.14):
+    # a get waiting in it froze the whole worker for its timeout.
+    import threading
+    m, k = omnifs.Mount(ONE), rid()
+    waiting = threading.Thread(target=lambda: pytest.raises(FileNotFoundError, m.get,
+                                                            "0", "1", k, timeout=2))
+    w0 = m.stats()["waiters"]
+    waiting.start()
+    deadline = time.monotonic() + 5
+    while m.stats()["waiters"] == w0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    time.sleep(0.05)
+    took = time.monotonic() - t0
+    assert m.stats()["waiters"] == w0 + 1, "the get still waits"
+    assert took < 1, "this thread slept 50 ms in %.2f s beside it" % took
+    waiting.join(10)
 
 
 def test_an_interrupted_small_get_leaves_no_waiter():

@@ -17,7 +17,6 @@ FileNotFoundError when a key is not published within the wait,
 FileExistsError for a key that exists, OSError(EINVAL) for a bad name.
 """
 import errno
-import fcntl
 import json
 import math
 import os
@@ -25,7 +24,7 @@ import re
 import struct
 import threading
 
-from . import cuda, direct, small
+from . import cuda, direct, ioctl, small
 
 # put_cuda's "not this way here": a pool of host memory, a daemon without
 # the ioctl, a process that may not reach the pool.
@@ -361,7 +360,7 @@ class Mount:
         buf = bytearray(_CLEANUP.pack(_CLEANUP_MAGIC, len(rid), 0, 0) + rid)
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fcntl.ioctl(fd, small.ioc(3, 0x18, len(buf)), buf, True)
+            ioctl.call(fd, ioctl.ioc(3, 0x18, len(buf)), buf)
         finally:
             os.close(fd)
         return _CLEANUP.unpack_from(buf)[2:]

@@ -16,10 +16,11 @@ daemon's user only (EPERM): the handle reaches the whole pool.
 """
 import ctypes
 import errno
-import fcntl
 import os
 import struct
 import threading
+
+from . import ioctl
 
 MAGIC = 0x4155434F
 EXT = 60
@@ -41,7 +42,7 @@ class Where:
 def _ask(fd, cmd, size):
     buf = bytearray(SIZE)
     _HEAD.pack_into(buf, 0, MAGIC, 0, size, 0, b"", 0, 0)
-    fcntl.ioctl(fd, cmd, buf, True)
+    ioctl.call(fd, cmd, buf)
     magic, dev, size, xxh3, handle, n, _ = _HEAD.unpack_from(buf)
     if magic != MAGIC or n > EXT:
         raise OSError(errno.EPROTO, "omnifs: a bad OMNIFS_IOC_CUDA answer")

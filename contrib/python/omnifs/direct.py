@@ -21,6 +21,8 @@ import stat
 import struct
 import threading
 
+from . import ioctl
+
 MAGIC = 0x524D444F
 NEXT = 60
 _HEAD = struct.Struct("<IIQQQQII")         # magic pid size xxh3 cookie_addr cookie n flags
@@ -118,7 +120,7 @@ class Pool:
 
     def __init__(self, fd):
         raw = bytearray(_SHR.size)
-        fcntl.ioctl(fd, SHARE, raw, True)
+        ioctl.call(fd, SHARE, raw)
         magic, self.pid, pfd, _, self.base, self.size, self.cookie = _SHR.unpack(raw)
         if magic != SHARE_MAGIC:
             raise OSError(errno.EPROTO, "omnifs: a bad share answer")
@@ -163,7 +165,7 @@ def available():
 def _ask(fd, cmd, size):
     buf = bytearray(SIZE)
     _HEAD.pack_into(buf, 0, MAGIC, 0, size, 0, 0, 0, 0, 0)
-    fcntl.ioctl(fd, cmd, buf, True)
+    ioctl.call(fd, cmd, buf)
     return Place(buf)
 
 

@@ -11,8 +11,11 @@ bytes on another node, a view) consumes nothing: the caller opens and
 reads instead.
 """
 import errno
-import fcntl
+import math
 import struct
+import time
+
+from .ioctl import call, ioc
 
 MAGIC = 0x4C4D534F
 _HEAD = struct.Struct("<IIQqqQ")    # magic key_len size readers wait_ms xxh3
@@ -22,10 +25,6 @@ MAX = (1 << 14) - 1                 # the ioctl size field's 14 bits
 FALLBACK = (errno.E2BIG, errno.EREMOTE, errno.EOPNOTSUPP)
 # Answers meaning "not this way, ever, here" (a daemon without them).
 NEVER = (errno.ENOTTY, errno.ENOSYS)
-
-
-def ioc(rw, nr, size):     # asm-generic/ioctl.h: x86-64, arm64, riscv
-    return (rw << 30) | (size << 16) | (ord("O") << 8) | nr
 
 
 _GET = ioc(3, 0x13, MAX)
@@ -45,7 +44,7 @@ def put(dirfd, key, views, total, readers=None):
     # every further step costs microseconds.
     buf = bytearray().join((_HEAD.pack(MAGIC, len(k), total, -1 if readers is None else int(readers),
                                        0, 0), k, *views))
-    fcntl.ioctl(dirfd, _PUT | len(buf) << 16, buf, True)
+    call(dirfd, _PUT | len(buf) << 16, buf)
 
 
 def get(dirfd, key, wait_ms):
@@ -54,9 +53,19 @@ def get(dirfd, key, wait_ms):
     or with an errno in FALLBACK."""
     k = key.encode()
     buf = bytearray(MAX)
-    _HEAD.pack_into(buf, 0, MAGIC, len(k), 0, 0, int(wait_ms), 0)
-    buf[HEAD:HEAD + len(k)] = k
-    fcntl.ioctl(dirfd, _GET, buf, True)
+    deadline = time.monotonic() + wait_ms / 1000
+    while True:
+        _HEAD.pack_into(buf, 0, MAGIC, len(k), 0, 0, int(wait_ms), 0)
+        buf[HEAD:HEAD + len(k)] = k
+        try:
+            call(dirfd, _GET, buf, retry=False)
+            break
+        except InterruptedError:        # again, for the wait that is left
+            if wait_ms:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise FileNotFoundError(errno.ENOENT, "omnifs: %s not published in time" % key)
+                wait_ms = math.ceil(left * 1000)
     magic, _, got, _, _, _ = _HEAD.unpack_from(buf)
     if magic != MAGIC or got > MAX - HEAD:
         raise OSError(errno.EPROTO, "omnifs: a bad small answer")
