@@ -234,7 +234,8 @@ int ns_unlink(struct ns *ns, uint64_t parent, const char *name);
 /* rm of request id's objects (name_of_request): those this node owns,
  * published or being written (the writer's next write: ENOENT), and the
  * records of other nodes' where told[owner] says that owner removed its
- * own (told may be NULL).  How many of its own it removed. */
+ * own (told may be NULL).  Opens waiting for its keys fail with ENOENT
+ * at once: the request is over.  How many of its own it removed. */
 uint64_t ns_cleanup(struct ns *ns, const char *id, const uint8_t *told);
 /* The same-node hand-over (fs/direct.h).  where: a reader's handle of a
  * complete local object, its bytes as at most max iovecs (valid until the

@@ -544,7 +544,7 @@ int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *
 	return rc;
 }
 
-struct clean { const char *id; const uint8_t *told; uint64_t n; };
+struct clean { const char *id; const uint8_t *told; uint64_t n; struct wakelist wl; };
 
 /* ns_cleanup's step for one key: counts an object of ours it removed. */
 static void clean_key(struct ns *ns, struct node *k, void *arg)
@@ -552,8 +552,16 @@ static void clean_key(struct ns *ns, struct node *k, void *arg)
 	struct clean *c = arg;
 	struct object *o = k->obj;
 
-	if (!o || (o->owner >= 0 && !(c->told && c->told[o->owner])) ||
-	    !name_of_request(k->name, c->id))
+	if (!name_of_request(k->name, c->id))
+		return;
+	if (k->waiters) {       /* opens for a request that is over: no hang */
+		wake_key(ns, k, -ENOENT, &c->wl);
+		if (!o) {
+			node_maybe_free(ns, k);
+			return;
+		}
+	}
+	if (!o || (o->owner >= 0 && !(c->told && c->told[o->owner])))
 		return;
 	if (o->owner >= 0)      /* its GONE may come after a listing */
 		gone_note(ns, o->owner, o->oid);
@@ -563,7 +571,7 @@ static void clean_key(struct ns *ns, struct node *k, void *arg)
 
 uint64_t ns_cleanup(struct ns *ns, const char *id, const uint8_t *told)
 {
-	struct clean c = { id, told, 0 };
+	struct clean c = { id, told, 0, { NULL } };
 
 	pthread_mutex_lock(&ns->lock);
 	if (name_stem_finds(id)) {      /* only the keys of its stem */
@@ -579,6 +587,7 @@ uint64_t ns_cleanup(struct ns *ns, const char *id, const uint8_t *told)
 		each_key(ns, clean_key, &c);
 	}
 	ns_unlock(ns);
+	wake_all(ns, &c.wl);
 	return c.n;
 }
 

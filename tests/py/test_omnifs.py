@@ -215,6 +215,28 @@ def test_cleanup_leaves_nothing_on_any_node():
         assert c.get("0", "1", r + "0") == (b"another request's", 17)
 
 
+def test_cleanup_answers_the_gets_still_waiting_for_it():
+    import threading
+    r, got = rid(), {}
+    with OmniFSConnector({"mount": C, "timeout_s": 60}) as c:
+        def wait():
+            t = time.monotonic()
+            got["r"] = c.get("0", "1", r + "_0_1")
+            got["s"] = time.monotonic() - t
+        before = omnifs.Mount(C).stats()["waiters"]
+        th = threading.Thread(target=wait, daemon=True)
+        th.start()
+        for _ in range(500):
+            if omnifs.Mount(C).stats()["waiters"] > before:
+                break
+            time.sleep(0.01)
+        assert omnifs.Mount(C).stats()["waiters"] > before, "the get waits on c"
+        assert omnifs.Mount(B).cleanup(r) == (0, 0), "nothing to remove, every node told"
+        th.join(10)
+        assert not th.is_alive() and got["r"] is None, "the get on c ended: the request is over"
+        assert got["s"] < 10, "long before its 60 s"
+
+
 def dir_ioctl_errno(path, rw, nr, buf, size=None):
     """The errno of a hand-made ioctl of buf (size bytes, or all of it,
     padded) on the directory path (0: it worked)."""

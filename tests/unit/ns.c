@@ -275,7 +275,14 @@ int main(void)
 	ok(ns_lookup(ns, e, "0_0123456789ab_far", 0, &a) == -ENOENT, "and another node's record");
 	ok(ns_lookup(ns, e, "0_0123456789abc", 0, &a) == 0, "another request of that stem stays");
 	ns_forget(ns, a.ino, 1);
+	struct ns_attr wa;
+	ns_lookup(ns, e, "0_0123456789abc_later", 1, &wa);
+	woken = 0;
+	is(ns_open(ns, wa.ino, O_RDONLY, waiter(ns), &r), -EINPROGRESS, "an open waits for a key of it");
+	ns_forget(ns, wa.ino, 1);
 	is(ns_cleanup(ns, "0_0123456789abc", NULL), 1, "... until its own cleanup");
+	ok(woken == 1 && wake_err == -ENOENT, "which answers the waiting open at once: ENOENT");
+	is(stat_get(&st, ST_WAITERS), 0, "no waiter left");
 	is(ns_cleanup(ns, "0_0123456789abc", NULL), 0, "and nothing is left");
 	ns_stop(ns);
 	ns_destroy(ns);
