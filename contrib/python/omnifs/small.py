@@ -10,12 +10,13 @@ fs/direct.h's.  A GET that cannot answer here (larger than its buffer,
 bytes on another node, a view) consumes nothing: the caller opens and
 reads instead.
 """
+import ctypes
 import errno
 import math
 import struct
 import time
 
-from .ioctl import call, ioc
+from .ioctl import call_ready, ioc, thread_buffer
 
 MAGIC = 0x4C4D534F
 _HEAD = struct.Struct("<IIQqqQ")    # magic key_len size readers wait_ms xxh3
@@ -27,7 +28,7 @@ FALLBACK = (errno.E2BIG, errno.EREMOTE, errno.EOPNOTSUPP)
 NEVER = (errno.ENOTTY, errno.ENOSYS)
 
 
-_GET = ioc(3, 0x13, MAX)
+_GET = ctypes.c_ulong(ioc(3, 0x13, MAX))
 _PUT = ioc(1, 0x12, 0)         # | the size << 16
 
 
@@ -40,11 +41,15 @@ def put(dirfd, key, views, total, readers=None):
     """Publishes the bytes of views (bytes-like, total in all) as key in
     the edge open at dirfd.  OSError as a create and close would raise."""
     k = key.encode()
-    # One join: a hand-off's first request runs with cold caches, where
-    # every further step costs microseconds.
-    buf = bytearray().join((_HEAD.pack(MAGIC, len(k), total, -1 if readers is None else int(readers),
-                                       0, 0), k, *views))
-    call(dirfd, _PUT | len(buf) << 16, buf)
+    n = HEAD + len(k) + total
+    b = thread_buffer(MAX)
+    _HEAD.pack_into(b.mv, 0, MAGIC, len(k), total, -1 if readers is None else int(readers), 0, 0)
+    b.mv[HEAD:HEAD + len(k)] = k
+    at = HEAD + len(k)
+    for v in views:
+        b.mv[at:at + len(v)] = v
+        at += len(v)
+    call_ready(dirfd, ctypes.c_ulong(_PUT | n << 16), b.ptr)
 
 
 def get(dirfd, key, wait_ms):
@@ -52,13 +57,13 @@ def get(dirfd, key, wait_ms):
     edge's wait) and read whole; OSError as an open and read would raise,
     or with an errno in FALLBACK."""
     k = key.encode()
-    buf = bytearray(MAX)
+    b = thread_buffer(MAX)
     deadline = time.monotonic() + wait_ms / 1000
     while True:
-        _HEAD.pack_into(buf, 0, MAGIC, len(k), 0, 0, int(wait_ms), 0)
-        buf[HEAD:HEAD + len(k)] = k
+        _HEAD.pack_into(b.mv, 0, MAGIC, len(k), 0, 0, int(wait_ms), 0)
+        b.mv[HEAD:HEAD + len(k)] = k
         try:
-            call(dirfd, _GET, buf, retry=False)
+            call_ready(dirfd, _GET, b.ptr, retry=False)
             break
         except InterruptedError:        # again, for the wait that is left
             if wait_ms:
@@ -66,9 +71,7 @@ def get(dirfd, key, wait_ms):
                 if left <= 0:
                     raise FileNotFoundError(errno.ENOENT, "omnifs: %s not published in time" % key)
                 wait_ms = math.ceil(left * 1000)
-    magic, _, got, _, _, _ = _HEAD.unpack_from(buf)
+    magic, _, got, _, _, _ = _HEAD.unpack_from(b.mv)
     if magic != MAGIC or got > MAX - HEAD:
         raise OSError(errno.EPROTO, "omnifs: a bad small answer")
-    del buf[HEAD + got:]
-    del buf[:HEAD]
-    return buf
+    return bytearray(b.mv[HEAD:HEAD + got])
