@@ -894,6 +894,15 @@ static void small_put(fuse_req_t req, fuse_ino_t parent, const struct omnifs_sma
 	fuse_reply_ioctl(req, 0, NULL, 0);
 }
 
+/* A key of len (at most NAME_KEY_MAX) bytes from an ioctl's argument,
+ * NUL-terminated into key: 0, or -EINVAL if it is not a valid key. */
+static int arg_key(const char *src, size_t len, char *key)
+{
+	memcpy(key, src, len);
+	key[len] = 0;
+	return strlen(key) != len ? -EINVAL : name_check_key(key);
+}
+
 /* The header and key of a small PUT or GET; ENOTTY for other commands. */
 static int small_args(unsigned cmd, const void *in, size_t in_bufsz,
 		      struct omnifs_small *s, char *key)
@@ -908,9 +917,7 @@ static int small_args(unsigned cmd, const void *in, size_t in_bufsz,
 	if (s->magic != OMNIFS_SMALL_MAGIC || !s->key_len || s->key_len > NAME_KEY_MAX ||
 	    s->key_len > in_bufsz - sizeof(*s))
 		return -EINVAL;
-	memcpy(key, (const char *)in + sizeof(*s), s->key_len);
-	key[s->key_len] = 0;
-	if (strlen(key) != s->key_len || name_check_key(key))
+	if (arg_key((const char *)in + sizeof(*s), s->key_len, key))
 		return -EINVAL;
 	if (cmd == OMNIFS_IOC_PUT(n) && s->size != in_bufsz - sizeof(*s) - s->key_len)
 		return -EINVAL;
@@ -949,11 +956,8 @@ static void cleanup_ioctl(fuse_req_t req, const void *in, size_t in_bufsz, size_
 	memcpy(&c, in, sizeof(c));
 	if (c.magic == OMNIFS_CLEANUP_MAGIC && c.id_len <= in_bufsz - sizeof(c))
 		rc = c.id_len > NAME_KEY_MAX ? -ENAMETOOLONG : 0;
-	if (!rc) {
-		memcpy(id, (const char *)in + sizeof(c), c.id_len);
-		id[c.id_len] = 0;
-		rc = strlen(id) != c.id_len ? -EINVAL : name_check_key(id);
-	}
+	if (!rc)
+		rc = arg_key((const char *)in + sizeof(c), c.id_len, id);
 	if (!rc && fs->cl)
 		rc = cluster_cleanup(fs->cl, id, &c.removed, &missed);
 	else if (!rc)

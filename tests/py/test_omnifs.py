@@ -198,12 +198,15 @@ def test_cleanup_leaves_nothing_on_any_node():
         c.put("1", "2", r + ".rank0of2", b"d" * 70000)
         writing = open(os.path.join(B, "0", "1", r + "_w"), "wb", buffering=0)
         writing.write(b"e" * 9000)
+        reading = open(os.path.join(B, "0", "2", r + "_0_0_0_1"), "rb", buffering=0)
         assert pool_used(B) > used_b and pool_used(C) > used_c
         assert c.cleanup(r) is True
         assert c.health()["removed"] == 5, "5 objects went"
         with pytest.raises(FileNotFoundError):
             writing.write(b"more")      # removed while being written
         writing.close()
+        with reading:       # SPEC 4.5: open readers finish their reads
+            assert reading.read() == b"b" * 5000
         for m in (B, C):
             for f, t in omnifs.Mount(m).edges():
                 left = [k for k in omnifs.Mount(m).keys(f, t) if request_of(k, r)]
