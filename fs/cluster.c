@@ -626,6 +626,11 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 	case PT_LOOKUP:
 		serve_lookup(cl, c, peer, reqid, m);
 		break;
+	case PT_EXISTS:
+		stat_add(cl->st, ST_PEER_LOOKUPS, 1);
+		st.u.status.err = -ns_exists(cl->ns, m->u.obj.from, m->u.obj.to, m->u.obj.key);
+		xport_reply(c, reqid, &st);
+		break;
 	case PT_LIST:
 		serve_list(cl, c, reqid, m);
 		break;
@@ -780,47 +785,97 @@ static int cleaned_reply(void *arg, const struct proto_msg *m)
 	return 0;
 }
 
+/* The peers that are up, and host stage hosting unless it is NULL, into
+ * to[] with their asks in a[] (room for every peer in both): how many. */
+static int callees_up(struct cluster *cl, const char *hosting, struct ask *a,
+		      struct xport_callee *to)
+{
+	int n = 0;
+
+	for (size_t i = 0; i < cl->npeers; i++) {
+		if (!xport_peer_up(cl->x, (int)i) ||
+		    (hosting && !stage_in(cl->hosts[i].stages, cl->hosts[i].n, hosting)))
+			continue;
+		a[n] = (struct ask){ cl, (int)i, 0 };
+		to[n] = (struct xport_callee){ .peer = (int)i, .arg = &a[n] };
+		n++;
+	}
+	return n;
+}
+
 /* Sends m to every peer that is up, at once (asking never waits for a
  * peer to connect), on_reply taking each answer; what they found in all,
  * and, if told is set, which of them answered without an error. */
 static uint64_t ask_all(struct cluster *cl, const struct proto_msg *m, xport_reply_fn on_reply,
 			uint8_t *told)
 {
-	struct ask *a = calloc(cl->npeers, sizeof(*a));
-	struct xport_callee *to = calloc(cl->npeers, sizeof(*to));
+	struct ask *a = calloc(cl->npeers + 1, sizeof(*a));
+	struct xport_callee *to = calloc(cl->npeers + 1, sizeof(*to));
 	uint64_t found = 0;
 	int n = 0;
 
-	if (a && to) {
-		for (size_t i = 0; i < cl->npeers; i++) {
-			if (!xport_peer_up(cl->x, (int)i))
-				continue;
-			a[n] = (struct ask){ cl, (int)i, 0 };
-			to[n] = (struct xport_callee){ .peer = (int)i, .arg = &a[n] };
-			n++;
+	if (!a || !to)
+		goto free_asks;
+	n = callees_up(cl, NULL, a, to);
+	if (!xport_call_each(cl->x, to, n, m, on_reply))
+		for (int i = 0; i < n; i++) {
+			found += a[i].found;
+			if (told)
+				told[to[i].peer] = !to[i].rc;
 		}
-		if (!xport_call_each(cl->x, to, n, m, on_reply))
-			for (int i = 0; i < n; i++) {
-				found += a[i].found;
-				if (told)
-					told[to[i].peer] = !to[i].rc;
-			}
-	}
+free_asks:
 	free(a);
 	free(to);
 	return found;
 }
 
-int cluster_ask(struct cluster *cl, const char *from, const char *to,
-		const char *key, unsigned subscribe_ms)
+/* A request about one name. */
+static struct proto_msg name_msg(enum proto_type type, const char *from, const char *to,
+				 const char *key)
 {
-	struct proto_msg m = { .type = PT_LOOKUP };
+	struct proto_msg m = { .type = type };
 
 	snprintf(m.u.obj.from, sizeof(m.u.obj.from), "%s", from);
 	snprintf(m.u.obj.to, sizeof(m.u.obj.to), "%s", to);
 	snprintf(m.u.obj.key, sizeof(m.u.obj.key), "%s", key);
+	return m;
+}
+
+int cluster_ask(struct cluster *cl, const char *from, const char *to,
+		const char *key, unsigned subscribe_ms)
+{
+	struct proto_msg m = name_msg(PT_LOOKUP, from, to, key);
+
 	m.u.obj.size = subscribe_ms;
 	return ask_all(cl, &m, ask_reply, NULL) ? 0 : -ENOENT;
+}
+
+/* The nodes that host <to> hear of every object published on the edge,
+ * whoever owns it (announces, and a resync when they come up), so they are
+ * the ones asked: one round trip to them, whatever the size of the
+ * cluster.  Only where none of them is up and answers is every peer asked
+ * for what it owns. */
+int cluster_exists(struct cluster *cl, const char *from, const char *to, const char *key)
+{
+	struct proto_msg m = name_msg(PT_EXISTS, from, to, key);
+	struct ask *a = calloc(cl->npeers + 1, sizeof(*a));
+	struct xport_callee *c = calloc(cl->npeers + 1, sizeof(*c));
+	int n, found = 0, answered = 0;
+
+	if (!a || !c)
+		goto free_asks;
+	n = callees_up(cl, to, a, c);
+	if (!xport_call_each(cl->x, c, n, &m, NULL))
+		for (int i = 0; i < n; i++) {
+			found |= c[i].rc == 0;
+			answered |= c[i].rc == 0 || c[i].rc == -ENOENT;
+		}
+free_asks:
+	free(a);
+	free(c);
+	if (found || answered)
+		return found;
+	return !cluster_ask(cl, from, to, key, 0);
 }
 
 /* A LIST of what a peer owns under from/to ("" for all). */

@@ -4,7 +4,7 @@
  * the nodes that host its <to> stage (and to any that asked for that key
  * while it was missing); objects small enough travel inside the announce.
  * A node that does not host <to> asks: for a key on a lookup, for a
- * directory on readdir.  rm goes to the owner, which tells everyone;
+ * directory on readdir; an O_EXCL create asks the hosts of <to>.  rm goes to the owner, which tells everyone;
  * complete reads are counted by the owner.  An owner lost takes its
  * objects out of every listing, and a peer that comes back is told again
  * what it should know.
@@ -54,6 +54,9 @@ int cluster_hosts(const struct cluster *cl, const char *to);
  * now in ns), -ENOENT if none. */
 int cluster_ask(struct cluster *cl, const char *from, const char *to,
 		const char *key, unsigned subscribe_ms);
+/* Whether a node of the cluster knows from/to/key (for an O_EXCL create
+ * on a node that does not host to): 1 or 0. */
+int cluster_exists(struct cluster *cl, const char *from, const char *to, const char *key);
 /* Brings what the peers own under from/to ("" for all) into ns. */
 void cluster_refresh(struct cluster *cl, const char *from, const char *to);
 /* rm of request id's objects on every node (ns_cleanup there), in one

@@ -304,6 +304,10 @@ int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *
  * malloc'd: the caller frees them). */
 int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
 	    struct ns_objinfo *out, char names[3][256]);
+/* 0 if this node knows an object of that name: ours, published or being
+ * written (as a local O_EXCL create sees it), or another node's that it
+ * heard of; else -ENOENT. */
+int ns_exists(struct ns *ns, const char *from, const char *to, const char *key);
 /* Calls fn for each published object this node owns in the scope (from
  * and to may be "" for all), unlocked, names copied; KV headers too if
  * kvhdr is set (announces carry them, listings don't). */

@@ -636,6 +636,15 @@ int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
 	return rc;
 }
 
+int ns_exists(struct ns *ns, const char *from, const char *to, const char *key)
+{
+	pthread_mutex_lock(&ns->lock);
+	struct node *k = key_node(ns, from, to, key);
+	int rc = k && k->obj ? 0 : -ENOENT;
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
 void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
 		    void (*fn)(void *arg, const struct ns_objinfo *o), void *arg)
 {

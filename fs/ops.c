@@ -168,6 +168,17 @@ static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int wil
 	return 0;
 }
 
+/* O_EXCL means "nowhere in the cluster": whether another node knows the
+ * key (cluster_exists), unless announces of this edge come here anyway. */
+static int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name)
+{
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
+
+	return fs->cl && ns_dir_names(fs->ns, parent, from, to) == NK_EDGE &&
+	       !cluster_hosts(fs->cl, to) && !name_check_key(name) &&
+	       cluster_exists(fs->cl, from, to, name);
+}
+
 /* A name that is a view of published shards resolves (stat, getfattr)
  * though no object has it. */
 static int lookup_view(struct fs *fs, fuse_ino_t parent, const char *name, struct ns_attr *a)
@@ -525,9 +536,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int rc, excl = !!(fi->flags & O_EXCL);
 
 	(void)mode;
-	/* O_EXCL means "nowhere in the cluster": ask, unless announces of
-	 * this edge come here anyway. */
-	if (excl && fs->cl && ask_peers(fs, parent, name, 0, 0, 0))
+	if (excl && exists_elsewhere(fs, parent, name))
 		return (void)fuse_reply_err(req, EEXIST);
 	rc = ns_create_key(fs->ns, parent, name, excl, ctx->uid, ctx->gid, &a, &h);
 	if (rc)
@@ -873,7 +882,7 @@ static void small_put(fuse_req_t req, fuse_ino_t parent, const struct omnifs_sma
 
 	if (s->readers < -1)
 		return (void)fuse_reply_err(req, EINVAL);
-	if (fs->cl && ask_peers(fs, parent, key, 0, 0, 0))     /* as O_EXCL */
+	if (exists_elsewhere(fs, parent, key))          /* as O_EXCL */
 		return (void)fuse_reply_err(req, EEXIST);
 	if ((rc = ns_create_key(fs->ns, parent, key, 1, ctx->uid, ctx->gid, &a, &h)))
 		return (void)fuse_reply_err(req, -rc);

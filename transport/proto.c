@@ -217,7 +217,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 	case PT_ANNOUNCE: case PT_OBJECT:
 		put_obj(&w, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
 		break;
-	case PT_GONE: case PT_LOOKUP: case PT_REMOVE:
+	case PT_GONE: case PT_LOOKUP: case PT_REMOVE: case PT_EXISTS:
 		put_obj(&w, &m->u.obj, 0);
 		break;
 	case PT_CONSUMED:
@@ -408,7 +408,7 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 	case PT_ANNOUNCE: case PT_OBJECT:
 		get_obj(&r, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
 		break;
-	case PT_GONE: case PT_LOOKUP: case PT_REMOVE:
+	case PT_GONE: case PT_LOOKUP: case PT_REMOVE: case PT_EXISTS:
 		get_obj(&r, &m->u.obj, 0);
 		break;
 	case PT_CONSUMED:
@@ -505,7 +505,7 @@ const char *proto_type_name(unsigned type)
 		"?", "HELLO", "CHALLENGE", "AUTH", "WELCOME", "PING", "PONG",
 		"ANNOUNCE", "GONE", "CONSUMED", "LOOKUP", "LIST", "REMOVE", "PULL",
 		"STATUS", "OBJECT", "LISTING", "DATA", "RELEASE", "GRANT", "GRANTED",
-		"CLEANUP", "CLEANED",
+		"CLEANUP", "CLEANED", "EXISTS",
 	};
 	_Static_assert(sizeof(names) / sizeof(*names) == PT_MAX_TYPE + 1, "a name for each type");
 	return type <= PT_MAX_TYPE ? names[type] : "?";

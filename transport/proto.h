@@ -21,9 +21,9 @@
 #define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
 #define PROTO_KEY_MAX    255            /* a key */
 #define PROTO_MAGIC      0x4d4fu
-#define PROTO_VERSION    5              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
+#define PROTO_VERSION    6              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
 					   4: OBJECT carries a small object's bytes;
-					   5: CLEANUP */
+					   5: CLEANUP; 6: EXISTS */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -69,7 +69,9 @@ enum proto_type {
 	PT_CLEANUP,     /* request: a request id; the receiver removes the objects
 			   of it that it owns; reply CLEANED or STATUS */
 	PT_CLEANED,     /* reply: how many it removed */
-	PT_MAX_TYPE = PT_CLEANED,
+	PT_EXISTS,      /* request: names; whether the receiver knows of an object
+			   of that name, any node's; reply STATUS (0 or ENOENT) */
+	PT_MAX_TYPE = PT_EXISTS,
 };
 
 struct proto_hdr {

@@ -36,7 +36,8 @@ int main(int argc, char **argv)
 		strcpy(m.u.hello.name, "a");
 		if (t == PT_WELCOME)    /* its name is elsewhere in the union */
 			strcpy(m.u.welcome.name, "a");
-		if (t == PT_ANNOUNCE || t == PT_GONE || t == PT_LOOKUP || t == PT_REMOVE || t == PT_OBJECT) {
+		if (t == PT_ANNOUNCE || t == PT_GONE || t == PT_LOOKUP || t == PT_REMOVE || t == PT_OBJECT ||
+		    t == PT_EXISTS) {
 			m.u.obj = objs[0];
 			if (t == PT_ANNOUNCE) {
 				m.u.obj.data = (const uint8_t *)"hi";

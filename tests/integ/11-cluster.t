@@ -129,6 +129,17 @@ before=$(lookups)
 is "$(M=$T/c pyerr "open(M + '/0/9/fresh', 'xb').close()")" OK "O_EXCL on c of a new key"
 is "$(( $(lookups) - before ))" 2 "... asked a and b once each, not once at lookup and again at create"
 rm -f "$T/c/0/9/fresh"
+# Stage 2's host, c, hears of every object on 0->2: a asks it alone.
+echo b >"$T/b/0/2/x-b"
+ok "c has heard of b's 0/2/x-b" wait_until 5 test -e "$T/c/0/2/x-b"
+asked() { echo "$(stat_of b peer_lookups) $(stat_of c peer_lookups)"; }
+read -r lb lc < <(asked)
+is "$(M=$T/a pyerr "open(M + '/0/2/x-b', 'xb')")" EEXIST "O_EXCL on a of b's key on 0->2: EEXIST"
+is "$(M=$T/a pyerr "open(M + '/0/2/fresh', 'xb').close()")" OK "O_EXCL on a of a new key on 0->2"
+is "$(asked)" "$lb $((lc + 2))" "... both asked c, the host of 2, once each, and b never"
+exec {cfd}>"$T/c/0/2/x-c"
+is "$(M=$T/a pyerr "open(M + '/0/2/x-c', 'xb')")" EEXIST "... and a key c is still writing: EEXIST"
+exec {cfd}>&-
 removed=$(stat_of a removed)
 ok "rm on c of a's object" rm "$T/c/0/9/fromA"
 ok "... removes it on a" wait_until 5 gone_on a 0/9/fromA
@@ -214,6 +225,9 @@ echo x >"$T/a/0/9/r8"
 a_sees_c_down() { peers_up a 1; }
 wait_until 10 a_sees_c_down
 is "$(clean_req a r8)" "1 1" "a cleanup while c is down removes a's object and says one node missed"
+is "$(M=$T/a pyerr "open(M + '/0/2/x-b', 'xb')")" EEXIST \
+   "O_EXCL on a with 2's host down: every node asked, b's key found"
+rm -f "$T/a/0/2/x-b" "$T/a/0/2/fresh" "$T/a/0/2/x-c"
 node c wrong
 c_isolated() { ! wait_until 3 peers_up c 1; }
 ok "c with the wrong secret mounts but no peer accepts it" c_isolated

@@ -38,7 +38,8 @@ head -c $((1 << 20)) /dev/urandom >"$T/b/1/0/k1"
 # Real traffic, on the keys the fuzzer names too, so that its removes,
 # consumes and announces race with real writes and pulls; and requests
 # from a to f: lookups and listings of an edge a does not host, reads of
-# what f claims to have, publishes that a announces to f.  Errors are
+# what f claims to have, publishes that a announces to f, O_EXCL creates
+# that ask f.  Errors are
 # expected (f removes what we read, and lies); only the daemons' fate
 # counts.  traffic ID runs until $T/stop; several run at once.
 traffic() {
@@ -52,8 +53,10 @@ traffic() {
 		done
 		stat "$T/a/1/2/q$id-$n" && ls -l "$T/a/1/2" "$T/a/0/1"
 		for f in "$T"/a/1/2/* "$T"/a/0/1/*; do cat "$f"; done
-		rm -f "$T/a/0/2/p$id"
+		rm -f "$T/a/0/2/p$id" "$T/a/0/2/x$id"
 		echo "$n" >"$T/a/0/2/p$id"
+		# an O_EXCL create there: a asks f, 2's host, whether it exists
+		(set -C; echo "$n" >"$T/a/0/2/x$id")
 		# a asks f to clean up a request: f answers anything
 		[ $((n % 4)) = 0 ] && PYTHONPATH="$SRC/contrib/python" $SYSPY -c \
 			"import omnifs, sys; omnifs.Mount(sys.argv[1]).cleanup('k2')" "$T/a"

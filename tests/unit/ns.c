@@ -83,6 +83,8 @@ int main(void)
 	is(ns_lookup(ns, NS_ROOT_INO, "a:b", 0, &a), -EINVAL, "bad stage: EINVAL");
 	ok(!ns_create_key(ns, e, "k", 1, 0, 0, &a, &w), "create k");
 	is(ns_create_key(ns, e, "k", 1, 0, 0, &a, &r), -EEXIST, "O_EXCL on a key being written");
+	is(ns_exists(ns, "0", "1", "k"), 0, "... and a peer's EXISTS for it finds it");
+	is(ns_exists(ns, "0", "1", "nope"), -ENOENT, "EXISTS of a key never created: ENOENT");
 	is(ns_write(ns, w, "hello", 5, 10), 5, "write at offset 10");
 	is(ns_write(ns, w, "0123456789", 10, 0), 10, "write the gap");
 
@@ -124,6 +126,7 @@ int main(void)
 	ns_lookup(ns, e, "never", 1, &ka);
 	woken = 0;
 	is(ns_open(ns, ka.ino, O_RDONLY, waiter(ns), &r), -EINPROGRESS, "wait for a key never written");
+	is(ns_exists(ns, "0", "1", "never"), -ENOENT, "... a key only waited for does not exist");
 	for (int i = 0; i < 100 && !woken; i++)
 		usleep(10000);
 	ok(woken == 1 && wake_err == -ENOENT, "answered ENOENT after wait_ms");
@@ -215,7 +218,9 @@ int main(void)
 	 * then with them (its announce, the same oid): here from then on. */
 	struct ns_objinfo ri = { .from = "0", .to = "1", .key = "far", .oid = 77, .size = 3,
 				 .xxh3 = XXH3_64bits("xyz", 3), .readers = 1 };
+	is(ns_exists(ns, "0", "1", "far"), -ENOENT, "EXISTS of a peer's key not heard of: ENOENT");
 	is(ns_remote_add(ns, 0, &ri), 0, "a peer's object without its bytes");
+	is(ns_exists(ns, "0", "1", "far"), 0, "... EXISTS of it, heard of: found");
 	ns_lookup(ns, e, "far", 0, &a);
 	is(ns_open(ns, a.ino, O_RDONLY | NS_OPEN_HERE, NULL, &r), -EREMOTE, "... is elsewhere");
 	uint64_t bad = stat_get(&st, ST_CHECKSUM_FAILED);

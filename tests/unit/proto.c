@@ -140,6 +140,13 @@ static void test_messages(void)
 	}
 	struct proto_msg cd = { .type = PT_CLEANED, .u.cleaned.removed = 1ull << 40 };
 	ok(roundtrip(&cd, &r) > 0 && r.u.cleaned.removed == 1ull << 40, "CLEANED round-trips");
+	struct proto_msg ex = { .type = PT_EXISTS };
+	strcpy(ex.u.obj.from, "0");
+	strcpy(ex.u.obj.to, "talker");
+	strcpy(ex.u.obj.key, "req-7_0_1");
+	ok(roundtrip(&ex, &r) > 0 && !strcmp(r.u.obj.from, "0") && !strcmp(r.u.obj.to, "talker") &&
+	   !strcmp(r.u.obj.key, "req-7_0_1"), "EXISTS carries the names");
+	is(strcmp(proto_type_name(PT_EXISTS), "EXISTS"), 0, "... and is named");
 
 	struct proto_msg d = { .type = PT_DATA, .u.data = { 0, 42, 100 } };
 	len = proto_encode(&d, buf, sizeof(buf));
