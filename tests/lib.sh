@@ -172,7 +172,8 @@ cleanup() {
 	for name in "${CLEANUP_HOOKS[@]}"; do
 		"$name"
 	done
-	# A daemon's sanitizer report must fail the test that provoked it.
+	# A daemon's sanitizer report must fail the test that provoked it,
+	# and show in a quiet prove's output too (stderr), since $T goes.
 	for log in "$T"/*.log; do
 		[ -f "$log" ] || continue
 		if grep -qE "$SAN_REPORT" "$log"; then
@@ -180,7 +181,7 @@ cleanup() {
 			sed -nE "/$SAN_REPORT/,\$p" "$log" |
 				head -60 | sed 's/^/#   /'
 			rc=1
-		fi
+		fi >&2
 	done
 	# anything else a test mounted under $T
 	grep -o " $T/[^ ]*" /proc/mounts 2>/dev/null | while read -r m; do umount -l "$m"; done
