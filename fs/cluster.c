@@ -17,6 +17,7 @@
 #include "lease.h"
 #include "ns.h"
 #include "stats.h"
+#include "subs.h"
 #include "../kvfmt/kvfmt.h"
 #include "../transport/clock.h"
 #include "../transport/pool.h"
@@ -27,23 +28,12 @@ _Static_assert(KV_HDR_MAX == PROTO_KVHDR_MAX, "KV headers fit an announce");
 _Static_assert(NAME_STAGE_MAX == PROTO_NAME_MAX && NAME_KEY_MAX == PROTO_KEY_MAX,
 	       "names travel whole");
 
-/* A peer that asked for a missing key: it hears of the publish too.  One
- * per peer and name, at most SUBS_MAX in all: what a peer asks for cannot
- * grow this node's memory without bound. */
-#define SUBS_MAX 65536
-struct sub {
-	struct sub *next;
-	int peer;
-	uint64_t until_ns;
-	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
-};
-
 struct cluster {
 	struct xport *x;
 	struct ns *ns;
 	struct stats *st;
-	pthread_mutex_t lock;           /* subs (ST_PEER_WAITS counts them) */
-	struct sub *subs;
+	pthread_mutex_t lock;           /* relist */
+	struct subs *subs;              /* peers waiting for keys of ours */
 	size_t npeers;
 	/* Stages hosted, per peer index, and by this node. */
 	struct { const char (*stages)[NAME_STAGE_MAX + 1]; size_t n; } *hosts, self;
@@ -116,95 +106,21 @@ static void announce_to(struct cluster *cl, int peer, const struct ns_objinfo *o
 	xport_send(cl->x, peer, &m);    /* a peer that is down hears at rejoin */
 }
 
-/* Under cl->lock. */
-static void sub_free(struct cluster *cl, struct sub *s)
-{
-	stat_sub(cl->st, ST_PEER_WAITS, 1);
-	free(s);
-}
-
-static int sub_is(const struct sub *s, int peer, const struct proto_obj *q)
-{
-	return s->peer == peer && !strcmp(s->from, q->from) && !strcmp(s->to, q->to) &&
-	       !strcmp(s->key, q->key);
-}
-
-/* peer waits for q's names until until_ns.  A reader that asks again
- * extends its entry; expired ones go on the way. */
-static void sub_add(struct cluster *cl, int peer, const struct proto_obj *q, uint64_t until_ns)
-{
-	uint64_t now = clock_mono_ns();
-	struct sub *s;
-
-	pthread_mutex_lock(&cl->lock);
-	for (struct sub **pp = &cl->subs; (s = *pp);) {
-		if (sub_is(s, peer, q)) {
-			if (until_ns > s->until_ns)
-				s->until_ns = until_ns;
-			goto unlock;
-		}
-		if (s->until_ns < now) {
-			*pp = s->next;
-			sub_free(cl, s);
-		} else {
-			pp = &s->next;
-		}
-	}
-	if (stat_get(cl->st, ST_PEER_WAITS) >= SUBS_MAX || !(s = calloc(1, sizeof(*s))))
-		goto unlock;    /* the asker's reader still waits out its wait_ms */
-	s->peer = peer;
-	s->until_ns = until_ns;
-	snprintf(s->from, sizeof(s->from), "%s", q->from);
-	snprintf(s->to, sizeof(s->to), "%s", q->to);
-	snprintf(s->key, sizeof(s->key), "%s", q->key);
-	s->next = cl->subs;
-	cl->subs = s;
-	stat_add(cl->st, ST_PEER_WAITS, 1);
-unlock:
-	pthread_mutex_unlock(&cl->lock);
-}
-
 void cluster_reap(struct cluster *cl)
 {
-	uint64_t now = clock_mono_ns();
-
-	pthread_mutex_lock(&cl->lock);
-	for (struct sub **pp = &cl->subs, *s; (s = *pp);) {
-		if (s->until_ns < now) {
-			*pp = s->next;
-			sub_free(cl, s);
-		} else {
-			pp = &s->next;
-		}
-	}
-	pthread_mutex_unlock(&cl->lock);
+	subs_reap(cl->subs);
 }
 
 static void hook_published(void *ctx, const struct ns_objinfo *o)
 {
 	struct cluster *cl = ctx;
-	uint64_t now = clock_mono_ns();
 	char *tell = calloc(cl->npeers + 1, 1);
 
 	if (!tell)
 		return;
 	for (size_t i = 0; i < cl->npeers; i++)
 		tell[i] = (char)stage_in(cl->hosts[i].stages, cl->hosts[i].n, o->to);
-	pthread_mutex_lock(&cl->lock);
-	for (struct sub **pp = &cl->subs; *pp;) {
-		struct sub *s = *pp;
-		int match = !strcmp(s->from, o->from) && !strcmp(s->to, o->to) &&
-			    !strcmp(s->key, o->key);
-		if (match)
-			tell[s->peer] = 1;
-		if (match || s->until_ns < now) {
-			*pp = s->next;
-			sub_free(cl, s);
-		} else {
-			pp = &s->next;
-		}
-	}
-	pthread_mutex_unlock(&cl->lock);
+	subs_take(cl->subs, o->from, o->to, o->key, tell);
 	for (size_t i = 0; i < cl->npeers; i++)
 		if (tell[i])
 			announce_to(cl, (int)i, o);
@@ -592,7 +508,7 @@ static void serve_lookup(struct cluster *cl, struct xport_conn *c, int peer,
 	}
 	int bad = name_check_stage(q->from) || name_check_stage(q->to) || name_check_key(q->key);
 	if (!bad && q->size && q->size <= 3600000)
-		sub_add(cl, peer, q, clock_mono_ns() + q->size * 1000000u);
+		subs_add(cl->subs, peer, q->from, q->to, q->key, clock_mono_ns() + q->size * 1000000u);
 	r = (struct proto_msg){ .type = PT_STATUS, .u.status.err = bad ? EINVAL : ENOENT };
 	xport_reply(c, reqid, &r);
 }
@@ -967,7 +883,7 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	int rc = -ENOMEM;
 
 	if (!cl || !pc || !(cl->hosts = calloc(c->nnodes, sizeof(*cl->hosts))) ||
-	    !(cl->relist = calloc(c->nnodes, 1)))
+	    !(cl->relist = calloc(c->nnodes, 1)) || !(cl->subs = subs_new(st)))
 		goto fail;
 	for (size_t i = 0; i < c->nnodes; i++) {
 		const struct cluster_node *n = &c->nodes[i];
@@ -1008,6 +924,7 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	return 0;
 fail:
 	if (cl) {
+		subs_free(cl->subs);
 		free(cl->hosts);
 		free(cl->relist);
 	}
@@ -1047,11 +964,7 @@ void cluster_destroy(struct cluster *cl)
 	relist_stop(cl);
 	xport_destroy(cl->x);
 	leases_destroy(cl->leases);
-	while (cl->subs) {
-		struct sub *s = cl->subs;
-		cl->subs = s->next;
-		sub_free(cl, s);
-	}
+	subs_free(cl->subs);
 	pthread_cond_destroy(&cl->relist_cond);
 	pthread_mutex_destroy(&cl->lock);
 	free(cl->hosts);
