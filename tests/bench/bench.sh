@@ -231,6 +231,10 @@ printf '  %-34s %7.3f   %7.3f   (%s, %s of tmpfs; %s, %s of the floor; ls -l aga
 	"$(ratio "$BLS" "$FLS" | tr -d ' ')" "$(ratio "$BRM" "$FRM" | tr -d ' ')" "$BLS2"
 printf '  %-34s %7s   %7.3f   (after the rm returned)\n' "... until a has none left" "" "$AGONE"
 
+# --- a put as the cluster grows: 2 and 8 nodes (tests/bench/nodes.sh) -------------
+printf '\n'
+"$(dirname "$0")/nodes.sh" "$B"
+
 # --- GPU pools, where there is a GPU (tests/bench/gpu.sh) -------------------------
 printf '\n'
 "$(dirname "$0")/gpu.sh"
