@@ -702,7 +702,8 @@ static int cleaned_reply(void *arg, const struct proto_msg *m)
 }
 
 /* The peers that are up, and host stage hosting unless it is NULL, into
- * to[] with their asks in a[] (room for every peer in both): how many. */
+ * to[], with their asks in a[] unless it is NULL (room for every peer in
+ * both): how many. */
 static int callees_up(struct cluster *cl, const char *hosting, struct ask *a,
 		      struct xport_callee *to)
 {
@@ -712,8 +713,9 @@ static int callees_up(struct cluster *cl, const char *hosting, struct ask *a,
 		if (!xport_peer_up(cl->x, (int)i) ||
 		    (hosting && !stage_in(cl->hosts[i].stages, cl->hosts[i].n, hosting)))
 			continue;
-		a[n] = (struct ask){ cl, (int)i, 0 };
-		to[n] = (struct xport_callee){ .peer = (int)i, .arg = &a[n] };
+		if (a)
+			a[n] = (struct ask){ cl, (int)i, 0 };
+		to[n] = (struct xport_callee){ .peer = (int)i, .arg = a ? &a[n] : NULL };
 		n++;
 	}
 	return n;
@@ -774,20 +776,15 @@ int cluster_ask(struct cluster *cl, const char *from, const char *to,
 int cluster_exists(struct cluster *cl, const char *from, const char *to, const char *key)
 {
 	struct proto_msg m = name_msg(PT_EXISTS, from, to, key);
-	struct ask *a = calloc(cl->npeers + 1, sizeof(*a));
 	struct xport_callee *c = calloc(cl->npeers + 1, sizeof(*c));
-	int n, found = 0, answered = 0;
+	/* The answer is the STATUS itself: no reply to take, no asks. */
+	int n = c ? callees_up(cl, to, NULL, c) : 0, found = 0, answered = 0;
 
-	if (!a || !c)
-		goto free_asks;
-	n = callees_up(cl, to, a, c);
-	if (!xport_call_each(cl->x, c, n, &m, NULL))
+	if (n && !xport_call_each(cl->x, c, n, &m, NULL))
 		for (int i = 0; i < n; i++) {
 			found |= c[i].rc == 0;
 			answered |= c[i].rc == 0 || c[i].rc == -ENOENT;
 		}
-free_asks:
-	free(a);
 	free(c);
 	if (found || answered)
 		return found;

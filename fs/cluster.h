@@ -4,10 +4,10 @@
  * the nodes that host its <to> stage (and to any that asked for that key
  * while it was missing); objects small enough travel inside the announce.
  * A node that does not host <to> asks: for a key on a lookup, for a
- * directory on readdir; an O_EXCL create asks the hosts of <to>.  rm goes to the owner, which tells everyone;
- * complete reads are counted by the owner.  An owner lost takes its
- * objects out of every listing, and a peer that comes back is told again
- * what it should know.
+ * directory on readdir; an O_EXCL create asks the hosts of <to>.  rm goes
+ * to the owner, which tells everyone; complete reads are counted by the
+ * owner.  An owner lost takes its objects out of every listing, and a peer
+ * that comes back is told again what it should know.
  */
 #ifndef OMNI_CLUSTER_H
 #define OMNI_CLUSTER_H
