@@ -82,11 +82,7 @@ read -r TCP TCPLO < <(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" "$BIG_MIB
 # (The 64 MiB read lands in the pool whole; the 1 GiB read streams through
 # a small window, so its third copy reads from cache, and can beat this.)
 read -r COPIES COPIESLO < <(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" copies "$BIG_MIB"; done | best_low)
-read -r PA PB < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(2)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+read -r PA PB < <(free_ports 2)
 head -c 48 /dev/urandom | base64 >"$T/secret" && chmod 600 "$T/secret"
 cat >"$T/cluster.yaml" <<YAML
 secret_file: $T/secret

@@ -12,6 +12,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
+# free_ports N [ADDR]: N TCP ports nobody listens on now (on ADDR, or
+# 127.0.0.1), on one line
+free_ports() {
+	python3 -c '
+import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind((sys.argv[2], 0))
+print(*[s.getsockname()[1] for s in ss])' "$1" "${2-127.0.0.1}"
+}
 wait_mount() { for _ in $(seq 500); do grep -q " $1 " /proc/mounts && return 0; sleep 0.02; done; return 1; }
 best() { sort -g | tail -1; }
 # best_low: "best lowest" - the lowest says how noisy the machine was

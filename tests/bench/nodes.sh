@@ -15,11 +15,7 @@ PKG=$(cd "$(dirname "$0")/../../contrib/python" && pwd)
 # cluster N: N daemons n0..n(N-1) under $T/N, node i hosting stage si, all up
 cluster() {
 	local n=$1 i ports
-	read -r -a ports < <(python3 -c "
-import socket
-ss = [socket.socket() for _ in range($n)]
-for s in ss: s.bind(('127.0.0.1', 0))
-print(*[s.getsockname()[1] for s in ss])")
+	read -r -a ports < <(free_ports "$n")
 	mkdir -p "$T/$n"
 	head -c 48 /dev/urandom | base64 >"$T/$n/secret" && chmod 600 "$T/$n/secret"
 	{ echo "secret_file: $T/$n/secret"; echo "pool: host:64MiB"; echo "readers: 0"; echo "nodes:"

@@ -57,11 +57,7 @@ up() { for _ in $(seq 500); do grep -q "\"transport\":\"$2\"" "$T/$1/.omni/healt
 stop() { fusermount3 -u "$T/$1"; wait "$(eval echo \$PID_$1)" 2>/dev/null; }
 cluster() {     # cluster TRANSPORT
 	local ports
-	read -r -a ports < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(2)]
-for s in ss: s.bind(("", 0))
-print(*[s.getsockname()[1] for s in ss])')
+	read -r -a ports < <(free_ports 2 "")
 	head -c 48 /dev/urandom | base64 >"$T/secret" && chmod 600 "$T/secret"
 	cat >"$T/omni.yaml" <<YAML
 secret_file: $T/secret
