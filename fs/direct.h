@@ -10,7 +10,12 @@
  * OMNIFS_IOC_PLACE, on a new object's writer descriptor before any write:
  * makes the object `size` bytes long and says where they go; the writer
  * must then fill every byte (process_vm_writev, or pwrite on fallback)
- * before its close publishes them.
+ * before its close publishes them.  Its flags (in) may say
+ * OMNIFS_PLACE_SOLE: the caller never duplicates the descriptor (dup,
+ * fork), so its close is the writer's last, and the daemon need not look
+ * through the caller's descriptors for another one (/proc/PID/fd: some
+ * 3 us a descriptor, 0.3 ms for a GPU worker's hundred).  Other flags:
+ * EINVAL.
  *
  * Both are answered only to root and to the daemon's own user (who could
  * read and write the daemon's memory anyway): EPERM for others.  pid is
@@ -32,9 +37,11 @@ struct omnifs_direct {
 	uint64_t size;          /* PLACE: in; both: the object's size out */
 	uint64_t xxh3;          /* WHERE: the published object's; PLACE: 0 */
 	uint64_t cookie_addr, cookie;
-	uint32_t n, flags;      /* extents used; flags 0 */
+	uint32_t n, flags;      /* extents used; PLACE: OMNIFS_PLACE_SOLE or 0 in */
 	struct { uint64_t addr, len; } ext[OMNIFS_DIRECT_EXT];
 };
+
+#define OMNIFS_PLACE_SOLE 1u
 
 #define OMNIFS_IOC_WHERE _IOR('O', 0x10, struct omnifs_direct)
 #define OMNIFS_IOC_PLACE _IOWR('O', 0x11, struct omnifs_direct)
@@ -86,7 +93,7 @@ struct omnifs_cuda {
 	uint32_t magic, dev;    /* dev: the pool's GPU */
 	uint64_t size, xxh3;    /* the published object's */
 	uint8_t handle[64];     /* CUipcMemHandle of the whole pool */
-	uint32_t n, flags;      /* extents used; flags 0 */
+	uint32_t n, flags;      /* extents used; CUDA_PLACE: OMNIFS_PLACE_SOLE or 0 in */
 	struct { uint64_t off, len; } ext[OMNIFS_DIRECT_EXT];  /* offsets into the pool */
 };
 
@@ -97,9 +104,9 @@ struct omnifs_cuda {
  * the pool's GPU and IPC handle, and where in the pool the object's bytes
  * go.  The writer fills every byte (device to device from its own GPU
  * memory, or pwrite), waits for its copies (cuCtxSynchronize), and its
- * close publishes them, hashed from the device.  EOPNOTSUPP for a pool
- * of another kind (PLACE is for those); EBUSY once written to; root and
- * the daemon's user only. */
+ * close publishes them, hashed from the device.  Flags as PLACE's.
+ * EOPNOTSUPP for a pool of another kind (PLACE is for those); EBUSY once
+ * written to; root and the daemon's user only. */
 #define OMNIFS_IOC_CUDA_PLACE _IOWR('O', 0x16, struct omnifs_cuda)
 
 /* OMNIFS_IOC_PUT and OMNIFS_IOC_GET, on a descriptor of an edge directory

@@ -1468,6 +1468,14 @@ int ns_handle_is_writer(const struct ns_handle *h)
 	return h->write;
 }
 
+int ns_handle_sole(struct ns *ns, const struct ns_handle *h)
+{
+	pthread_mutex_lock(&ns->lock);
+	int sole = h->sole;
+	pthread_mutex_unlock(&ns->lock);
+	return sole;
+}
+
 struct ns_waiter *ns_cancel(struct ns *ns, uint64_t id)
 {
 	struct ns_waiter *w = NULL;

@@ -196,6 +196,9 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 /* A fresh waiter id, to register for interrupts before ns_open. */
 uint64_t ns_waiter_id(struct ns *ns);
 int ns_handle_is_writer(const struct ns_handle *h);
+/* A writer whose caller said it never duplicates its descriptor: its
+ * close is its last (OMNIFS_PLACE_SOLE). */
+int ns_handle_sole(struct ns *ns, const struct ns_handle *h);
 /* Takes a waiter out of the queue if it is still there (an interrupt):
  * returns it, or NULL if it was already answered. */
 struct ns_waiter *ns_cancel(struct ns *ns, uint64_t id);
@@ -264,9 +267,10 @@ int ns_direct_bounce(struct ns *ns, struct ns_handle *h, size_t cap, struct iove
 /* place: a fresh object's one writer makes it size bytes long, to fill
  * them itself at the pool offsets sp says (any pool: the caller knows
  * how its kind is reached), counted under what; nothing changes on an
- * error (-ENOSPC, -E2BIG, -EBUSY once written to). */
+ * error (-ENOSPC, -E2BIG, -EBUSY once written to).  sole: the writer's
+ * descriptor is never duplicated (ns_handle_sole). */
 int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct ns_span *sp,
-		    int max, int *n, enum stat_id what);
+		    int max, int *n, enum stat_id what, int sole);
 /* A placed object's writer has filled [0, upto) for good (OMNIFS_IOC_PLACED):
  * the hasher may go ahead.  -EINVAL if h did not place, or upto is past
  * the end. */

@@ -111,7 +111,7 @@ void ns_direct_done(struct ns *ns, struct ns_handle *h, enum stat_id what)
 }
 
 int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct ns_span *sp,
-		    int max, int *n, enum stat_id what)
+		    int max, int *n, enum stat_id what, int sole)
 {
 	struct object *o = h->obj;
 	int rc;
@@ -132,6 +132,7 @@ int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct ns
 		} else {
 			h->done = size;
 			h->placed = 1;
+			h->sole = sole;
 			stat_add(ns->st, ST_BYTES_WRITTEN, size);
 			stat_add(ns->st, what, 1);
 		}

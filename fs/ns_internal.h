@@ -110,7 +110,7 @@ struct stream;
 struct ns_handle {
 	struct object *obj;
 	struct stream *stream;          /* a streamed read's window (ns_stream.c) */
-	int write, flushed, counted, killed, served, source, placed;
+	int write, flushed, counted, killed, served, source, placed, sole;
 	unsigned gen;
 	struct rangeset seen;
 	uint64_t opened_ns, done;

@@ -612,6 +612,30 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 					  (uint64_t)off, (uint64_t)len));
 }
 
+/* Whether a writer's close is its last one (README, "Publish"): unless
+ * the writer said it never duplicates its descriptor, a look through the
+ * caller's descriptors for another one. */
+static enum ns_close writer_close(fuse_req_t req, struct ns_handle *h)
+{
+	struct ns *ns = fs_of(req)->ns;
+	pid_t tid = fuse_req_ctx(req)->pid;
+	char path[2 * NAME_STAGE_MAX + NAME_KEY_MAX + 4];
+	int held = -1;
+
+	if (!ns_handle_sole(ns, h)) {
+		ns_handle_path(ns, h, path, sizeof(path));
+		held = caller_holds_fd(tid, path);
+	}
+	/* A task closing its files on the way out has no table of them
+	 * left: only a task with no descriptors (or a sole writer) can be. */
+	enum caller_state cs = held < 0 ? caller_state(tid) : CALLER_ALIVE;
+	if (cs == CALLER_KILLED)
+		return NS_CLOSE_KILLED;
+	if (cs == CALLER_EXITING)
+		return NS_CLOSE_EXIT;
+	return held > 0 ? NS_CLOSE_DUP : NS_CLOSE_LAST;
+}
+
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
@@ -621,22 +645,7 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		view_flush((struct view *)(uintptr_t)(fi->fh & ~(uint64_t)FH_TAGS));
 	if (fi->fh & FH_TAGS)
 		return (void)fuse_reply_err(req, 0);
-	enum ns_close how = NS_CLOSE_LAST;
-	if (ns_handle_is_writer(h)) {
-		pid_t tid = fuse_req_ctx(req)->pid;
-		char path[2 * NAME_STAGE_MAX + NAME_KEY_MAX + 4];
-		ns_handle_path(fs_of(req)->ns, h, path, sizeof(path));
-		/* A task closing its files on the way out has no table of
-		 * them left: only a task with no descriptors can be one. */
-		int held = caller_holds_fd(tid, path);
-		enum caller_state cs = held < 0 ? caller_state(tid) : CALLER_ALIVE;
-		if (cs == CALLER_KILLED)
-			how = NS_CLOSE_KILLED;
-		else if (cs == CALLER_EXITING)
-			how = NS_CLOSE_EXIT;
-		else if (held > 0)
-			how = NS_CLOSE_DUP;
-	}
+	enum ns_close how = ns_handle_is_writer(h) ? writer_close(req, h) : NS_CLOSE_LAST;
 	fuse_reply_err(req, -ns_flush(fs_of(req)->ns, h, how));
 }
 
@@ -674,7 +683,13 @@ static void cuda_ioctl(fuse_req_t req, unsigned cmd, struct ns_handle *h, const 
 	if (place) {
 		memcpy(&c.size, (const char *)in_buf + offsetof(struct omnifs_cuda, size),
 		       sizeof(c.size));
-		rc = ns_direct_place(fs->ns, h, c.size, sp, OMNIFS_DIRECT_EXT, &n, ST_CUDA_PUTS);
+		memcpy(&c.flags, (const char *)in_buf + offsetof(struct omnifs_cuda, flags),
+		       sizeof(c.flags));
+		if (c.flags & ~OMNIFS_PLACE_SOLE)
+			return (void)fuse_reply_err(req, EINVAL);
+		rc = ns_direct_place(fs->ns, h, c.size, sp, OMNIFS_DIRECT_EXT, &n, ST_CUDA_PUTS,
+				     !!(c.flags & OMNIFS_PLACE_SOLE));
+		c.flags = 0;
 	} else {
 		rc = ns_direct_spans(fs->ns, h, sp, OMNIFS_DIRECT_EXT, &n, &c.size, &c.xxh3);
 	}
@@ -693,16 +708,19 @@ static void cuda_ioctl(fuse_req_t req, unsigned cmd, struct ns_handle *h, const 
 
 /* OMNIFS_IOC_PLACE: a new object in host memory, filled by a process of
  * this node with process_vm_writev(2).  Its pieces as our addresses. */
-static int host_place(struct fs *fs, struct ns_handle *h, uint64_t size,
+static int host_place(struct fs *fs, struct ns_handle *h, uint64_t size, uint32_t flags,
 		      struct iovec *iov, int *n)
 {
 	struct ns_span sp[OMNIFS_DIRECT_EXT];
 	uint8_t *base = pool_base(fs->vf.pool);
 	int rc;
 
+	if (flags & ~OMNIFS_PLACE_SOLE)
+		return -EINVAL;
 	if (!pool_cpu(fs->vf.pool))
 		return -EOPNOTSUPP;     /* not memory a process can copy to */
-	if ((rc = ns_direct_place(fs->ns, h, size, sp, OMNIFS_DIRECT_EXT, n, ST_DIRECT_PUTS)))
+	if ((rc = ns_direct_place(fs->ns, h, size, sp, OMNIFS_DIRECT_EXT, n, ST_DIRECT_PUTS,
+				  !!(flags & OMNIFS_PLACE_SOLE))))
 		return rc;
 	for (int i = 0; i < *n; i++)
 		iov[i] = (struct iovec){ base + sp[i].off, sp[i].len };
@@ -765,9 +783,12 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 	if (cmd == OMNIFS_IOC_PLACE) {
 		if (in_bufsz < sizeof(d))
 			return (void)fuse_reply_err(req, EINVAL);
+		uint32_t flags;
 		memcpy(&d.size, (const char *)in_buf + offsetof(struct omnifs_direct, size),
 		       sizeof(d.size));
-		rc = host_place(fs, h, d.size, iov, &n);
+		memcpy(&flags, (const char *)in_buf + offsetof(struct omnifs_direct, flags),
+		       sizeof(flags));
+		rc = host_place(fs, h, d.size, flags, iov, &n);
 	} else {
 		/* Another node's object that lands here whole: once it has,
 		 * one memmove, not a FUSE request per MiB behind its pull. */

@@ -184,6 +184,8 @@ CONN="env PYTHONPATH=$(cd "$(dirname "$0")/../../contrib/python" && pwd) /usr/bi
 # O_EXCL then asks no peer.
 printf '\nOmniFSConnector put -> get, two processes, one node (a to a, stages 0 -> 2, both on a):\n'
 CONN_EDGE="0 2" $CONN "$T/a" "$T/a"
+printf '  the same, 1 MiB, from a writer holding 100 more descriptors (as a GPU worker does):\n'
+CONN_FDS=100 CONN_MIN=$((1 << 20)) CONN_MAX=$((1 << 20)) CONN_KINDS=bytes CONN_EDGE="0 2" $CONN "$T/a" "$T/a"
 printf 'OmniFSConnector put -> get, across two nodes over loopback TCP (a to b):\n'
 $CONN "$T/a" "$T/b"
 printf 'goals: 64 MiB and 256 MiB >= 8x the shm connector, 4 KiB median <= 0.2 ms\n'

@@ -11,7 +11,9 @@ tensors); both come back over huge pages.  Two rounds of each go first,
 unmeasured: a worker's first large buffers wait for the kernel to gather
 huge pages (compaction, up to 0.5 s here), later ones do not.  CONN_KINDS
 (bytes,array), CONN_MIN and CONN_MAX (bytes) choose what runs; CONN_EDGE
-("FROM TO", "0 1" unless set) names the stages the objects go between."""
+("FROM TO", "0 1" unless set) names the stages the objects go between;
+CONN_FDS (0) more descriptors the writer holds open, as a GPU worker does
+(CUDA, NCCL, ZMQ): a plain close looks through them all."""
 import os
 import subprocess
 import sys
@@ -50,6 +52,7 @@ def payloads():
 def main(wmount, rmount):
     rd = subprocess.Popen([sys.executable, "-c", READER, rmount, FROM, TO], stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, text=True)
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(int(os.environ.get("CONN_FDS", "0")))]
     w = OmniFSConnector({"mount": wmount})
     try:
         for kind, size, rounds, data in payloads():
@@ -79,6 +82,8 @@ def main(wmount, rmount):
     finally:
         rd.stdin.close()
         rd.wait()
+        for fd in held:
+            os.close(fd)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,25 @@ os.close(fd)
 assert open(sys.argv[1], "rb").read() == b"abc"
 PYEOF
 
+ok "CUDA_PLACE's OMNIFS_PLACE_SOLE: the close publishes though a dup is open; other flags EINVAL" \
+	$PY - "$T/a/0/1/ps" <<'PYEOF'
+import errno, os, sys
+from omnifs import cuda
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+try:
+    cuda._ask(fd, cuda.PLACE_IOC, 3, 2)
+    sys.exit("flag 2 taken")
+except OSError as e:
+    assert e.errno == errno.EINVAL, e
+cuda.place(fd, 3)                       # says SOLE
+os.pwrite(fd, b"xyz", 0)
+dup = os.dup(fd)                        # what a sole writer says it never does
+os.close(fd)
+assert os.path.basename(sys.argv[1]) in os.listdir(os.path.dirname(sys.argv[1])), "not published"
+os.close(dup)
+assert open(sys.argv[1], "rb").read() == b"xyz"
+PYEOF
+
 if $PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
 	ok "Mount.put_cuda publishes a GPU tensor copied into the pool device to device" $PY - "$T" <<'PYEOF'
 import sys, torch, omnifs

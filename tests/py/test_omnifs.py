@@ -562,6 +562,42 @@ def test_placed_refuses_what_it_cannot_mean():
     assert k not in m.keys("0", "1")
 
 
+@pytest.mark.parametrize("sole", [0, 1])
+def test_a_sole_writer_publishes_at_its_close_without_looking_for_dups(sole):
+    """PLACE's OMNIFS_PLACE_SOLE: the writer promised never to dup its
+    descriptor, so the daemon takes its close for the last one (and skips
+    the look through /proc/PID/fd that costs ~3 us a descriptor).  Without
+    it a dup()ed descriptor still open keeps the object unpublished."""
+    from omnifs import direct
+    m, k = omnifs.Mount(ONE), rid()
+    data = os.urandom(1 << 20)
+    fd = os.open(os.path.join(ONE, "0", "1", k), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    assert direct.copy_in(direct._ask(fd, direct.PLACE, len(data), sole), [data])
+    dup = os.dup(fd)                        # what a sole writer says it never does
+    os.close(fd)
+    try:
+        assert (k in m.keys("0", "1")) == bool(sole)
+    finally:
+        os.close(dup)
+    assert bytes(m.get("0", "1", k, timeout=5)) == data
+
+
+def test_place_refuses_flags_it_does_not_know_and_changes_nothing():
+    from omnifs import direct
+    m, k = omnifs.Mount(ONE), rid()
+    used = pool_used(ONE)
+    fd = os.open(os.path.join(ONE, "0", "1", k), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with pytest.raises(OSError) as e:
+            direct._ask(fd, direct.PLACE, 10, 2)
+        assert e.value.errno == errno.EINVAL and os.fstat(fd).st_size == 0
+        assert pool_used(ONE) == used
+        assert direct.copy_in(direct.place(fd, 5), [b"fresh"]), "still a fresh object"
+    finally:
+        os.close(fd)
+    assert bytes(m.get("0", "1", k, timeout=5)) == b"fresh"
+
+
 def test_cuda_place_is_for_gpu_pools_only():
     """OMNIFS_IOC_CUDA_PLACE on a host pool: EOPNOTSUPP, nothing taken; the
     writer then writes as any other, and PLACE still works after it."""

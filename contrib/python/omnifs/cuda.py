@@ -24,6 +24,7 @@ from . import ioctl
 
 MAGIC = 0x4155434F
 EXT = 60
+SOLE = 1                                # OMNIFS_PLACE_SOLE, as direct.SOLE
 _HEAD = struct.Struct("<IIQQ64sII")    # magic dev size xxh3 handle n flags
 _EXT = struct.Struct("<QQ")             # off len, into the pool
 SIZE = _HEAD.size + EXT * _EXT.size
@@ -39,9 +40,9 @@ class Where:
         self.extents = extents          # [(pool offset, length)], in order
 
 
-def _ask(fd, cmd, size):
+def _ask(fd, cmd, size, flags=0):
     buf = bytearray(SIZE)
-    _HEAD.pack_into(buf, 0, MAGIC, 0, size, 0, b"", 0, 0)
+    _HEAD.pack_into(buf, 0, MAGIC, 0, size, 0, b"", 0, flags)
     ioctl.call(fd, cmd, buf)
     magic, dev, size, xxh3, handle, n, _ = _HEAD.unpack_from(buf)
     if magic != MAGIC or n > EXT:
@@ -61,8 +62,9 @@ def where(fd):
 def place(fd, size):
     """Makes the new object on writer fd size bytes long, in the GPU pool;
     where its bytes go.  OSError as the ioctl fails (EOPNOTSUPP: not a GPU
-    pool; EBUSY: already written to)."""
-    return _ask(fd, PLACE_IOC, size)
+    pool; EBUSY: already written to).  fd must never be duplicated: its
+    close publishes (direct.SOLE)."""
+    return _ask(fd, PLACE_IOC, size, SOLE)
 
 
 def _pieces(extents, at, n):

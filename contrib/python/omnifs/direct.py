@@ -38,6 +38,7 @@ WHERE = _ioc(2, 0x10)       # _IOR
 PLACE = _ioc(3, 0x11)       # _IOWR
 PLACED = (1 << 30) | (8 << 16) | (ord("O") << 8) | 0x15    # _IOW('O', 0x15, uint64_t)
 PLACED_STEP = 8 << 20
+SOLE = 1                    # OMNIFS_PLACE_SOLE: the writer's fd is never dup()ed
 SHARE_MAGIC = 0x5248534F
 _SHR = struct.Struct("<IIiIQQQ")           # magic pid fd flags base size cookie
 SHARE = (2 << 30) | (_SHR.size << 16) | (ord("O") << 8) | 0x17     # _IOR
@@ -162,9 +163,9 @@ def available():
     return _LIBC is not None
 
 
-def _ask(fd, cmd, size):
+def _ask(fd, cmd, size, flags=0):
     buf = bytearray(SIZE)
-    _HEAD.pack_into(buf, 0, MAGIC, 0, size, 0, 0, 0, 0, 0)
+    _HEAD.pack_into(buf, 0, MAGIC, 0, size, 0, 0, 0, 0, flags)
     ioctl.call(fd, cmd, buf)
     return Place(buf)
 
@@ -176,8 +177,11 @@ def where(fd):
 
 
 def place(fd, size):
-    """Makes the new object on writer fd size bytes long; its Place."""
-    return _ask(fd, PLACE, size)
+    """Makes the new object on writer fd size bytes long; its Place.  fd
+    must never be duplicated (dup, fork): its close publishes, and the
+    daemon does not look through this process's descriptors for another
+    one (OMNIFS_PLACE_SOLE)."""
+    return _ask(fd, PLACE, size, SOLE)
 
 
 def never(e):
