@@ -122,9 +122,35 @@ static void hook_published(void *ctx, const struct ns_objinfo *o)
 		tell[i] = (char)stage_in(cl->hosts[i].stages, cl->hosts[i].n, o->to);
 	subs_take(cl->subs, o->from, o->to, o->key, tell);
 	for (size_t i = 0; i < cl->npeers; i++)
-		if (tell[i])
+		if (tell[i] && (int)i + 1 != o->claimed)        /* it has it */
 			announce_to(cl, (int)i, o);
 	free(tell);
+}
+
+/* One message where an O_EXCL put to a stage on one other node took two
+ * (EXISTS, then the announce): the host takes the object unless it knows
+ * of one of that name (it hears of every one published on the edge), and
+ * its readers have it at once.  A claim that went out and got no answer
+ * may have been taken: it is taken back (GONE).  Without an answer the put
+ * goes on as an O_EXCL create does without a host to ask. */
+static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
+{
+	struct cluster *cl = ctx;
+	struct proto_msg m = { .type = PT_CLAIM };
+
+	to_proto(o, &m.u.obj);
+	if (o->data) {
+		m.u.obj.data = o->data;
+		m.u.obj.datalen = (uint32_t)o->size;
+	}
+	int rc = xport_call(cl->x, peer, &m, NULL, NULL);
+	if (rc == 0 || rc == -EEXIST)
+		return rc;
+	m.type = PT_GONE;
+	m.u.obj.data = NULL;
+	m.u.obj.datalen = 0;
+	xport_send(cl->x, peer, &m);
+	return cluster_exists(cl, o->from, o->to, o->key) ? -EEXIST : rc;
 }
 
 /* Every peer may have learnt of it (by asking), so every peer hears. */
@@ -324,6 +350,7 @@ static const char *hook_peer_name(void *ctx, int owner)
 
 static const struct ns_hooks hooks = {
 	.published = hook_published, .gone = hook_gone, .consumed = hook_consumed,
+	.claim = hook_claim,
 	.fetch = hook_fetch, .remove = hook_remove, .peer_name = hook_peer_name,
 	.pull = hook_pull, .release = hook_release,
 	.buf_alloc = hook_buf_alloc, .buf_free = hook_buf_free,
@@ -545,6 +572,12 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 	case PT_EXISTS:
 		stat_add(cl->st, ST_PEER_LOOKUPS, 1);
 		st.u.status.err = -ns_exists(cl->ns, m->u.obj.from, m->u.obj.to, m->u.obj.key);
+		xport_reply(c, reqid, &st);
+		break;
+	case PT_CLAIM:          /* an EXISTS and an ANNOUNCE in one */
+		stat_add(cl->st, ST_PEER_CLAIMS, 1);
+		o = from_proto(&m->u.obj);
+		st.u.status.err = -ns_remote_claim(cl->ns, peer, &o);
 		xport_reply(c, reqid, &st);
 		break;
 	case PT_LIST:
@@ -773,6 +806,20 @@ int cluster_ask(struct cluster *cl, const char *from, const char *to,
  * the ones asked: one round trip to them, whatever the size of the
  * cluster.  Only where none of them is up and answers is every peer asked
  * for what it owns. */
+int cluster_claimer(struct cluster *cl, const char *to)
+{
+	int peer = -1;
+
+	for (size_t i = 0; i < cl->npeers; i++) {
+		if (!stage_in(cl->hosts[i].stages, cl->hosts[i].n, to))
+			continue;
+		if (peer >= 0 || !xport_peer_up(cl->x, (int)i))
+			return -1;      /* two hosts must agree: EXISTS first */
+		peer = (int)i;
+	}
+	return peer;
+}
+
 int cluster_exists(struct cluster *cl, const char *from, const char *to, const char *key)
 {
 	struct proto_msg m = name_msg(PT_EXISTS, from, to, key);

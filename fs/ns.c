@@ -530,7 +530,8 @@ static void obj_zero(struct ns *ns, const struct object *o, uint64_t off, uint64
 
 /* ---------------------------------------------------------------- events */
 
-static struct ns_event *ev_queue(struct ns *ns, int type, struct object *o)
+/* An event about o, not queued yet (ev_push), or NULL. */
+static struct ns_event *ev_new(struct ns *ns, int type, struct object *o)
 {
 	const struct ns_hooks *hk = ns->set.hooks;
 	struct ns_event *e;
@@ -563,12 +564,31 @@ static struct ns_event *ev_queue(struct ns *ns, int type, struct object *o)
 		e->info.kvhdr = o->kvhdr;       /* o is referenced until delivered */
 		e->info.kvhdr_len = o->kvhdr_len;
 	}
+	return e;
+}
+
+static struct ns_event *ev_push(struct ns *ns, struct ns_event *e)
+{
+	if (!e)
+		return NULL;
 	if (ns->ev_tail)
 		ns->ev_tail->next = e;
 	else
 		ns->ev_head = e;
 	ns->ev_tail = e;
 	return e;
+}
+
+static struct ns_event *ev_queue(struct ns *ns, int type, struct object *o)
+{
+	return ev_push(ns, ev_new(ns, type, o));
+}
+
+static void ev_free(struct ns *ns, struct ns_event *e)
+{
+	if (e && e->o)
+		obj_put(ns, e->o);
+	free(e);
 }
 
 /* Delivers queued events; one thread at a time, so they stay in order. */
@@ -823,44 +843,90 @@ torn:
 /* Publishes o: trims its reserve, hashes it with the lock dropped (the
  * bytes are final: every writer has closed), then makes it visible and
  * answers its waiters.  Called and returns locked. */
+/* Asks the peer that o's claim names (ns_handle_claim) to take o, with ns
+ * unlocked and o whole, hashed and checked: 0 (the peer has it), -EEXIST
+ * (a node has an object of its name: nothing is left anywhere), or
+ * another error (then o is published as if never claimed). */
+static int obj_claim(struct ns *ns, struct object *o, struct ns_event *c, uint64_t h)
+{
+	c->info.xxh3 = h;
+	c->info.published_ns = clock_wall_ns();
+	c->info.kvhdr = o->kvhdr;
+	c->info.kvhdr_len = o->kvhdr_len;
+	return ns->set.hooks->claim(ns->set.hctx, o->claim - 1, &c->info);
+}
+
+/* o, hashed to h and checked, is published at wall time when. */
+static void obj_published(struct ns *ns, struct object *o, uint64_t h, uint64_t when)
+{
+	struct ns_policy p = policy_of(ns, o->node->parent);
+
+	o->xxh3 = h;
+	o->state = OS_PUBLISHED;
+	o->published_ns = when;
+	if (o->readers < 0)
+		o->readers = p.readers;
+	o->ttl_s = p.ttl_s;
+	if (p.ttl_s > 0 && !timerq_add(&ns->tq, &o->ttl,
+				       clock_mono_ns() + (uint64_t)p.ttl_s * 1000000000u) &&
+	    timerq_peek(&ns->tq) == &o->ttl)
+		pthread_cond_signal(&ns->cond);
+	npub_add(o->node, 1);
+	htab_add(&ns->byoid, &o->byoid, o->oid);
+	stat_add(ns->st, ST_PUBLISHED, 1);
+	stats_observe(ns->st, H_PUBLISH, clock_mono_ns() - o->created_ns);
+}
+
 static void obj_publish(struct ns *ns, struct object *o, struct wakelist *wl)
 {
+	struct ns_event *c = NULL;      /* the claim, then the announce */
+	int claimed = 0;
+
 	o->state = OS_PUBLISHING;       /* the hasher starts no new step */
 	while (o->hashing)
 		pthread_cond_wait(&ns->hdone, &ns->lock);
 	obj_trim(ns, o);
+	int hrc = 0;
+	if (o->claim && !(c = ev_new(ns, EV_PUBLISHED, o)))
+		hrc = -ENOMEM;          /* unasked, it must not be published */
+	else if (c && c->info.readers < 0)
+		c->info.readers = policy_of(ns, o->node->parent).readers;
 	o->refs++;
 	pthread_mutex_unlock(&ns->lock);
-	uint64_t h;
-	int hrc = obj_hash(ns, o, &h);
+	uint64_t h = 0;
+	if (!hrc)
+		hrc = obj_hash(ns, o, &h);
 	if (!hrc)
 		hrc = kv_check(ns, o);
 	if (!hrc)       /* a device's copies done, for other processes too */
 		hrc = pool_sync(ns->pool) ? -EIO : 0;
+	if (!hrc && c) {
+		int crc = obj_claim(ns, o, c, h);
+		claimed = crc == 0;
+		if (crc == -EEXIST)
+			hrc = crc;      /* a node has one: nothing is left */
+	}
 	pthread_mutex_lock(&ns->lock);
 	if (hrc) {
-		obj_abort(ns, o);       /* no chunk table, or a torn KV payload */
+		obj_abort(ns, o);       /* no chunk table, a torn KV payload, claimed */
 		o->error = -hrc;
 	} else if (o->state == OS_PUBLISHING && o->node) {     /* not removed meanwhile */
-		struct ns_policy p = policy_of(ns, o->node->parent);
-		o->xxh3 = h;
-		o->state = OS_PUBLISHED;
-		o->published_ns = clock_wall_ns();
-		if (o->readers < 0)
-			o->readers = p.readers;
-		o->ttl_s = p.ttl_s;
-		if (p.ttl_s > 0 && !timerq_add(&ns->tq, &o->ttl,
-					       clock_mono_ns() + (uint64_t)p.ttl_s * 1000000000u) &&
-		    timerq_peek(&ns->tq) == &o->ttl)
-			pthread_cond_signal(&ns->cond);
-		npub_add(o->node, 1);
-		htab_add(&ns->byoid, &o->byoid, o->oid);
-		stat_add(ns->st, ST_PUBLISHED, 1);
-		stats_observe(ns->st, H_PUBLISH, clock_mono_ns() - o->created_ns);
-		ev_queue(ns, EV_PUBLISHED, o);
+		obj_published(ns, o, h, claimed ? c->info.published_ns : clock_wall_ns());
+		if (claimed) {  /* announced to all but the claim's peer */
+			c->info.claimed = o->claim;
+			ev_push(ns, c);
+			c = NULL;
+		} else {
+			ev_queue(ns, EV_PUBLISHED, o);
+		}
 		wake_readers(ns, o->node, wl);
 		wake_views(ns, o->node, wl);
+	} else if (claimed) {   /* removed while the claim went: take it back */
+		c->type = EV_GONE;
+		ev_push(ns, c);
+		c = NULL;
 	}
+	ev_free(ns, c);
 	obj_put(ns, o);
 }
 
@@ -1466,6 +1532,14 @@ uint64_t ns_waiter_id(struct ns *ns)
 int ns_handle_is_writer(const struct ns_handle *h)
 {
 	return h->write;
+}
+
+void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer)
+{
+	pthread_mutex_lock(&ns->lock);
+	if (h->write && ns->set.hooks && ns->set.hooks->claim && ns->set.hooks->published)
+		h->obj->claim = peer + 1;
+	pthread_mutex_unlock(&ns->lock);
 }
 
 int ns_handle_sole(struct ns *ns, const struct ns_handle *h)

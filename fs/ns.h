@@ -61,6 +61,8 @@ struct ns_objinfo {
 	const void *data;               /* the bytes when small (see above), or NULL */
 	const void *kvhdr;              /* a KV payload's header (SPEC §6), or NULL */
 	uint32_t kvhdr_len;
+	int claimed;                    /* published: a peer index + 1 that took it
+					   by its claim already; 0: none */
 };
 
 /* What a view delivered of a source: units [first, first+n) of `of`
@@ -74,6 +76,12 @@ struct ns_hooks {
 	void (*gone)(void *ctx, const struct ns_objinfo *o);            /* ours */
 	void (*consumed)(void *ctx, int owner, uint64_t oid,            /* a complete read */
 			 const struct ns_cover *c);
+	/* A publish claimed first (ns_handle_claim): peer takes o unless a
+	 * node has an object of its name, as one step, and wakes its readers
+	 * at once; o is published here only after.  0: taken; -EEXIST: a node
+	 * has one (the writer's close fails, nothing is left); else: o is
+	 * published as if never claimed.  Called from the publishing thread. */
+	int (*claim)(void *ctx, int peer, const struct ns_objinfo *o);
 	/* Start bringing a remote object's bytes into dst; report through
 	 * ns_fetch_progress(token).  0, or -errno (nothing will be reported). */
 	int (*fetch)(void *ctx, int owner, uint64_t oid, uint64_t size,
@@ -196,6 +204,11 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 /* A fresh waiter id, to register for interrupts before ns_open. */
 uint64_t ns_waiter_id(struct ns *ns);
 int ns_handle_is_writer(const struct ns_handle *h);
+/* The publish of h's object is claimed at peer first (hooks->claim), so
+ * that peer's readers have it one message after the close, not two (an
+ * O_EXCL existence check, then the announce).  For a writer that is its
+ * object's one writer, and whose create asked no one. */
+void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer);
 /* A writer whose caller said it never duplicates its descriptor: its
  * close is its last (OMNIFS_PLACE_SOLE). */
 int ns_handle_sole(struct ns *ns, const struct ns_handle *h);
@@ -289,6 +302,10 @@ int ns_removexattr(struct ns *ns, uint64_t ino, const char *name);
  * visible here.  0; -EEXIST if this node owns a key of that name; -EINVAL
  * for a bad name.  Bytes given in o->data are checked against o->xxh3. */
 int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *o);
+/* A peer's claim (hooks->claim on its side): ns_remote_add, unless the key
+ * holds any other object, ours in any state or another node's: -EEXIST,
+ * and nothing changes. */
+int ns_remote_claim(struct ns *ns, int owner, const struct ns_objinfo *o);
 /* The owner says its object oid, from/to/key, left (consumed, removed,
  * expired). */
 void ns_remote_gone(struct ns *ns, int owner, const char *from, const char *to,

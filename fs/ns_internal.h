@@ -56,6 +56,7 @@ struct object {
 	 * verified so far.  fetch_gen tells handles of a failed fetch. */
 	uint64_t oid;
 	int owner;                      /* -1: ours */
+	int claim;                      /* a peer index + 1: its publish is claimed there */
 	struct hlink byoid;
 	int fetch;
 	uint64_t have;

@@ -375,7 +375,8 @@ static void gone_note(struct ns *ns, int owner, uint64_t oid)
 	htab_add(&ns->gone_byoid, &g->byoid, oid);
 }
 
-int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
+/* ns_remote_add, or with excl ns_remote_claim. */
+static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int excl)
 {
 	struct node *st, *ed, *k;
 	struct wakelist wl = { 0 };
@@ -393,7 +394,9 @@ int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
 	    (rc = node_resolve(ns, st, ri->to, 0, &ed)) || (rc = node_resolve(ns, ed, ri->key, 1, &k)))
 		goto unlock;
 	struct object *o = k->obj;
-	if (o && o->owner < 0) {
+	if (excl && o && (o->owner != owner || o->oid != ri->oid)) {
+		rc = -EEXIST;           /* any other, in any state: as O_EXCL sees it */
+	} else if (o && o->owner < 0) {
 		rc = -EEXIST;           /* ours wins; the writer who lost finds out */
 	} else if (o && o->owner == owner && o->oid == ri->oid) {
 		if (ri->reads > o->reads)
@@ -422,6 +425,16 @@ unlock:
 	if (start)
 		fetch_go(ns, &fs);
 	return rc;
+}
+
+int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
+{
+	return remote_add(ns, owner, ri, 0);
+}
+
+int ns_remote_claim(struct ns *ns, int owner, const struct ns_objinfo *ri)
+{
+	return remote_add(ns, owner, ri, 1);
 }
 
 void ns_remote_gone(struct ns *ns, int owner, const char *from, const char *to,

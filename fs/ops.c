@@ -169,14 +169,22 @@ static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int wil
 }
 
 /* O_EXCL means "nowhere in the cluster": whether another node knows the
- * key (cluster_exists), unless announces of this edge come here anyway. */
-static int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name)
+ * key (cluster_exists), unless announces of this edge come here anyway.
+ * A put that writes and publishes in one request (a small PUT) need not
+ * ask first where one peer hosts <to>: its publish is claimed there
+ * instead (claim says which, else -1). */
+static int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, int *claim)
 {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
 
-	return fs->cl && ns_dir_names(fs->ns, parent, from, to) == NK_EDGE &&
-	       !cluster_hosts(fs->cl, to) && !name_check_key(name) &&
-	       cluster_exists(fs->cl, from, to, name);
+	if (claim)
+		*claim = -1;
+	if (!fs->cl || ns_dir_names(fs->ns, parent, from, to) != NK_EDGE ||
+	    cluster_hosts(fs->cl, to) || name_check_key(name))
+		return 0;
+	if (claim && (*claim = cluster_claimer(fs->cl, to)) >= 0)
+		return 0;
+	return cluster_exists(fs->cl, from, to, name);
 }
 
 /* A name that is a view of published shards resolves (stat, getfattr)
@@ -536,7 +544,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int rc, excl = !!(fi->flags & O_EXCL);
 
 	(void)mode;
-	if (excl && exists_elsewhere(fs, parent, name))
+	if (excl && exists_elsewhere(fs, parent, name, NULL))
 		return (void)fuse_reply_err(req, EEXIST);
 	rc = ns_create_key(fs->ns, parent, name, excl, ctx->uid, ctx->gid, &a, &h);
 	if (rc)
@@ -899,14 +907,16 @@ static void small_put(fuse_req_t req, fuse_ino_t parent, const struct omnifs_sma
 	struct ns_handle *h;
 	struct ns_attr a;
 	char v[24];
-	int rc, frc;
+	int rc, frc, claim;
 
 	if (s->readers < -1)
 		return (void)fuse_reply_err(req, EINVAL);
-	if (exists_elsewhere(fs, parent, key))          /* as O_EXCL */
+	if (exists_elsewhere(fs, parent, key, &claim))  /* as O_EXCL */
 		return (void)fuse_reply_err(req, EEXIST);
 	if ((rc = ns_create_key(fs->ns, parent, key, 1, ctx->uid, ctx->gid, &a, &h)))
 		return (void)fuse_reply_err(req, -rc);
+	if (claim >= 0)
+		ns_handle_claim(fs->ns, h, claim);
 	if (s->readers >= 0)
 		rc = ns_setxattr(fs->ns, a.ino, "user.omni.readers", v,
 				 (size_t)snprintf(v, sizeof(v), "%lld", (long long)s->readers));

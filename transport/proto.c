@@ -214,7 +214,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		break;
 	case PT_PING: case PT_PONG:
 		break;
-	case PT_ANNOUNCE: case PT_OBJECT:
+	case PT_ANNOUNCE: case PT_OBJECT: case PT_CLAIM:
 		put_obj(&w, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
 		break;
 	case PT_GONE: case PT_LOOKUP: case PT_REMOVE: case PT_EXISTS:
@@ -405,7 +405,7 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		break;
 	case PT_PING: case PT_PONG:
 		break;
-	case PT_ANNOUNCE: case PT_OBJECT:
+	case PT_ANNOUNCE: case PT_OBJECT: case PT_CLAIM:
 		get_obj(&r, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
 		break;
 	case PT_GONE: case PT_LOOKUP: case PT_REMOVE: case PT_EXISTS:
@@ -505,7 +505,7 @@ const char *proto_type_name(unsigned type)
 		"?", "HELLO", "CHALLENGE", "AUTH", "WELCOME", "PING", "PONG",
 		"ANNOUNCE", "GONE", "CONSUMED", "LOOKUP", "LIST", "REMOVE", "PULL",
 		"STATUS", "OBJECT", "LISTING", "DATA", "RELEASE", "GRANT", "GRANTED",
-		"CLEANUP", "CLEANED", "EXISTS",
+		"CLEANUP", "CLEANED", "EXISTS", "CLAIM",
 	};
 	_Static_assert(sizeof(names) / sizeof(*names) == PT_MAX_TYPE + 1, "a name for each type");
 	return type <= PT_MAX_TYPE ? names[type] : "?";

@@ -21,9 +21,9 @@
 #define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
 #define PROTO_KEY_MAX    255            /* a key */
 #define PROTO_MAGIC      0x4d4fu
-#define PROTO_VERSION    6              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
+#define PROTO_VERSION    7              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
 					   4: OBJECT carries a small object's bytes;
-					   5: CLEANUP; 6: EXISTS */
+					   5: CLEANUP; 6: EXISTS; 7: CLAIM */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -71,7 +71,10 @@ enum proto_type {
 	PT_CLEANED,     /* reply: how many it removed */
 	PT_EXISTS,      /* request: names; whether the receiver knows of an object
 			   of that name, any node's; reply STATUS (0 or ENOENT) */
-	PT_MAX_TYPE = PT_EXISTS,
+	PT_CLAIM,       /* request: an ANNOUNCE that the receiver takes only if it
+			   knows of no other object of that name, any node's, as
+			   one step; reply STATUS (0, or EEXIST: nothing taken) */
+	PT_MAX_TYPE = PT_CLAIM,
 };
 
 struct proto_hdr {

@@ -1126,7 +1126,8 @@ static int is_request(unsigned t)
 {
 	return t == PT_PING || t == PT_ANNOUNCE || t == PT_GONE || t == PT_CONSUMED ||
 	       t == PT_LOOKUP || t == PT_LIST || t == PT_REMOVE || t == PT_PULL ||
-	       t == PT_RELEASE || t == PT_GRANT || t == PT_CLEANUP || t == PT_EXISTS;
+	       t == PT_RELEASE || t == PT_GRANT || t == PT_CLEANUP || t == PT_EXISTS ||
+	       t == PT_CLAIM;
 }
 
 static int reply_status(struct xport_conn *c, uint64_t reqid, int err)

@@ -37,9 +37,9 @@ int main(int argc, char **argv)
 		if (t == PT_WELCOME)    /* its name is elsewhere in the union */
 			strcpy(m.u.welcome.name, "a");
 		if (t == PT_ANNOUNCE || t == PT_GONE || t == PT_LOOKUP || t == PT_REMOVE || t == PT_OBJECT ||
-		    t == PT_EXISTS) {
+		    t == PT_EXISTS || t == PT_CLAIM) {
 			m.u.obj = objs[0];
-			if (t == PT_ANNOUNCE) {
+			if (t == PT_ANNOUNCE || t == PT_CLAIM) {
 				m.u.obj.data = (const uint8_t *)"hi";
 				m.u.obj.datalen = 2;
 			}

@@ -139,7 +139,54 @@ is "$(M=$T/a pyerr "open(M + '/0/2/fresh', 'xb').close()")" OK "O_EXCL on a of a
 is "$(asked)" "$lb $((lc + 2))" "... both asked c, the host of 2, once each, and b never"
 exec {cfd}>"$T/c/0/2/x-c"
 is "$(M=$T/a pyerr "open(M + '/0/2/x-c', 'xb')")" EEXIST "... and a key c is still writing: EEXIST"
+# A small put (one ioctl: create, write, publish) claims its publish at c
+# instead: c takes it unless it knows the name, and wakes its readers at once.
+small_put() {  # small_put NODE EDGE KEY DATA: OK or the errno's name
+	PYTHONPATH="$SRC/contrib/python" $SYSPY -c '
+import errno, omnifs, sys
+m = omnifs.Mount(sys.argv[1])
+f, t = sys.argv[2].split("/")
+try:
+    assert m._small_put(f, t, sys.argv[3], [memoryview(sys.argv[4].encode())],
+                        len(sys.argv[4]), None), "not a small put"
+    print("OK")
+except OSError as e:
+    print(errno.errorcode[e.errno])' "$T/$1" "$2" "$3" "$4" 2>&1
+}
+claims() { echo "$(stat_of b peer_claims) $(stat_of c peer_claims) $(stat_of c peer_lookups)"; }
+read -r cb cc lc < <(claims)
+ab=$(stat_of a aborted)
+is "$(small_put a 0/2 x-c put)" EEXIST "a small put on a of the key c is writing: EEXIST, by c's claim"
+# (An edge's first small put opens its directory, which lists it from every
+# node: b's key is published only after that, so that a has not heard of it.)
+is "$(PYTHONPATH="$SRC/contrib/python" $SYSPY - "$T" <<'PYEOF'
+import errno, os, sys, time
+import omnifs
+t, m = sys.argv[1], omnifs.Mount(sys.argv[1] + "/a")
+m.put("0", "2", "warm", b"w", readers=0)
+with open(t + "/b/0/2/x-b2", "wb") as f:
+    f.write(b"b")
+deadline = time.monotonic() + 5
+while not os.path.exists(t + "/c/0/2/x-b2") and time.monotonic() < deadline:
+    time.sleep(0.01)
+try:
+    m._small_put("0", "2", "x-b2", [memoryview(b"put")], 3, None)
+    print("OK")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+PYEOF
+)" EEXIST "... of a key of b that a has not heard of: EEXIST"
+is "$(claims)" "$cb $((cc + 3)) $lc" "... each one claim at c (and one for a's new key), no ask, nothing to b"
+is "$(stat_of a aborted)" $((ab + 2)) "... and a dropped both, keeping nothing"
 exec {cfd}>&-
+( cat "$T/c/0/2/claimed" >"$T/claimed.out" ) &
+reader=$!
+ok "a reader waits on c" wait_until 5 grep -q "^waiters: 1$" "$T/c/.omni/stats"
+is "$(small_put a 0/2 claimed hello)" OK "a small put of a new key on a: published"
+wait "$reader"
+is "$(cat "$T/claimed.out")" hello "... and c's waiting reader has it"
+is "$(claims)" "$cb $((cc + 4)) $lc" "... by one claim at c"
+ok "... whose read consumed a's object (c's record is a's)" wait_until 5 gone_on a 0/2/claimed
 removed=$(stat_of a removed)
 ok "rm on c of a's object" rm "$T/c/0/9/fromA"
 ok "... removes it on a" wait_until 5 gone_on a 0/9/fromA
@@ -227,7 +274,8 @@ wait_until 10 a_sees_c_down
 is "$(clean_req a r8)" "1 1" "a cleanup while c is down removes a's object and says one node missed"
 is "$(M=$T/a pyerr "open(M + '/0/2/x-b', 'xb')")" EEXIST \
    "O_EXCL on a with 2's host down: every node asked, b's key found"
-rm -f "$T/a/0/2/x-b" "$T/a/0/2/fresh" "$T/a/0/2/x-c"
+is "$(small_put a 0/2 x-b put)" EEXIST "... and a small put, with no host to claim at, too"
+rm -f "$T/a/0/2/x-b" "$T/a/0/2/fresh" "$T/a/0/2/x-c" "$T/a/0/2/x-b2" "$T/a/0/2/warm"
 node c wrong
 c_isolated() { ! wait_until 3 peers_up c 1; }
 ok "c with the wrong secret mounts but no peer accepts it" c_isolated

@@ -39,7 +39,7 @@ head -c $((1 << 20)) /dev/urandom >"$T/b/1/0/k1"
 # consumes and announces race with real writes and pulls; and requests
 # from a to f: lookups and listings of an edge a does not host, reads of
 # what f claims to have, publishes that a announces to f, O_EXCL creates
-# that ask f.  Errors are
+# that ask f, small puts that a claims at f.  Errors are
 # expected (f removes what we read, and lies); only the daemons' fate
 # counts.  traffic ID runs until $T/stop; several run at once.
 traffic() {
@@ -57,9 +57,12 @@ traffic() {
 		echo "$n" >"$T/a/0/2/p$id"
 		# an O_EXCL create there: a asks f, 2's host, whether it exists
 		(set -C; echo "$n" >"$T/a/0/2/x$id")
-		# a asks f to clean up a request: f answers anything
+		# a asks f to clean up a request, and claims a small put at f,
+		# 2's one host: f answers anything
 		[ $((n % 4)) = 0 ] && PYTHONPATH="$SRC/contrib/python" $SYSPY -c \
-			"import omnifs, sys; omnifs.Mount(sys.argv[1]).cleanup('k2')" "$T/a"
+			"import omnifs, sys; m = omnifs.Mount(sys.argv[1]); m.cleanup('k2')
+m.remove('0', '2', 's$id') if 's$id' in m.keys('0', '2') else None
+m.put('0', '2', 's$id', b'small')" "$T/a"
 	done >/dev/null 2>&1     # what they print is not TAP
 }
 

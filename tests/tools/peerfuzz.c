@@ -155,13 +155,14 @@ static int build(uint8_t *body, size_t cap, uint8_t *type, uint8_t *scratch)
 {
 	static const uint8_t types[] = { PT_ANNOUNCE, PT_GONE, PT_CONSUMED, PT_LOOKUP,
 					 PT_LIST, PT_REMOVE, PT_PULL, PT_PULL, PT_PING,
-					 PT_RELEASE, PT_GRANT, PT_CLEANUP, PT_EXISTS };
+					 PT_RELEASE, PT_GRANT, PT_CLEANUP, PT_EXISTS, PT_CLAIM };
 	struct proto_msg m = { .type = types[rnd(sizeof(types))] };
 	uint64_t oid = 1, size = 1 << 20;
 
 	seen_pick(&oid, &size);
 	switch (m.type) {
 	case PT_ANNOUNCE: case PT_GONE: case PT_LOOKUP: case PT_REMOVE: case PT_EXISTS:
+	case PT_CLAIM:
 		fill_obj(&m.u.obj, scratch);
 		if (m.type == PT_LOOKUP && rnd(2))
 			m.u.obj.size = rnd(4000000);    /* subscribe for that many ms */
@@ -595,6 +596,9 @@ static int answer(int fd, const struct proto_hdr *h, const struct proto_msg *q, 
 		return answer_pull(fd, q, reqid, out, scratch);
 	case PT_REMOVE: case PT_EXISTS:
 		r.u.status.err = rnd(2) ? 0 : ENOENT;
+		break;
+	case PT_CLAIM:          /* taken, refused, or an errno it never sends */
+		r.u.status.err = rnd(3) ? (rnd(2) ? 0 : EEXIST) : (int)rnd(200);
 		break;
 	case PT_CLEANUP:        /* any count at all, or an errno */
 		if (rnd(4)) {

@@ -61,6 +61,97 @@ static struct ns_waiter *waiter(struct ns *ns)
 	return w;
 }
 
+/* A claimed publish (hooks->claim), as a small put to a stage on one
+ * other node makes: the peer's answer decides, before anyone here sees it. */
+static int claim_rc, claims, claim_peer, claim_bytes_ok, claimed_as = -1, gones;
+static struct ns_objinfo claim_info;    /* its names are only valid in the call */
+static char claim_key[64];
+
+static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
+{
+	(void)ctx;
+	claims++;
+	claim_peer = peer;
+	claim_info = *o;
+	snprintf(claim_key, sizeof(claim_key), "%s", o->key);
+	claim_bytes_ok = o->data && !memcmp(o->data, "abc", 3);
+	return claim_rc;
+}
+
+static void hook_published(void *ctx, const struct ns_objinfo *o)
+{
+	(void)ctx;
+	claimed_as = o->claimed;
+}
+
+static void hook_gone(void *ctx, const struct ns_objinfo *o)
+{
+	(void)ctx;
+	(void)o;
+	gones++;
+}
+
+/* Creates, writes "abc" into and closes key, claimed at peer 2: the
+ * close's result. */
+static int claimed_put(struct ns *ns, uint64_t e, const char *key)
+{
+	struct ns_attr a;
+	struct ns_handle *w;
+	int rc = ns_create_key(ns, e, key, 1, 0, 0, &a, &w);
+
+	if (rc)
+		return rc;
+	ns_forget(ns, a.ino, 1);
+	ns_write(ns, w, "abc", 3, 0);
+	ns_handle_claim(ns, w, 2);
+	rc = ns_flush(ns, w, NS_CLOSE_LAST);
+	ns_release(ns, w);
+	return rc;
+}
+
+static void test_claims(void)
+{
+	struct pool *pool;
+	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
+	struct pool_usage u0, u1;
+	struct stats st = { 0 };
+	struct ns_hooks hk = { .published = hook_published, .gone = hook_gone, .claim = hook_claim };
+	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake,
+				   .hooks = &hk };
+	struct ns *ns;
+	struct ns_attr a;
+	char err[128];
+
+	pool_create(&pool, &spec, err, sizeof(err));
+	ok(ns_create(&ns, pool, &st, &set) == 0 && ns_start(ns) == 0, "ns with cluster hooks up");
+	uint64_t e = edge(ns, "0", "1");
+	claim_rc = 0;
+	is(claimed_put(ns, e, "c1"), 0, "a claim the peer takes: the close publishes");
+	ok(claims == 1 && claim_peer == 2 && !strcmp(claim_key, "c1") &&
+	   claim_info.size == 3 && claim_info.xxh3 == XXH3_64bits("abc", 3) &&
+	   claim_info.readers == 1 && claim_info.owner == -1 && claim_bytes_ok,
+	   "... having asked the peer named, with the bytes, checksum and readers");
+	is(claimed_as, 3, "... and announced to all but that peer");
+	ok(ns_lookup(ns, e, "c1", 0, &a) == 0 && a.size == 3, "... here, published");
+	ns_forget(ns, a.ino, 1);
+	pool_usage(pool, &u0);
+	uint64_t aborted = stat_get(&st, ST_ABORTED);
+	claim_rc = -EEXIST;
+	is(claimed_put(ns, e, "c2"), -EEXIST, "a claim refused: the close fails with EEXIST");
+	is(ns_lookup(ns, e, "c2", 0, &a), -ENOENT, "... and leaves nothing here");
+	pool_usage(pool, &u1);
+	ok(u1.used == u0.used && stat_get(&st, ST_ABORTED) == aborted + 1,
+	   "... its space back, counted as aborted");
+	claimed_as = -1;
+	claim_rc = -EHOSTDOWN;
+	is(claimed_put(ns, e, "c3"), 0, "a claim no peer answered: published all the same");
+	is(claimed_as, 0, "... and announced to every peer, as if never claimed");
+	is(gones, 0, "nothing was taken back");
+	ns_stop(ns);
+	ns_destroy(ns);
+	pool_destroy(pool);
+}
+
 int main(void)
 {
 	struct pool *pool;
@@ -231,6 +322,30 @@ int main(void)
 	   "bytes that fail its checksum: counted and not kept");
 	ri.data = "xyz";
 	is(ns_remote_add(ns, 0, &ri), 0, "its announce with its bytes");
+	is(ns_remote_claim(ns, 0, &ri), 0, "its claim again (a retry): taken, nothing changes");
+	ri.oid = 80;
+	is(ns_remote_claim(ns, 0, &ri), -EEXIST, "a claim of its name by another of that peer's: EEXIST");
+	is(ns_remote_claim(ns, 1, &ri), -EEXIST, "... by another peer's: EEXIST");
+	ri.oid = 77;
+	struct ns_objinfo ci2 = ri;
+	ci2.key = "k2";
+	struct ns_handle *kw;
+	struct ns_attr ka2;
+	ns_create_key(ns, e, "k2", 1, 0, 0, &ka2, &kw);
+	ns_forget(ns, ka2.ino, 1);
+	is(ns_remote_claim(ns, 0, &ci2), -EEXIST, "a claim of a key being written here: EEXIST");
+	ns_flush(ns, kw, NS_CLOSE_KILLED);
+	ns_release(ns, kw);
+	ci2.key = "claimed";
+	ci2.oid = 81;
+	struct ns_attr cw;
+	ns_lookup(ns, e, "claimed", 1, &cw);
+	woken = 0;
+	is(ns_open(ns, cw.ino, O_RDONLY, waiter(ns), &r), -EINPROGRESS, "a reader waits for a key");
+	is(ns_remote_claim(ns, 0, &ci2), 0, "a claim of it, with its bytes: taken");
+	ok(woken == 1 && wake_err == 0 && wake_h, "... and the reader has it at once");
+	ns_release(ns, wake_h);
+	ns_forget(ns, cw.ino, 1);
 	int here = ns_open(ns, a.ino, O_RDONLY | NS_OPEN_HERE, NULL, &r) == 0;
 	ok(here && !ns_direct_where(ns, r, iov, 8, &niov, &size, &xxh) && size == 3 &&
 	   !memcmp(iov[0].iov_base, "xyz", 3), "... are here now");
@@ -292,5 +407,6 @@ int main(void)
 	ns_stop(ns);
 	ns_destroy(ns);
 	pool_destroy(pool);
+	test_claims();
 	return done_testing();
 }

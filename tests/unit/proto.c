@@ -147,6 +147,18 @@ static void test_messages(void)
 	ok(roundtrip(&ex, &r) > 0 && !strcmp(r.u.obj.from, "0") && !strcmp(r.u.obj.to, "talker") &&
 	   !strcmp(r.u.obj.key, "req-7_0_1"), "EXISTS carries the names");
 	is(strcmp(proto_type_name(PT_EXISTS), "EXISTS"), 0, "... and is named");
+	struct proto_msg cl = { .type = PT_CLAIM };
+	strcpy(cl.u.obj.from, "0");
+	strcpy(cl.u.obj.to, "talker");
+	strcpy(cl.u.obj.key, "req-7");
+	cl.u.obj.oid = 9;
+	cl.u.obj.size = cl.u.obj.datalen = 5;
+	cl.u.obj.xxh3 = 0x1234;
+	cl.u.obj.data = (const uint8_t *)"bytes";
+	ok(roundtrip(&cl, &r) > 0 && !strcmp(r.u.obj.key, "req-7") && r.u.obj.oid == 9 &&
+	   r.u.obj.xxh3 == 0x1234 && r.u.obj.datalen == 5 && !memcmp(r.u.obj.data, "bytes", 5),
+	   "CLAIM carries an announce: names, ids and the small object's bytes");
+	is(strcmp(proto_type_name(PT_CLAIM), "CLAIM"), 0, "... and is named");
 
 	struct proto_msg d = { .type = PT_DATA, .u.data = { 0, 42, 100 } };
 	len = proto_encode(&d, buf, sizeof(buf));
