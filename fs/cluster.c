@@ -501,6 +501,7 @@ static void serve_list(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
 		xport_reply(c, reqid, &st);
 		return;
 	}
+	stat_add(cl->st, ST_PEER_LISTINGS, 1);
 	l->c = c;
 	l->reqid = reqid;
 	l->m.type = PT_LISTING;

@@ -58,7 +58,10 @@ struct op_wait {
 };
 
 /* Directory and virtual-file handles; key handles are ns handles. */
-struct dir_snap { struct ns_dirent *ents; size_t n; };
+/* A directory's entries, taken at its first READDIR (not at its open: a
+ * descriptor opened for ioctls, as the Python module's of an edge, lists
+ * nothing). */
+struct dir_snap { struct ns_dirent *ents; size_t n; int taken; };
 /* A rendered .omni file.  A read holds a reference while it replies: the
  * reader can close (and RELEASE can free) as soon as the kernel has copied
  * the bytes, before the replying thread is back from writev(). */
@@ -280,25 +283,33 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fs *fs = fs_of(req);
-	struct dir_snap *d = calloc(1, sizeof(*d));
+	struct ns_attr a;
+	struct dir_snap *d;
+	int rc = ns_getattr(fs_of(req)->ns, ino, &a);
+
+	if (!rc && !S_ISDIR(a.mode))
+		rc = -ENOTDIR;
+	if (!rc && !(d = calloc(1, sizeof(*d))))
+		rc = -ENOMEM;
+	if (rc)
+		return (void)fuse_reply_err(req, -rc);
+	fi->fh = (uintptr_t)d;
+	if (fuse_reply_open(req, fi))
+		free(d);
+}
+
+/* The first READDIR's snapshot, with what the other nodes own here, so
+ * that every node lists it all. */
+static int dir_take(struct fs *fs, fuse_ino_t ino, struct dir_snap *d)
+{
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
 	int kind = ns_dir_names(fs->ns, ino, from, to), rc;
 
-	/* What the other nodes own here, so every node lists it all. */
 	if (fs->cl && (kind == NK_ROOT || kind == NK_STAGE || kind == NK_EDGE))
 		cluster_refresh(fs->cl, from, to);
-	rc = d ? ns_readdir(fs->ns, ino, &d->ents, &d->n) : -ENOMEM;
-
-	if (rc) {
-		free(d);
-		return (void)fuse_reply_err(req, -rc);
-	}
-	fi->fh = (uintptr_t)d;
-	if (fuse_reply_open(req, fi)) {
-		free(d->ents);
-		free(d);
-	}
+	if (!(rc = ns_readdir(fs->ns, ino, &d->ents, &d->n)))
+		d->taken = 1;
+	return rc;
 }
 
 /* READDIR and READDIRPLUS.  Offsets: 0 ".", 1 "..", 2+i the i-th entry
@@ -311,9 +322,14 @@ static void list_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct dir_snap *d = (struct dir_snap *)(uintptr_t)fi->fh;
 	char *buf = malloc(size);
 	size_t used = 0, n;
+	int rc = buf ? 0 : -ENOMEM;
 
-	if (!buf)
-		return (void)fuse_reply_err(req, ENOMEM);
+	if (!rc && !d->taken)
+		rc = dir_take(fs, ino, d);
+	if (rc) {
+		free(buf);
+		return (void)fuse_reply_err(req, -rc);
+	}
 	for (size_t i = (size_t)off; i < d->n + 2; i++) {
 		struct fuse_entry_param e = { .attr = { .st_ino = ino, .st_mode = S_IFDIR } };
 		const char *name = i == 0 ? "." : "..";

@@ -30,6 +30,8 @@ static const struct {
 	[ST_LOST] = { "lost", "Objects gone with their owner (died or cut off)", 0 },
 	[ST_PEER_WAITS] = { "peer_waits", "Lookups by other nodes that wait here for a publish", 1 },
 	[ST_PEER_LOOKUPS] = { "peer_lookups", "Keys other nodes asked this node for (missing there, or O_EXCL)", 0 },
+	[ST_PEER_LISTINGS] = { "peer_listings",
+		"What this node owns under an edge, a stage or all, listed for other nodes", 0 },
 	[ST_PEER_CLAIMS] = { "peer_claims",
 		"Other nodes' small puts this node took in one message, or refused (EEXIST)", 0 },
 	[ST_PEER_AUTH_FAILED] = { "peer_auth_failed", "Connections refused for a wrong secret or name", 0 },

@@ -120,6 +120,14 @@ lsl() { ls -l "$T/$1/0/9" | awk 'NR > 1 { print $5, $9 }' | sort | tr '\n' ' '; 
 for n in a b c; do
 	is "$(lsl $n)" "555 fromB 777 fromA " "ls -l of the edge on $n lists both nodes' objects, true sizes"
 done
+# An edge's directory opened and not read (the Python module holds one for
+# its ioctls) asks no one; its first read lists it from every other node.
+listings() { echo $(( $(stat_of a peer_listings) + $(stat_of b peer_listings) )); }
+before=$(listings)
+$SYSPY -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_RDONLY))' "$T/c/0/9"
+is "$(listings)" "$before" "an edge's directory opened on c and closed unread: no node asked"
+ls "$T/c/0/9" >/dev/null
+is "$(listings)" "$((before + 2))" "... read: a and b each list what they own there, once"
 is "$(xattr owner "$T/c/0/9/fromA")" a "user.omni.owner on c names the owner"
 is "$(xattr size "$T/c/0/9/fromB")" 555 "user.omni.size on c"
 is "$(ls "$T/c")" "0" "readdir of the root on c lists a remote stage"
