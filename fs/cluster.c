@@ -802,11 +802,8 @@ int cluster_ask(struct cluster *cl, const char *from, const char *to,
 	return ask_all(cl, &m, ask_reply, NULL) ? 0 : -ENOENT;
 }
 
-/* The nodes that host <to> hear of every object published on the edge,
- * whoever owns it (announces, and a resync when they come up), so they are
- * the ones asked: one round trip to them, whatever the size of the
- * cluster.  Only where none of them is up and answers is every peer asked
- * for what it owns. */
+/* A claim needs one answer for the cluster: with several hosts of <to>,
+ * they would all have to agree. */
 int cluster_claimer(struct cluster *cl, const char *to)
 {
 	int peer = -1;
@@ -821,6 +818,11 @@ int cluster_claimer(struct cluster *cl, const char *to)
 	return peer;
 }
 
+/* The nodes that host <to> hear of every object published on the edge,
+ * whoever owns it (announces, and a resync when they come up), so they are
+ * the ones asked: one round trip to them, whatever the size of the
+ * cluster.  Only where none of them is up and answers is every peer asked
+ * for what it owns. */
 int cluster_exists(struct cluster *cl, const char *from, const char *to, const char *key)
 {
 	struct proto_msg m = name_msg(PT_EXISTS, from, to, key);
