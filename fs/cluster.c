@@ -127,8 +127,8 @@ static void hook_published(void *ctx, const struct ns_objinfo *o)
 	free(tell);
 }
 
-/* One message where an O_EXCL put to a stage on one other node took two
- * (EXISTS, then the announce): the host takes the object unless it knows
+/* One message where an O_EXCL put to a stage on one other node took three
+ * (EXISTS, its answer, the announce): the host takes the object unless it knows
  * of one of that name (it hears of every one published on the edge), and
  * its readers have it at once.  A claim that went out and got no answer
  * may have been taken: it is taken back (GONE).  Without an answer the put

@@ -840,9 +840,6 @@ torn:
 	return -EIO;
 }
 
-/* Publishes o: trims its reserve, hashes it with the lock dropped (the
- * bytes are final: every writer has closed), then makes it visible and
- * answers its waiters.  Called and returns locked. */
 /* Asks the peer that o's claim names (ns_handle_claim) to take o, with ns
  * unlocked and o whole, hashed and checked: 0 (the peer has it), -EEXIST
  * (a node has an object of its name: nothing is left anywhere), or
@@ -877,6 +874,10 @@ static void obj_published(struct ns *ns, struct object *o, uint64_t h, uint64_t 
 	stats_observe(ns->st, H_PUBLISH, clock_mono_ns() - o->created_ns);
 }
 
+/* Publishes o: trims its reserve, hashes it with the lock dropped (the
+ * bytes are final: every writer has closed), has it claimed if it is to
+ * be (obj_claim), then makes it visible and answers its waiters.  Called
+ * and returns locked. */
 static void obj_publish(struct ns *ns, struct object *o, struct wakelist *wl)
 {
 	struct ns_event *c = NULL;      /* the claim, then the announce */

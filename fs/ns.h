@@ -206,8 +206,8 @@ uint64_t ns_waiter_id(struct ns *ns);
 int ns_handle_is_writer(const struct ns_handle *h);
 /* The publish of h's object is claimed at peer first (hooks->claim), so
  * that peer's readers have it one message after the close, not three (an
- * O_EXCL existence check, its answer, then the announce).  For a writer that is its
- * object's one writer, and whose create asked no one. */
+ * O_EXCL existence check, its answer, then the announce).  For a writer
+ * that is its object's one writer, and whose create asked no one. */
 void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer);
 /* A writer whose caller said it never duplicates its descriptor: its
  * close is its last (OMNIFS_PLACE_SOLE). */

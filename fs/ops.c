@@ -57,10 +57,10 @@ struct op_wait {
 	fuse_ino_t ino;
 };
 
-/* Directory and virtual-file handles; key handles are ns handles. */
-/* A directory's entries, taken at its first READDIR (not at its open: a
- * descriptor opened for ioctls, as the Python module's of an edge, lists
- * nothing). */
+/* Directory and virtual-file handles; key handles are ns handles.  A
+ * directory's entries are taken at its first READDIR, not at its open: a
+ * descriptor opened for ioctls (the Python module's of an edge) lists
+ * nothing. */
 struct dir_snap { struct ns_dirent *ents; size_t n; int taken; };
 /* A rendered .omni file.  A read holds a reference while it replies: the
  * reader can close (and RELEASE can free) as soon as the kernel has copied
@@ -688,6 +688,16 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 /* ---------------------------------------------------------------- direct */
 
+/* PLACE's and CUDA_PLACE's flags (fs/direct.h): 1 for a sole writer, 0,
+ * or -EINVAL for flags this daemon does not know. */
+static int place_sole(const void *in_buf, size_t flags_at)
+{
+	uint32_t flags;
+
+	memcpy(&flags, (const char *)in_buf + flags_at, sizeof(flags));
+	return flags & ~OMNIFS_PLACE_SOLE ? -EINVAL : !!(flags & OMNIFS_PLACE_SOLE);
+}
+
 /* The GPU pool's IPC handle and an object's place in it, for a GPU
  * process of this node: OMNIFS_IOC_CUDA, a published object to copy out
  * (its close then counts a complete read); OMNIFS_IOC_CUDA_PLACE, a new
@@ -707,13 +717,9 @@ static void cuda_ioctl(fuse_req_t req, unsigned cmd, struct ns_handle *h, const 
 	if (place) {
 		memcpy(&c.size, (const char *)in_buf + offsetof(struct omnifs_cuda, size),
 		       sizeof(c.size));
-		memcpy(&c.flags, (const char *)in_buf + offsetof(struct omnifs_cuda, flags),
-		       sizeof(c.flags));
-		if (c.flags & ~OMNIFS_PLACE_SOLE)
-			return (void)fuse_reply_err(req, EINVAL);
-		rc = ns_direct_place(fs->ns, h, c.size, sp, OMNIFS_DIRECT_EXT, &n, ST_CUDA_PUTS,
-				     !!(c.flags & OMNIFS_PLACE_SOLE));
-		c.flags = 0;
+		int sole = place_sole(in_buf, offsetof(struct omnifs_cuda, flags));
+		rc = sole < 0 ? sole : ns_direct_place(fs->ns, h, c.size, sp, OMNIFS_DIRECT_EXT,
+						       &n, ST_CUDA_PUTS, sole);
 	} else {
 		rc = ns_direct_spans(fs->ns, h, sp, OMNIFS_DIRECT_EXT, &n, &c.size, &c.xxh3);
 	}
@@ -732,19 +738,19 @@ static void cuda_ioctl(fuse_req_t req, unsigned cmd, struct ns_handle *h, const 
 
 /* OMNIFS_IOC_PLACE: a new object in host memory, filled by a process of
  * this node with process_vm_writev(2).  Its pieces as our addresses. */
-static int host_place(struct fs *fs, struct ns_handle *h, uint64_t size, uint32_t flags,
+static int host_place(struct fs *fs, struct ns_handle *h, uint64_t size, int sole,
 		      struct iovec *iov, int *n)
 {
 	struct ns_span sp[OMNIFS_DIRECT_EXT];
 	uint8_t *base = pool_base(fs->vf.pool);
 	int rc;
 
-	if (flags & ~OMNIFS_PLACE_SOLE)
-		return -EINVAL;
+	if (sole < 0)
+		return sole;
 	if (!pool_cpu(fs->vf.pool))
 		return -EOPNOTSUPP;     /* not memory a process can copy to */
 	if ((rc = ns_direct_place(fs->ns, h, size, sp, OMNIFS_DIRECT_EXT, n, ST_DIRECT_PUTS,
-				  !!(flags & OMNIFS_PLACE_SOLE))))
+				  sole)))
 		return rc;
 	for (int i = 0; i < *n; i++)
 		iov[i] = (struct iovec){ base + sp[i].off, sp[i].len };
@@ -807,12 +813,10 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 	if (cmd == OMNIFS_IOC_PLACE) {
 		if (in_bufsz < sizeof(d))
 			return (void)fuse_reply_err(req, EINVAL);
-		uint32_t flags;
 		memcpy(&d.size, (const char *)in_buf + offsetof(struct omnifs_direct, size),
 		       sizeof(d.size));
-		memcpy(&flags, (const char *)in_buf + offsetof(struct omnifs_direct, flags),
-		       sizeof(flags));
-		rc = host_place(fs, h, d.size, flags, iov, &n);
+		rc = host_place(fs, h, d.size, place_sole(in_buf, offsetof(struct omnifs_direct, flags)),
+				iov, &n);
 	} else {
 		/* Another node's object that lands here whole: once it has,
 		 * one memmove, not a FUSE request per MiB behind its pull. */

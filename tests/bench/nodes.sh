@@ -2,10 +2,10 @@
 # tests/bench/nodes.sh BUILD - what a put costs as the cluster grows: a 4 KiB
 # Mount.put (an O_CREAT|O_EXCL create, as every put of the connector) from
 # node n0 to an edge whose reading stage lives on the last node, with 2 and
-# with 8 daemons on loopback ports.  The create asks the hosts of <to>
-# whether the key exists, one round trip whatever the cluster's size, so the
-# ratio of 8 nodes to 2 is the figure (goal: <= 1.3x; several daemons share
-# this machine's cores).  Daemons idle 20 ms before each put, as between
+# with 8 daemons on loopback ports.  The put claims its publish at the one
+# host of <to> (peer message CLAIM), one round trip whatever the cluster's
+# size, so the ratio of 8 nodes to 2 is the figure (goal: <= 1.3x; several
+# daemons share this machine's cores).  Daemons idle 20 ms before each put, as between
 # requests; medians and p99 of 200.
 set -u
 B=$1
@@ -56,7 +56,7 @@ cluster 2
 read -r M2 P2 < <(puts 2)
 cluster 8
 read -r M8 P8 < <(puts 8)
-printf '4 KiB put to an edge read on another node (O_EXCL: asks the hosts of <to>; 20 ms idle, 200 puts):\n'
+printf '4 KiB put to an edge read on another node (O_EXCL: claimed at the host of <to>; 20 ms idle, 200 puts):\n'
 printf '  2 nodes: median %.1f us  p99 %.1f us\n' "$M2" "$P2"
 printf '  8 nodes: median %.1f us  p99 %.1f us  (%s of 2 nodes; goal <= 130%%)\n' "$M8" "$P8" \
 	"$(ratio "$M8" "$M2" | tr -d ' ')"
