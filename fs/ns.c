@@ -632,7 +632,7 @@ void ns_unlock(struct ns *ns)
 
 /* ---------------------------------------------------------------- waiters */
 
-static void wake_push(struct wakelist *wl, struct ns_waiter *w, int err,
+static void wake_push(struct ns_wakes *wl, struct ns_waiter *w, int err,
 		      struct ns_handle *h)
 {
 	w->wake_err = err;
@@ -641,7 +641,7 @@ static void wake_push(struct wakelist *wl, struct ns_waiter *w, int err,
 	wl->head = w;
 }
 
-void wake_all(struct ns *ns, struct wakelist *wl)
+void ns_wake(struct ns *ns, struct ns_wakes *wl)
 {
 	while (wl->head) {
 		struct ns_waiter *w = wl->head;
@@ -696,7 +696,7 @@ struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
 
 /* Answers the opens waiting on a key: with a handle on its object, or
  * with err. */
-void wake_key(struct ns *ns, struct node *key, int err, struct wakelist *wl)
+void wake_key(struct ns *ns, struct node *key, int err, struct ns_wakes *wl)
 {
 	while (key->waiters) {
 		struct ns_waiter *w = key->waiters;
@@ -715,14 +715,14 @@ void wake_key(struct ns *ns, struct node *key, int err, struct wakelist *wl)
 	}
 }
 
-void wake_readers(struct ns *ns, struct node *key, struct wakelist *wl)
+void wake_readers(struct ns *ns, struct node *key, struct ns_wakes *wl)
 {
 	wake_key(ns, key, 0, wl);
 }
 
 /* Answers the opens on key that only want it published (a view's
  * sources): a remote object need not be fetched for them. */
-void wake_sources(struct ns *ns, struct node *key, struct wakelist *wl)
+void wake_sources(struct ns *ns, struct node *key, struct ns_wakes *wl)
 {
 	for (struct ns_waiter *w = key->waiters, *next; w; w = next) {
 		next = w->next;
@@ -738,7 +738,7 @@ void wake_sources(struct ns *ns, struct node *key, struct wakelist *wl)
 
 /* k was published here or heard of: opens waiting on other names of its
  * base may now be views of it; they are told to look again (-EAGAIN). */
-void wake_views(struct ns *ns, struct node *k, struct wakelist *wl)
+void wake_views(struct ns *ns, struct node *k, struct ns_wakes *wl)
 {
 	for (struct hlink *l = htab_find(&ns->bybase, base_hash(k->parent->ino, k->name)), *ln;
 	     l; l = ln) {
@@ -878,7 +878,7 @@ static void obj_published(struct ns *ns, struct object *o, uint64_t h, uint64_t 
  * bytes are final: every writer has closed), has it claimed if it is to
  * be (obj_claim), then makes it visible and answers its waiters.  Called
  * and returns locked. */
-static void obj_publish(struct ns *ns, struct object *o, struct wakelist *wl)
+static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 {
 	struct ns_event *c = NULL;      /* the claim, then the announce */
 	int claimed = 0;
@@ -985,7 +985,7 @@ void ns_lost_sweep_at(struct ns *ns, uint64_t when)
 		pthread_cond_signal(&ns->cond);
 }
 
-static void expire_due(struct ns *ns, uint64_t now, struct wakelist *wl)
+static void expire_due(struct ns *ns, uint64_t now, struct ns_wakes *wl)
 {
 	struct timer *t;
 
@@ -1014,7 +1014,7 @@ static void *deadline_thread(void *arg)
 	pthread_setname_np(pthread_self(), "omni-deadline");
 	pthread_mutex_lock(&ns->lock);
 	while (!ns->stopping) {
-		struct wakelist wl = { 0 };
+		struct ns_wakes wl = { 0 };
 		struct timer *t = timerq_peek(&ns->tq);
 		uint64_t now = clock_mono_ns();
 		if (!t) {
@@ -1029,7 +1029,7 @@ static void *deadline_thread(void *arg)
 		}
 		expire_due(ns, now, &wl);
 		ns_unlock(ns);
-		wake_all(ns, &wl);
+		ns_wake(ns, &wl);
 		pthread_mutex_lock(&ns->lock);
 	}
 	pthread_mutex_unlock(&ns->lock);
@@ -1120,7 +1120,7 @@ int ns_start(struct ns *ns)
 
 void ns_stop(struct ns *ns)
 {
-	struct wakelist wl = { 0 };
+	struct ns_wakes wl = { 0 };
 
 	pthread_mutex_lock(&ns->lock);
 	ns->stopping = 1;
@@ -1149,7 +1149,7 @@ void ns_stop(struct ns *ns)
 		}
 	}
 	pthread_mutex_unlock(&ns->lock);
-	wake_all(ns, &wl);
+	ns_wake(ns, &wl);
 }
 
 static void node_free_tree(struct ns *ns, struct node *n)
@@ -1205,7 +1205,7 @@ void ns_destroy(struct ns *ns)
 
 /* The child of parent that name resolves to, created if implicit. */
 int node_resolve(struct ns *ns, struct node *p, const char *name,
-		 int placeholder, struct node **out)
+		 int mode, struct node **out)
 {
 	struct node *n;
 	int rc;
@@ -1232,11 +1232,11 @@ int node_resolve(struct ns *ns, struct node *p, const char *name,
 		if ((rc = name_check_key(name)))
 			return rc;
 		n = node_child(ns, p, name);
-		if (n && (n->obj || placeholder)) {
+		if (n && (n->obj || mode != NS_LOOKUP_OBJECT)) {
 			*out = n;
 			return 0;
 		}
-		if (!placeholder)
+		if (mode != NS_LOOKUP_WAIT)
 			return -ENOENT;
 		if (!(n = node_new(ns, p, name, NK_KEY)))
 			return -ENOMEM;
@@ -1248,13 +1248,13 @@ int node_resolve(struct ns *ns, struct node *p, const char *name,
 }
 
 int ns_lookup(struct ns *ns, uint64_t parent, const char *name,
-	      int placeholder, struct ns_attr *out)
+	      int mode, struct ns_attr *out)
 {
 	struct node *p, *n = NULL;
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&ns->lock);
-	if ((p = node_by_ino(ns, parent)) && !(rc = node_resolve(ns, p, name, placeholder, &n))) {
+	if ((p = node_by_ino(ns, parent)) && !(rc = node_resolve(ns, p, name, mode, &n))) {
 		n->nlookup++;
 		n->stale = 0;
 		node_attr(ns, n, out);
@@ -1360,6 +1360,31 @@ int64_t ns_wait_ms(struct ns *ns, uint64_t ino)
 
 /* ---------------------------------------------------------------- open */
 
+/* A writer's handle on key n: a new object, or (unless excl) another
+ * writer of the one being written. */
+static int key_write(struct ns *ns, struct node *n, int excl, uint32_t uid, uint32_t gid,
+		     struct ns_handle **h)
+{
+	int rc = 0;
+
+	if (n->obj && excl) {
+		rc = -EEXIST;
+	} else if (n->obj && n->obj->state != OS_WRITING) {
+		rc = -EACCES;
+	} else if (!n->obj && !obj_new(ns, n, uid, gid)) {
+		rc = -ENOMEM;
+	} else if (!(*h = handle_new(ns, n->obj, 1))) {
+		rc = -ENOMEM;
+		if (!n->obj->writers)
+			obj_abort(ns, n->obj);
+	} else if (n->obj->writers == 1) {
+		stat_add(ns->st, ST_PUTS, 1);
+	}
+	if (rc)
+		node_maybe_free(ns, n);
+	return rc;
+}
+
 int ns_create_key(struct ns *ns, uint64_t parent, const char *name, int excl,
 		  uint32_t uid, uint32_t gid, struct ns_attr *out,
 		  struct ns_handle **h)
@@ -1375,25 +1400,28 @@ int ns_create_key(struct ns *ns, uint64_t parent, const char *name, int excl,
 	}
 	if ((rc = node_resolve(ns, p, name, 1, &n)))
 		goto unlock;
-	if (n->obj && excl) {
-		rc = -EEXIST;
-	} else if (n->obj && n->obj->state != OS_WRITING) {
-		rc = -EACCES;
-	} else if (!n->obj && !obj_new(ns, n, uid, gid)) {
-		rc = -ENOMEM;
-	} else if (!(*h = handle_new(ns, n->obj, 1))) {
-		rc = -ENOMEM;
-		if (!n->obj->writers)
-			obj_abort(ns, n->obj);
-	} else {
-		if (n->obj->writers == 1)
-			stat_add(ns->st, ST_PUTS, 1);
+	if (!(rc = key_write(ns, n, excl, uid, gid, h))) {
 		n->nlookup++;
 		node_attr(ns, n, out);
 	}
-	if (rc)
-		node_maybe_free(ns, n);
 unlock:
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_create_known(struct ns *ns, uint64_t ino, uint32_t uid, uint32_t gid, int flags,
+		    struct ns_handle **h)
+{
+	int rc;
+
+	pthread_mutex_lock(&ns->lock);
+	struct node *n = node_by_ino(ns, ino);
+	if (!n || n->kind != NK_KEY)
+		rc = !n ? -ENOENT : -EISDIR;
+	else if (n->stale)
+		rc = -ESTALE;           /* as ns_open */
+	else if (!(rc = key_write(ns, n, 0, uid, gid, h)) && (flags & O_TRUNC))
+		obj_set_size(n->obj, 0);
 	pthread_mutex_unlock(&ns->lock);
 	return rc;
 }
@@ -1718,10 +1746,10 @@ void ns_handle_path(struct ns *ns, const struct ns_handle *h, char *buf, size_t 
 	pthread_mutex_unlock(&ns->lock);
 }
 
-int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how)
+int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how, struct ns_wakes *later)
 {
 	struct object *o = h->obj;
-	struct wakelist wl = { 0 };
+	struct ns_wakes wl = { 0 };
 	int rc = 0;
 
 	pthread_mutex_lock(&ns->lock);
@@ -1751,14 +1779,17 @@ int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how)
 		stat_add(ns->st, ST_ERRORS, 1);
 unlock:
 	ns_unlock(ns);
-	wake_all(ns, &wl);
+	if (later)
+		*later = wl;
+	else
+		ns_wake(ns, &wl);
 	return rc;
 }
 
 void ns_release(struct ns *ns, struct ns_handle *h)
 {
 	struct object *o = h->obj;
-	struct wakelist wl = { 0 };
+	struct ns_wakes wl = { 0 };
 
 	pthread_mutex_lock(&ns->lock);
 	if (h->write) {
@@ -1788,7 +1819,7 @@ void ns_release(struct ns *ns, struct ns_handle *h)
 	obj_put(ns, o);
 	free(h);
 	ns_unlock(ns);
-	wake_all(ns, &wl);
+	ns_wake(ns, &wl);
 	if (lease && ns->set.hooks && ns->set.hooks->release)
 		ns->set.hooks->release(ns->set.hctx, owner, lease);
 }

@@ -143,6 +143,12 @@ struct ns_waiter {
 	struct ns_handle *wake_h;
 };
 
+/* Waiters a call has answered, told by ns_wake() once the lock is
+ * dropped.  They chain through their own links, so waking never
+ * allocates. */
+struct ns_wakes { struct ns_waiter *head; };
+void ns_wake(struct ns *ns, struct ns_wakes *wl);
+
 struct ns_attr {
 	uint64_t ino;
 	enum ns_kind kind;
@@ -175,11 +181,17 @@ int ns_start(struct ns *ns);
 void ns_stop(struct ns *ns);
 
 /* Looks name up in parent; on success the kernel holds one more lookup
- * reference (drop it with ns_forget if the reply fails).  A missing key is
- * -ENOENT unless placeholder is set: then a pending key node is returned for
- * a reader's open to wait on. */
+ * reference (drop it with ns_forget if the reply fails).  What a key
+ * without an object (none yet, or none any more) resolves to: */
+enum {
+	NS_LOOKUP_OBJECT,       /* nothing: -ENOENT */
+	NS_LOOKUP_WAIT,         /* a pending key node, made if need be, for a
+				   reader's open to wait on */
+	NS_LOOKUP_KNOWN,        /* the key's node if it has one (a reader waits
+				   on it), for an O_CREAT open: ns_create_known */
+};
 int ns_lookup(struct ns *ns, uint64_t parent, const char *name,
-	      int placeholder, struct ns_attr *out);
+	      int mode, struct ns_attr *out);
 void ns_forget(struct ns *ns, uint64_t ino, uint64_t n);
 int ns_getattr(struct ns *ns, uint64_t ino, struct ns_attr *out);
 int ns_readdir(struct ns *ns, uint64_t ino, struct ns_dirent **ents, size_t *n);
@@ -189,6 +201,12 @@ int ns_readdir(struct ns *ns, uint64_t ino, struct ns_dirent **ents, size_t *n);
 int ns_create_key(struct ns *ns, uint64_t parent, const char *name, int excl,
 		  uint32_t uid, uint32_t gid, struct ns_attr *out,
 		  struct ns_handle **h);
+/* The O_CREAT open of a key node that ns_lookup(NS_LOOKUP_KNOWN) gave:
+ * as ns_create_key without O_EXCL, by inode; O_TRUNC in flags empties an
+ * object being written.  No lookup reference is counted (an open's reply
+ * adds none). */
+int ns_create_known(struct ns *ns, uint64_t ino, uint32_t uid, uint32_t gid, int flags,
+		    struct ns_handle **h);
 /* Opens a key.  0 with *h, or -EINPROGRESS when the open waits: then w is
  * queued and will be answered through wake().  -EAGAIN: the key is not
  * there but other names of its base are (<base>.rank<i>of<S>): open it as
@@ -236,8 +254,11 @@ enum ns_close {
 /* A close(2) of the handle.  A live writer's last close publishes, so that
  * close() reports failures.  Closes by exiting tasks leave it to the release
  * (the last reference anywhere): it publishes, unless the last task to
- * close was killed, which discards the object. */
-int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how);
+ * close was killed, which discards the object.  The readers that a
+ * publish answers go into later (an empty list), for the caller to wake
+ * after its own reply (see op_flush), or are woken before it returns if
+ * later is NULL. */
+int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how, struct ns_wakes *later);
 /* "/from/to/key" of the handle's object, for caller_holds_fd(). */
 void ns_handle_path(struct ns *ns, const struct ns_handle *h, char *buf, size_t len);
 void ns_release(struct ns *ns, struct ns_handle *h);

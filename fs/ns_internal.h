@@ -167,9 +167,6 @@ struct ns_event {
 	uint8_t copy[];                 /* info.data's bytes, from a pool the CPU cannot address */
 };
 
-/* Woken waiters are answered after the lock is dropped; they chain through
- * their own links, so waking never allocates. */
-struct wakelist { struct ns_waiter *head; };
 
 /* ---------------------------------------------------------------- ns.c */
 
@@ -179,7 +176,7 @@ struct node *node_child(struct ns *ns, struct node *p, const char *name);
 /* A ring of the keys whose stem is that of name (NULL if none). */
 struct node *node_stem_ring(struct ns *ns, const char *name);
 int node_resolve(struct ns *ns, struct node *p, const char *name,
-		 int placeholder, struct node **out);
+		 int mode, struct node **out);
 void node_maybe_free(struct ns *ns, struct node *n);
 /* Forget lost keys at when (monotonic ns), unless a sweep is due already. */
 void ns_lost_sweep_at(struct ns *ns, uint64_t when);
@@ -223,13 +220,12 @@ int obj_bounce(struct ns *ns, const struct object *o, uint64_t off, size_t len,
 	       struct iovec *iov);
 struct ns_handle *handle_new(struct ns *ns, struct object *o, int write);
 
-/* Waking waiters: queued under the lock, answered by wake_all() after it
+/* Waking waiters: queued under the lock, answered by ns_wake() after it
  * is dropped.  ns_unlock() drops it and delivers queued events. */
-void wake_key(struct ns *ns, struct node *key, int err, struct wakelist *wl);
-void wake_readers(struct ns *ns, struct node *key, struct wakelist *wl);
-void wake_sources(struct ns *ns, struct node *key, struct wakelist *wl);
-void wake_views(struct ns *ns, struct node *k, struct wakelist *wl);
-void wake_all(struct ns *ns, struct wakelist *wl);            /* unlocked */
+void wake_key(struct ns *ns, struct node *key, int err, struct ns_wakes *wl);
+void wake_readers(struct ns *ns, struct node *key, struct ns_wakes *wl);
+void wake_sources(struct ns *ns, struct node *key, struct ns_wakes *wl);
+void wake_views(struct ns *ns, struct node *k, struct ns_wakes *wl);
 void ns_unlock(struct ns *ns);
 
 /* ----------------------------------------------------------- ns_hash.c */

@@ -123,7 +123,7 @@ int replica_evict(struct ns *ns, const struct object *keep, uint64_t need)
  * not get all its bytes gives back those it got. */
 static void fetch_refused(struct ns *ns, struct object *o, int rc)
 {
-	struct wakelist wl = { 0 };
+	struct ns_wakes wl = { 0 };
 
 	if (o->refs == 1)
 		replica_drop(ns, o);
@@ -135,7 +135,7 @@ static void fetch_refused(struct ns *ns, struct object *o, int rc)
 	wake_key(ns, o->node, rc, &wl);
 	stat_add(ns->st, ST_ERRORS, 1);
 	pthread_mutex_unlock(&ns->lock);
-	wake_all(ns, &wl);      /* answered with the lock dropped */
+	ns_wake(ns, &wl);      /* answered with the lock dropped */
 	pthread_mutex_lock(&ns->lock);
 }
 
@@ -225,7 +225,7 @@ int fetch_wait(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len)
 void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 {
 	struct object *o = token;
-	struct wakelist wl = { 0 };
+	struct ns_wakes wl = { 0 };
 	int final = err || upto >= o->size;
 
 	if (o->stage) {         /* bound for a device pool: all of it, or none */
@@ -255,7 +255,7 @@ void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 	if (final)
 		obj_put(ns, o);
 	pthread_mutex_unlock(&ns->lock);
-	wake_all(ns, &wl);
+	ns_wake(ns, &wl);
 }
 
 /* ---------------------------------------------------------------- cluster */
@@ -379,7 +379,7 @@ static void gone_note(struct ns *ns, int owner, uint64_t oid)
 static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int excl)
 {
 	struct node *st, *ed, *k;
-	struct wakelist wl = { 0 };
+	struct ns_wakes wl = { 0 };
 	struct fetch_start fs;
 	int rc, start = 0;
 
@@ -421,7 +421,7 @@ drop:
 	node_maybe_free(ns, k);
 unlock:
 	pthread_mutex_unlock(&ns->lock);
-	wake_all(ns, &wl);
+	ns_wake(ns, &wl);
 	if (start)
 		fetch_go(ns, &fs);
 	return rc;
@@ -557,7 +557,7 @@ int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *
 	return rc;
 }
 
-struct clean { const char *id; const uint8_t *told; uint64_t n; struct wakelist wl; };
+struct clean { const char *id; const uint8_t *told; uint64_t n; struct ns_wakes wl; };
 
 /* ns_cleanup's step for one key: counts an object of ours it removed. */
 static void clean_key(struct ns *ns, struct node *k, void *arg)
@@ -600,7 +600,7 @@ uint64_t ns_cleanup(struct ns *ns, const char *id, const uint8_t *told)
 		each_key(ns, clean_key, &c);
 	}
 	ns_unlock(ns);
-	wake_all(ns, &c.wl);
+	ns_wake(ns, &c.wl);
 	return c.n;
 }
 

@@ -114,4 +114,46 @@ is "$(opens 10 "$M/fast/x/first" "$M/fast/x/second")" "short 0.3 " \
 for bad in 0 -1 x 1.5 99999999999 ""; do
 	is "$(pyerr "os.setxattr(M, 'user.omni.wait_ms', b'$bad')")" EINVAL "wait_ms '$bad' armed: EINVAL"
 done
+# A writer's open of a key that a reader on this node waits for: the kernel
+# keeps the reader's name and asks whether it still stands; a yes for an
+# O_CREAT open lets that open create (one LOOKUP, not two: README "What
+# happens, exactly").  O_EXCL and plain O_WRONLY keep their meaning.
+writer_lookups() {      # writer_lookups KEY FLAGS: LOOKUPs of an open, then write and close it
+	$PY - "$M" "$1" "$2" <<'PYEOF'
+import os, sys
+m, key, flags = sys.argv[1], sys.argv[2], eval(sys.argv[3], vars(os))
+def lookups():
+    with open(m + "/.omni/stats") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("lookups: "))
+a = lookups(); b = lookups()        # what reading the counter costs
+fd = os.open(m + "/p/q/" + key, flags)
+c = lookups()
+os.write(fd, key.encode())
+os.close(fd)
+print(c - b - (b - a))
+PYEOF
+}
+for how in "O_WRONLY|O_CREAT|O_TRUNC" "O_WRONLY|O_CREAT" "O_WRONLY|O_CREAT|O_EXCL"; do
+	k=w$(echo "$how" | tr -dc 'A-Z' | tr 'A-Z' 'a-z')
+	cat "$M/p/q/$k" >"$T/$k.out" 2>&1 &
+	r=$!
+	wait_until 5 waiting 1
+	n=$(writer_lookups "$k" "$how")
+	if [ "$how" = "O_WRONLY|O_CREAT|O_EXCL" ]; then
+		is "$n" 2 "$how of a key a reader waits for: created (the kernel asks twice)"
+	else
+		is "$n" 1 "$how of a key a reader waits for: created after one LOOKUP"
+	fi
+	ok "... and the reader has it" wait_until 5 all_gone $r
+	wait "$r"
+	is "$(cat "$T/$k.out")" "$k" "... every byte"
+done
+cat "$M/p/q/nocreat" >/dev/null 2>&1 &
+r=$!
+wait_until 5 waiting 1
+is "$(pyerr "os.open(M + '/p/q/nocreat', os.O_WRONLY)")" "ENOENT" "O_WRONLY without O_CREAT of a key a reader waits for: ENOENT"
+ok "... and the reader still waits" waiting 1
+echo done >"$M/p/q/nocreat"
+ok "until a writer comes" wait_until 5 all_gone $r
+wait "$r"
 done_testing

@@ -48,7 +48,7 @@ static uint64_t put3(struct ns *ns, uint64_t e, const char *key)
 
 	ns_create_key(ns, e, key, 1, 0, 0, &a, &w);
 	ns_write(ns, w, "abc", 3, 0);
-	ns_flush(ns, w, NS_CLOSE_LAST);
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
 	ns_release(ns, w);
 	ns_lookup(ns, e, key, 0, &a);
 	return a.ino;
@@ -104,7 +104,7 @@ static int claimed_put(struct ns *ns, uint64_t e, const char *key)
 	ns_forget(ns, a.ino, 1);
 	ns_write(ns, w, "abc", 3, 0);
 	ns_handle_claim(ns, w, 2);
-	rc = ns_flush(ns, w, NS_CLOSE_LAST);
+	rc = ns_flush(ns, w, NS_CLOSE_LAST, NULL);
 	ns_release(ns, w);
 	return rc;
 }
@@ -152,6 +152,57 @@ static void test_claims(void)
 	pool_destroy(pool);
 }
 
+/* What an O_CREAT open of a name the kernel kept goes through (op_lookup,
+ * op_open): NS_LOOKUP_KNOWN, then ns_create_known. */
+static void test_create_known(void)
+{
+	struct pool *pool;
+	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
+	struct stats st = { 0 };
+	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake };
+	struct ns *ns;
+	struct ns_attr a, ka;
+	struct ns_handle *w, *w2, *r;
+	char err[128];
+
+	pool_create(&pool, &spec, err, sizeof(err));
+	ok(ns_create(&ns, pool, &st, &set) == 0 && ns_start(ns) == 0, "ns up");
+	uint64_t e = edge(ns, "0", "1");
+	is(ns_lookup(ns, e, "k", NS_LOOKUP_KNOWN, &a), -ENOENT, "KNOWN of a name nobody asked for: ENOENT");
+	is(ns_lookup(ns, e, "k", NS_LOOKUP_OBJECT, &a), -ENOENT, "... and it made nothing");
+	ns_lookup(ns, e, "k", NS_LOOKUP_WAIT, &ka);
+	woken = 0;
+	is(ns_open(ns, ka.ino, O_RDONLY, waiter(ns), &r), -EINPROGRESS, "a reader waits on k");
+	ok(ns_lookup(ns, e, "k", NS_LOOKUP_KNOWN, &a) == 0 && a.ino == ka.ino,
+	   "KNOWN gives the name the reader waits on");
+	ns_forget(ns, a.ino, 1);
+	uint64_t puts = stat_get(&st, ST_PUTS);
+	is(ns_create_known(ns, ka.ino, 7, 8, O_WRONLY, &w), 0, "an O_CREAT open of it creates");
+	ok(stat_get(&st, ST_PUTS) == puts + 1 && ns_getattr(ns, ka.ino, &a) == 0 && a.uid == 7 &&
+	   a.gid == 8, "... a put, the opener's");
+	is(ns_write(ns, w, "abcdef", 6, 0), 6, "... written");
+	is(ns_create_known(ns, ka.ino, 7, 8, O_WRONLY | O_TRUNC, &w2), 0,
+	   "a second O_CREAT|O_TRUNC open joins the writer");
+	ok(ns_getattr(ns, ka.ino, &a) == 0 && a.size == 0 && stat_get(&st, ST_PUTS) == puts + 1,
+	   "... emptying it, one put still");
+	ns_write(ns, w2, "xy", 2, 0);
+	ns_flush(ns, w2, NS_CLOSE_LAST, NULL);
+	ns_release(ns, w2);
+	is(woken, 0, "the reader waits for the last writer");
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
+	ns_release(ns, w);
+	ok(woken == 1 && wake_err == 0 && wake_h, "... then has it");
+	is(ns_create_known(ns, ka.ino, 7, 8, O_WRONLY, &w), -EACCES, "O_CREAT of it published: EACCES");
+	ns_flush(ns, wake_h, NS_CLOSE_LAST, NULL);
+	ns_release(ns, wake_h);
+	is(ns_create_known(ns, 1u << 30, 0, 0, O_WRONLY, &w), -ENOENT, "an inode ns never gave: ENOENT");
+	is(ns_create_known(ns, e, 0, 0, O_WRONLY, &w), -EISDIR, "an edge: EISDIR");
+	ns_forget(ns, ka.ino, 1);
+	ns_stop(ns);
+	ns_destroy(ns);
+	pool_destroy(pool);
+}
+
 int main(void)
 {
 	struct pool *pool;
@@ -185,9 +236,14 @@ int main(void)
 	struct ns_waiter *wt = waiter(ns);
 	is(ns_open(ns, ka.ino, O_RDONLY, wt, &r), -EINPROGRESS, "open before publish waits");
 	is(stat_get(&st, ST_WAITERS), 1, "one waiter");
-	is(ns_flush(ns, w, NS_CLOSE_DUP), 0, "a dup'd close does not publish");
+	is(ns_flush(ns, w, NS_CLOSE_DUP, NULL), 0, "a dup'd close does not publish");
 	is(woken, 0, "still waiting");
-	is(ns_flush(ns, w, NS_CLOSE_LAST), 0, "last close publishes");
+	struct ns_wakes later = { 0 };
+	is(ns_flush(ns, w, NS_CLOSE_LAST, &later), 0, "last close publishes");
+	ns_getattr(ns, ka.ino, &a);
+	ok(a.stable && a.size == 15, "... at once, for everyone who looks");
+	ok(woken == 0 && later.head, "... and leaves its reader to be woken by its caller");
+	ns_wake(ns, &later);
 	ok(woken == 1 && wake_err == 0 && wake_h, "waiter answered with a handle");
 	is(ns_write(ns, w, "x", 1, 0), -EACCES, "write after publish: EACCES");
 	ns_release(ns, w);
@@ -198,7 +254,7 @@ int main(void)
 	ok(ns_getxattr(ns, ka.ino, "user.omni.xxh3", v, sizeof(v)) == 16, "xxh3 xattr: %s", v);
 	ssize_t n = ns_read(ns, r, 0, 100, iov, &niov, 8);
 	ok(n == 15 && !memcmp(iov[0].iov_base, "0123456789hello", 15), "reads what was written");
-	is(ns_flush(ns, r, NS_CLOSE_LAST), 0, "reader closes");
+	is(ns_flush(ns, r, NS_CLOSE_LAST, NULL), 0, "reader closes");
 	is(ns_lookup(ns, e, "k", 0, &a), -ENOENT, "consumed after one complete read");
 	is(stat_get(&st, ST_CONSUMED), 1, "consumed counted");
 	ns_release(ns, r);
@@ -206,11 +262,11 @@ int main(void)
 	/* a partial read consumes nothing; a waiting open times out */
 	ns_create_key(ns, e, "p", 0, 0, 0, &a, &w);
 	ns_write(ns, w, "abcdef", 6, 0);
-	ns_flush(ns, w, NS_CLOSE_LAST);
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
 	ns_release(ns, w);
 	ns_open(ns, a.ino, O_RDONLY, NULL, &r);
 	ns_read(ns, r, 0, 3, iov, &niov, 8);
-	ns_flush(ns, r, NS_CLOSE_LAST);
+	ns_flush(ns, r, NS_CLOSE_LAST, NULL);
 	ns_release(ns, r);
 	is(ns_lookup(ns, e, "p", 0, &a), 0, "partial read leaves the object");
 	ns_forget(ns, a.ino, 1);
@@ -225,14 +281,14 @@ int main(void)
 	/* killed writer, ENOSPC, removal */
 	ns_create_key(ns, e, "killed", 0, 0, 0, &a, &w);
 	ns_write(ns, w, "abc", 3, 0);
-	ns_flush(ns, w, NS_CLOSE_KILLED);
+	ns_flush(ns, w, NS_CLOSE_KILLED, NULL);
 	is(ns_lookup(ns, e, "killed", 0, &a), 0, "a killed task's close waits for the release");
 	ns_forget(ns, a.ino, 1);
 	ns_release(ns, w);
 	is(ns_lookup(ns, e, "killed", 0, &a), -ENOENT, "killed writer publishes nothing");
 	ns_create_key(ns, e, "exited", 0, 0, 0, &a, &w);
 	ns_write(ns, w, "abc", 3, 0);
-	ns_flush(ns, w, NS_CLOSE_EXIT);
+	ns_flush(ns, w, NS_CLOSE_EXIT, NULL);
 	ns_release(ns, w);
 	ns_getattr(ns, a.ino, &a);
 	is(a.size, 3, "a writer that exits without close publishes at release");
@@ -243,7 +299,7 @@ int main(void)
 	for (int i = 0; i < 9 && wr >= 0; i++)
 		wr = ns_write(ns, w, chunk, sizeof(chunk), (uint64_t)i << 20);
 	is(wr, -ENOSPC, "9 MiB into an 8 MiB pool: ENOSPC");
-	is(ns_flush(ns, w, NS_CLOSE_LAST), -ENOSPC, "close reports it");
+	is(ns_flush(ns, w, NS_CLOSE_LAST, NULL), -ENOSPC, "close reports it");
 	ns_release(ns, w);
 	struct pool_usage u;
 	for (int i = 0; i < 100 && (pool_usage(pool, &u), u.used != 4096); i++)
@@ -279,7 +335,7 @@ int main(void)
 	free(sw);
 	ok(!ns_create_key(ns, e, "s", 1, 0, 0, &a, &w) && a.ino == si, "a new object on the name");
 	is(ns_getattr(ns, si, &a), 0, "... is not stale");
-	ns_flush(ns, w, NS_CLOSE_LAST);
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
 	ns_release(ns, w);
 	ns_unlink(ns, e, "s");
 	is(ns_getattr(ns, si, &a), 0, "the kernel's own rm leaves no stale name");
@@ -292,14 +348,14 @@ int main(void)
 	is(ns_direct_where(ns, r, iov, 0, &niov, &size, &xxh), -E2BIG, "too few iovecs: E2BIG");
 	ok(!ns_direct_where(ns, r, iov, 8, &niov, &size, &xxh) && size == 3 && xxh &&
 	   niov == 1 && !memcmp(iov[0].iov_base, "abc", 3), "where: its bytes, size and checksum");
-	ns_flush(ns, r, NS_CLOSE_LAST);
+	ns_flush(ns, r, NS_CLOSE_LAST, NULL);
 	ns_release(ns, r);
 	is(ns_getattr(ns, ci, &a), 0, "shown but not handed over: not consumed");
 	ok(ns_open(ns, ci, O_RDONLY | NS_OPEN_HERE, NULL, &r) == 0 &&
 	   !ns_direct_where(ns, r, iov, 8, &niov, &size, &xxh), "shown again");
 	uint64_t sg = stat_get(&st, ST_SMALL_GETS);
 	ns_direct_done(ns, r, ST_SMALL_GETS);
-	ns_flush(ns, r, NS_CLOSE_LAST);
+	ns_flush(ns, r, NS_CLOSE_LAST, NULL);
 	ns_release(ns, r);
 	is(ns_lookup(ns, e, "c", 0, &a), -ENOENT, "handed over: one complete read consumed it");
 	is(stat_get(&st, ST_SMALL_GETS), sg + 1, "counted under the stat given");
@@ -334,7 +390,7 @@ int main(void)
 	ns_create_key(ns, e, "k2", 1, 0, 0, &ka2, &kw);
 	ns_forget(ns, ka2.ino, 1);
 	is(ns_remote_claim(ns, 0, &ci2), -EEXIST, "a claim of a key being written here: EEXIST");
-	ns_flush(ns, kw, NS_CLOSE_KILLED);
+	ns_flush(ns, kw, NS_CLOSE_KILLED, NULL);
 	ns_release(ns, kw);
 	ci2.key = "claimed";
 	ci2.oid = 81;
@@ -408,5 +464,6 @@ int main(void)
 	ns_destroy(ns);
 	pool_destroy(pool);
 	test_claims();
+	test_create_known();
 	return done_testing();
 }
