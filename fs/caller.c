@@ -83,7 +83,7 @@ enum caller_intent caller_intent(pid_t tid)
 	else
 		return nr == SYS_openat2 ? CALLER_UNKNOWN : CALLER_OTHER;
 	if ((flags & (O_CREAT | O_EXCL)) == O_CREAT)
-		return CALLER_OPEN_CREATE;
+		return (flags & O_ACCMODE) != O_RDONLY ? CALLER_OPEN_CREATE : CALLER_OPEN_OTHER;
 	if (flags & O_CREAT)
 		return CALLER_OPEN_EXCL;
 	if (flags & (O_CREAT | O_PATH | O_DIRECTORY) || (flags & O_ACCMODE) != O_RDONLY)

@@ -15,7 +15,7 @@
 enum caller_intent {
 	CALLER_UNKNOWN,         /* cannot tell (no /proc access, pid 0) */
 	CALLER_OPEN_READ,       /* open/openat/openat2 O_RDONLY without O_CREAT */
-	CALLER_OPEN_CREATE,     /* an open with O_CREAT but not O_EXCL */
+	CALLER_OPEN_CREATE,     /* an open for writing with O_CREAT, not O_EXCL */
 	CALLER_OPEN_EXCL,       /* an open with O_CREAT and O_EXCL */
 	CALLER_OPEN_OTHER,      /* any other open (for writing, O_PATH...) */
 	CALLER_OTHER,           /* not an open: stat, getxattr... */

@@ -44,6 +44,9 @@ struct fs {
 	struct view_env venv;
 	struct view_jobs vjobs;
 	struct callwait cw;             /* threads' own waits for their next open */
+	/* The thread that op_lookup last let through a kept name for an
+	 * O_CREAT open (NS_LOOKUP_KNOWN), and that name's inode. */
+	struct { pthread_mutex_t lock; pid_t tid; uint64_t ino; } creating;
 	unsigned max_threads, spin_us;
 	int mounted, unknown_intent_logged;
 	uint64_t cookie;                /* proves to a direct caller that it reads us */
@@ -202,6 +205,28 @@ static int lookup_view(struct fs *fs, fuse_ino_t parent, const char *name, struc
 	return -ENOENT;
 }
 
+static void creating_set(struct fs *fs, pid_t tid, uint64_t ino)
+{
+	pthread_mutex_lock(&fs->creating.lock);
+	fs->creating.tid = tid;
+	fs->creating.ino = ino;
+	pthread_mutex_unlock(&fs->creating.lock);
+}
+
+/* Whether an OPEN for writing comes from an O_CREAT open: the one that
+ * op_lookup has just let through is known (the same thread, the same
+ * name, its very next request); any other asks /proc. */
+static int opens_to_create(struct fs *fs, pid_t tid, uint64_t ino)
+{
+	int known;
+
+	pthread_mutex_lock(&fs->creating.lock);
+	if ((known = tid > 0 && fs->creating.tid == tid && fs->creating.ino == ino))
+		fs->creating.tid = 0;
+	pthread_mutex_unlock(&fs->creating.lock);
+	return known || caller_intent(tid) == CALLER_OPEN_CREATE;
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
@@ -235,8 +260,9 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		 * reader here waits on it: the kernel asks whether that name
 		 * still stands, and a yes saves it a second LOOKUP (the
 		 * open then creates, op_open). */
-		else if (rc == -ENOENT && in == CALLER_OPEN_CREATE)
-			rc = ns_lookup(fs->ns, parent, name, NS_LOOKUP_KNOWN, &a);
+		else if (rc == -ENOENT && in == CALLER_OPEN_CREATE &&
+			 !(rc = ns_lookup(fs->ns, parent, name, NS_LOOKUP_KNOWN, &a)))
+			creating_set(fs, fuse_req_ctx(req)->pid, a.ino);
 		else if (rc == -ENOENT && (in == CALLER_OTHER || in == CALLER_UNKNOWN))
 			/* stat, getfattr of a view; or an open we could not tell */
 			rc = lookup_view(fs, parent, name, &a);
@@ -549,7 +575,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (a.kind == NK_VFILE)
 		return open_vfile(req, ino, fi);
 	if ((fi->flags & O_ACCMODE) != O_RDONLY &&
-	    caller_intent(fuse_req_ctx(req)->pid) == CALLER_OPEN_CREATE)
+	    opens_to_create(fs, fuse_req_ctx(req)->pid, ino))
 		return open_create(req, ino, fi);
 	if (!(w = calloc(1, sizeof(*w))))
 		return (void)fuse_reply_err(req, ENOMEM);
@@ -1197,6 +1223,7 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 	if (!fs)
 		return -ENOMEM;
 	callwait_init(&fs->cw);
+	pthread_mutex_init(&fs->creating.lock, NULL);
 	while (getrandom(&fs->cookie, sizeof(fs->cookie), 0) != sizeof(fs->cookie) || !fs->cookie)
 		;
 	char err[256];
@@ -1254,6 +1281,7 @@ free_ns:
 free_cluster:
 	cluster_destroy(fs->cl);
 free_fs:
+	pthread_mutex_destroy(&fs->creating.lock);
 	callwait_destroy(&fs->cw);
 	free(fs);
 	return rc;
@@ -1284,6 +1312,7 @@ void fs_destroy(struct fs *fs)
 	fuse_remove_signal_handlers(fs->se);
 	fuse_session_destroy(fs->se);
 	ns_destroy(fs->ns);
+	pthread_mutex_destroy(&fs->creating.lock);
 	callwait_destroy(&fs->cw);
 	free(fs);
 }

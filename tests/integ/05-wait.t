@@ -148,6 +148,14 @@ for how in "O_WRONLY|O_CREAT|O_TRUNC" "O_WRONLY|O_CREAT" "O_WRONLY|O_CREAT|O_EXC
 	wait "$r"
 	is "$(cat "$T/$k.out")" "$k" "... every byte"
 done
+cat "$M/p/q/rdcreat" >"$T/rdcreat.out" 2>&1 &
+r=$!
+wait_until 5 waiting 1
+is "$(timeout 5 $PY -c "import os; os.close(os.open('$M/p/q/rdcreat', os.O_RDONLY | os.O_CREAT)); print('OK')")" \
+   OK "O_RDONLY|O_CREAT of a key a reader waits for creates it, as of any key"
+ok "... and the reader has it" wait_until 5 all_gone $r
+wait "$r"
+is "$(wc -c <"$T/rdcreat.out")" 0 "... empty"
 cat "$M/p/q/nocreat" >/dev/null 2>&1 &
 r=$!
 wait_until 5 waiting 1
