@@ -1398,7 +1398,7 @@ int ns_create_key(struct ns *ns, uint64_t parent, const char *name, int excl,
 		rc = !p ? -ENOENT : p->kind == NK_CTL ? -EACCES : -EPERM;
 		goto unlock;
 	}
-	if ((rc = node_resolve(ns, p, name, 1, &n)))
+	if ((rc = node_resolve(ns, p, name, NS_LOOKUP_WAIT, &n)))
 		goto unlock;
 	if (!(rc = key_write(ns, n, excl, uid, gid, h))) {
 		n->nlookup++;

@@ -390,8 +390,9 @@ static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int
 		rc = -ENOENT;           /* a late answer about an object gone since */
 		goto unlock;
 	}
-	if ((rc = node_resolve(ns, ns->root, ri->from, 0, &st)) ||
-	    (rc = node_resolve(ns, st, ri->to, 0, &ed)) || (rc = node_resolve(ns, ed, ri->key, 1, &k)))
+	if ((rc = node_resolve(ns, ns->root, ri->from, NS_LOOKUP_OBJECT, &st)) ||
+	    (rc = node_resolve(ns, st, ri->to, NS_LOOKUP_OBJECT, &ed)) ||
+	    (rc = node_resolve(ns, ed, ri->key, NS_LOOKUP_WAIT, &k)))
 		goto unlock;
 	struct object *o = k->obj;
 	if (excl && o && (o->owner != owner || o->oid != ri->oid)) {

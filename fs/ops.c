@@ -197,7 +197,7 @@ static int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, 
  * though no object has it. */
 static int lookup_view(struct fs *fs, fuse_ino_t parent, const char *name, struct ns_attr *a)
 {
-	int rc = ns_lookup(fs->ns, parent, name, 1, a);
+	int rc = ns_lookup(fs->ns, parent, name, NS_LOOKUP_WAIT, a);
 
 	if (rc || view_exists(&fs->venv, a->ino))
 		return rc;
@@ -231,7 +231,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
 	struct ns_attr a;
-	int rc = ns_lookup(fs->ns, parent, name, 0, &a);
+	int rc = ns_lookup(fs->ns, parent, name, NS_LOOKUP_OBJECT, &a);
 
 	stat_add(&fs->st, ST_LOOKUPS, 1);
 	/* A missing key: a plain open() waits for it on a placeholder (its
@@ -248,7 +248,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		    ask_peers(fs, parent, name, reads,
 			      reads ? callwait_peek(&fs->cw, fuse_req_ctx(req)->pid) : 0,
 			      reads || in == CALLER_OTHER || in == CALLER_UNKNOWN))
-			rc = ns_lookup(fs->ns, parent, name, 0, &a);
+			rc = ns_lookup(fs->ns, parent, name, NS_LOOKUP_OBJECT, &a);
 		if (in == CALLER_UNKNOWN && !fs->unknown_intent_logged) {
 			fs->unknown_intent_logged = 1;
 			fprintf(stderr, "omnifs: cannot read a caller's syscall from "
@@ -378,7 +378,7 @@ static void list_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		} else if (i < 2) {     /* e.ino 0: the kernel makes no entry */
 			n = fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
 						   (off_t)i + 1);
-		} else if (ns_lookup(fs->ns, ino, name, 0, &a)) {
+		} else if (ns_lookup(fs->ns, ino, name, NS_LOOKUP_OBJECT, &a)) {
 			continue;
 		} else {
 			fill_entry(&a, &e);
@@ -431,7 +431,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct fs *fs = fs_of(req);
 	struct ns_dirent *ents;
 	size_t n;
-	int rc = ns_lookup(fs->ns, parent, name, 0, &a);
+	int rc = ns_lookup(fs->ns, parent, name, NS_LOOKUP_OBJECT, &a);
 
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
@@ -953,11 +953,11 @@ static void small_get(fuse_req_t req, fuse_ino_t parent, const struct omnifs_sma
 	if (s->wait_ms < 0 || out_bufsz < sizeof(*s))
 		return (void)fuse_reply_err(req, EINVAL);
 	/* As op_lookup does for a plain open of a missing key. */
-	rc = ns_lookup(fs->ns, parent, key, 0, &a);
+	rc = ns_lookup(fs->ns, parent, key, NS_LOOKUP_OBJECT, &a);
 	if (rc == -ENOENT && fs->cl && ask_peers(fs, parent, key, 1, s->wait_ms, 1))
-		rc = ns_lookup(fs->ns, parent, key, 0, &a);
+		rc = ns_lookup(fs->ns, parent, key, NS_LOOKUP_OBJECT, &a);
 	if (rc == -ENOENT)
-		rc = ns_lookup(fs->ns, parent, key, 1, &a);
+		rc = ns_lookup(fs->ns, parent, key, NS_LOOKUP_WAIT, &a);
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
 	if (!(g = calloc(1, sizeof(*g)))) {

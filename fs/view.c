@@ -150,7 +150,7 @@ static int source_open(struct ns *ns, struct want *w, uint32_t k, int64_t wait_m
 
 	if (w->ino[k] && !(rc = ns_open(ns, w->ino[k], flags, NULL, h)))
 		return 0;
-	if ((rc = ns_lookup(ns, w->edge, w->names[k], 1, &a)))
+	if ((rc = ns_lookup(ns, w->edge, w->names[k], NS_LOOKUP_WAIT, &a)))
 		return rc;
 	pthread_mutex_init(&sw.lock, NULL);
 	pthread_cond_init(&sw.cond, NULL);
