@@ -156,6 +156,24 @@ is "$(timeout 5 $PY -c "import os; os.close(os.open('$M/p/q/rdcreat', os.O_RDONL
 ok "... and the reader has it" wait_until 5 all_gone $r
 wait "$r"
 is "$(wc -c <"$T/rdcreat.out")" 0 "... empty"
+# Many at once: the daemon remembers one creating thread at a time, and
+# the others' opens ask /proc instead.
+pids=
+for i in $(seq 20); do cat "$M/p/q/par$i" >"$T/par$i.out" & pids="$pids $!"; done
+ok "20 readers wait" wait_until 10 waiting 20
+$PY - "$M" <<'PYEOF'
+import os, sys, threading
+def put(i):
+    with open("%s/p/q/par%d" % (sys.argv[1], i), "wb") as f:
+        f.write(b"%d" % i * 1000)
+ts = [threading.Thread(target=put, args=(i,)) for i in range(1, 21)]
+for t in ts: t.start()
+for t in ts: t.join()
+PYEOF
+ok "20 writers at once, each to a key its reader waits for: all answered" wait_until 10 all_gone $pids
+for p in $pids; do wait "$p"; done
+is "$($PY -c "import sys; print(sum(open('$T/par%d.out' % i, 'rb').read() != b'%d' % i * 1000 for i in range(1, 21)))")" 0 \
+   "... each with its own bytes"
 cat "$M/p/q/nocreat" >/dev/null 2>&1 &
 r=$!
 wait_until 5 waiting 1
