@@ -167,7 +167,6 @@ struct ns_event {
 	uint8_t copy[];                 /* info.data's bytes, from a pool the CPU cannot address */
 };
 
-
 /* ---------------------------------------------------------------- ns.c */
 
 /* The tree. */
