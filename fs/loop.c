@@ -5,7 +5,10 @@
  * at all; before a large read or write (a long copy) with more requests
  * waiting it hands leadership to a follower, so that other streams go on
  * meanwhile.  An idle leader polls the (non-blocking) device for spin_us,
- * yielding its core to any thread that can run, then sleeps in epoll.
+ * yielding its core to any thread that can run, then sleeps in epoll.  A
+ * handler about to wait on a peer, or to work on after its answer, steps
+ * aside (loop_step_aside) the same way: one slow peer holds up only the
+ * requests that need it.
  */
 #define _GNU_SOURCE
 #include "loop.h"
@@ -35,6 +38,10 @@ struct loop {
 	pthread_cond_t follow;
 	int leader;                     /* 1 while some thread leads */
 };
+
+/* The loop this thread serves, and whether it leads now. */
+static __thread struct loop *self_loop;
+static __thread int self_leads;
 
 static void loop_stop(struct loop *l)
 {
@@ -95,12 +102,26 @@ static int hand_off(const struct loop *l, const struct fuse_buf *buf)
 	return is_big(buf) && poll(&p, 1, 0) > 0;
 }
 
+void loop_step_aside(void)
+{
+	struct loop *l = self_loop;
+
+	if (!l || !self_leads)
+		return;
+	pthread_mutex_lock(&l->mu);
+	l->leader = 0;
+	self_leads = 0;
+	pthread_cond_signal(&l->follow);
+	pthread_mutex_unlock(&l->mu);
+}
+
 static void *worker(void *arg)
 {
 	struct loop *l = arg;
 	struct fuse_buf buf = { 0 };
 
 	pthread_setname_np(pthread_self(), "omni-fuse");
+	self_loop = l;
 	for (;;) {
 		pthread_mutex_lock(&l->mu);
 		while (l->leader && !fuse_session_exited(l->se))
@@ -110,6 +131,7 @@ static void *worker(void *arg)
 			break;
 		}
 		l->leader = 1;
+		self_leads = 1;
 		pthread_mutex_unlock(&l->mu);
 		int spin = 0, res;
 		while ((res = lead_receive(l, &buf, spin)) > 0 && !hand_off(l, &buf)) {
@@ -119,11 +141,12 @@ static void *worker(void *arg)
 			 * (the hasher). */
 			spin = !is_big(&buf);
 			fuse_session_process_buf(l->se, &buf);
+			if (!self_leads)
+				break;  /* it stepped aside: follow again */
 		}
-		pthread_mutex_lock(&l->mu);
-		l->leader = 0;
-		pthread_cond_signal(&l->follow);
-		pthread_mutex_unlock(&l->mu);
+		if (!self_leads)
+			continue;
+		loop_step_aside();
 		if (res <= 0)
 			break;          /* unmounted, or a device error */
 		fuse_session_process_buf(l->se, &buf);  /* the big one */

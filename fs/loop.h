@@ -13,5 +13,10 @@
 
 /* Serves until the session exits (unmount or signal).  0 or -errno. */
 int loop_serve(struct fuse_session *se, unsigned threads, unsigned spin_us);
+/* The calling request's handler is about to wait on the network, or to
+ * work on after its answer: if its thread leads, a follower takes the
+ * device now, so that this node's other requests are not held up behind
+ * it.  Costs a thread wake-up, so only for work that may take long. */
+void loop_step_aside(void);
 
 #endif

@@ -167,6 +167,7 @@ static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int wil
 		return 0;
 	int64_t ms = !will_wait ? 0 : own_ms > 0 ? own_ms : ns_wait_ms(fs->ns, parent);
 
+	loop_step_aside();      /* a round trip: other requests go on */
 	if (!cluster_ask(fs->cl, from, to, name, ms > 0 ? (unsigned)ms : 0))
 		return 1;
 	if (learn)
@@ -190,6 +191,7 @@ static int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, 
 		return 0;
 	if (claim && (*claim = cluster_claimer(fs->cl, to)) >= 0)
 		return 0;
+	loop_step_aside();
 	return cluster_exists(fs->cl, from, to, name);
 }
 
@@ -338,8 +340,10 @@ static int dir_take(struct fs *fs, fuse_ino_t ino, struct dir_snap *d)
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
 	int kind = ns_dir_names(fs->ns, ino, from, to), rc;
 
-	if (fs->cl && (kind == NK_ROOT || kind == NK_STAGE || kind == NK_EDGE))
+	if (fs->cl && (kind == NK_ROOT || kind == NK_STAGE || kind == NK_EDGE)) {
+		loop_step_aside();
 		cluster_refresh(fs->cl, from, to);
+	}
 	if (!(rc = ns_readdir(fs->ns, ino, &d->ents, &d->n)))
 		d->taken = 1;
 	return rc;
@@ -996,8 +1000,10 @@ static void small_put(fuse_req_t req, fuse_ino_t parent, const struct omnifs_sma
 		return (void)fuse_reply_err(req, EEXIST);
 	if ((rc = ns_create_key(fs->ns, parent, key, 1, ctx->uid, ctx->gid, &a, &h)))
 		return (void)fuse_reply_err(req, -rc);
-	if (claim >= 0)
+	if (claim >= 0) {
+		loop_step_aside();      /* its publish waits for the host */
 		ns_handle_claim(fs->ns, h, claim);
+	}
 	if (s->readers >= 0)
 		rc = ns_setxattr(fs->ns, a.ino, "user.omni.readers", v,
 				 (size_t)snprintf(v, sizeof(v), "%lld", (long long)s->readers));
@@ -1083,10 +1089,12 @@ static void cleanup_ioctl(fuse_req_t req, const void *in, size_t in_bufsz, size_
 		rc = c.id_len > NAME_KEY_MAX ? -ENAMETOOLONG : 0;
 	if (!rc)
 		rc = arg_key((const char *)in + sizeof(c), c.id_len, id);
-	if (!rc && fs->cl)
+	if (!rc && fs->cl) {
+		loop_step_aside();
 		rc = cluster_cleanup(fs->cl, id, &c.removed, &missed);
-	else if (!rc)
+	} else if (!rc) {
 		c.removed = ns_cleanup(fs->ns, id, NULL);
+	}
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
 	c.missed = missed;

@@ -20,4 +20,15 @@ wait "$LS"
 is "$(cat "$T/ls1")" "" "the late listing does not show x on b"
 is "$(ls "$T/b/0/9")" "" "... nor does the next ls"
 is "$(M=$T/b pyerr "os.stat(M + '/0/9/x')")" ENOENT "and stat on b says it is not there"
+
+# --- a peer's slow answer holds up only the request that waits for it -----
+echo local >"$T/b/1/9/y"
+held() { [ "$(grep -c "holding a listing" "$T/b.log")" -gt "$1" ]; }
+n0=$(grep -c "holding a listing" "$T/b.log")
+ls "$T/b/0/9" >/dev/null &
+LS=$!
+ok "b's ls asks a again, and b holds the answer" wait_until 5 held "$n0"
+is "$(cat "$T/b/1/9/y")" local "meanwhile b serves a read of its own object"
+ok "... before that listing is answered" kill -0 "$LS"
+wait "$LS"
 done_testing
