@@ -42,6 +42,7 @@ struct cluster {
 	int corrupt;
 	unsigned delay_ms;
 	unsigned list_delay_ms;          /* tests: a listing answered late */
+	unsigned consumed_delay_ms;      /* tests: a complete read told late */
 	struct leases *leases;          /* peers' streamed reads of ours */
 	/* Peers whose objects on our edges we list again (relist_thread),
 	 * under lock. */
@@ -111,6 +112,16 @@ void cluster_reap(struct cluster *cl)
 	subs_reap(cl->subs);
 }
 
+/* What this node says to peers on its own (asks, claims, removals) comes
+ * after the news its calls queued: a reader's complete read is told to
+ * the owner after the reader's answer (ns_flush), yet before its next
+ * lookup or listing, which must not find the object again. */
+static void news_first(struct cluster *cl)
+{
+	if (cl->ns)
+		ns_deliver(cl->ns);
+}
+
 static void hook_published(void *ctx, const struct ns_objinfo *o)
 {
 	struct cluster *cl = ctx;
@@ -138,6 +149,7 @@ static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
 	struct cluster *cl = ctx;
 	struct proto_msg m = { .type = PT_CLAIM };
 
+	news_first(cl);
 	to_proto(o, &m.u.obj);
 	if (o->data) {
 		m.u.obj.data = o->data;
@@ -174,6 +186,8 @@ static void hook_consumed(void *ctx, int owner, uint64_t oid, const struct ns_co
 		m.u.consumed.n = cv->n;
 		m.u.consumed.of = cv->of;
 	}
+	if (cl->consumed_delay_ms)
+		usleep(cl->consumed_delay_ms * 1000u);
 	xport_send(cl->x, owner, &m);
 }
 
@@ -339,6 +353,7 @@ static int hook_remove(void *ctx, const struct ns_objinfo *o)
 	struct cluster *cl = ctx;
 	struct proto_msg m = { .type = PT_REMOVE };
 
+	news_first(cl);
 	to_proto(o, &m.u.obj);
 	return xport_post(cl->x, o->owner, &m) ? -EIO : 0;
 }
@@ -768,6 +783,7 @@ static uint64_t ask_all(struct cluster *cl, const struct proto_msg *m, xport_rep
 
 	if (!a || !to)
 		goto free_asks;
+	news_first(cl);
 	n = callees_up(cl, NULL, a, to);
 	if (!xport_call_each(cl->x, to, n, m, on_reply))
 		for (int i = 0; i < n; i++) {
@@ -828,8 +844,10 @@ int cluster_exists(struct cluster *cl, const char *from, const char *to, const c
 	struct proto_msg m = name_msg(PT_EXISTS, from, to, key);
 	struct xport_callee *c = calloc(cl->npeers + 1, sizeof(*c));
 	/* The answer is the STATUS itself: no reply to take, no asks. */
-	int n = c ? callees_up(cl, to, NULL, c) : 0, found = 0, answered = 0;
+	int n, found = 0, answered = 0;
 
+	news_first(cl);
+	n = c ? callees_up(cl, to, NULL, c) : 0;
 	if (n && !xport_call_each(cl->x, c, n, &m, NULL))
 		for (int i = 0; i < n; i++) {
 			found |= c[i].rc == 0;
@@ -857,6 +875,7 @@ static void list_peer(struct cluster *cl, int peer, const char *from, const char
 	struct proto_msg m = list_msg(from, to);
 	struct ask a = { cl, peer, 0 };
 
+	news_first(cl);
 	if (xport_peer_up(cl->x, peer))  /* listing never waits for a peer to connect */
 		xport_call(cl->x, peer, &m, ask_reply, &a);
 }
@@ -959,6 +978,8 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	cl->delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) % 10000 : 0;
 	const char *ldelay = getenv("OMNIFS_TEST_LIST_DELAY_MS");
 	cl->list_delay_ms = ldelay ? (unsigned)strtoul(ldelay, NULL, 10) % 10000 : 0;
+	const char *cdelay = getenv("OMNIFS_TEST_CONSUMED_DELAY_MS");
+	cl->consumed_delay_ms = cdelay ? (unsigned)strtoul(cdelay, NULL, 10) % 10000 : 0;
 	pthread_mutex_init(&cl->lock, NULL);
 	pthread_cond_init(&cl->relist_cond, NULL);
 	if ((rc = xport_create(&cl->x, &xc, &xops, cl, err, errlen))) {

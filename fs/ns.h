@@ -145,9 +145,15 @@ struct ns_waiter {
 
 /* Waiters a call has answered, told by ns_wake() once the lock is
  * dropped.  They chain through their own links, so waking never
- * allocates. */
-struct ns_wakes { struct ns_waiter *head; };
+ * allocates.  deliver: the call left its news for the cluster (a
+ * reader's CONSUMED) queued, for ns_wake to deliver. */
+struct ns_wakes { struct ns_waiter *head; int deliver; };
 void ns_wake(struct ns *ns, struct ns_wakes *wl);
+/* Delivers the news for the cluster that calls queued (ns_hooks'
+ * published, gone and consumed), waiting for a thread delivering them.
+ * Whatever talks to the peers on its own calls this first, so that
+ * what it says comes after what this node did before. */
+void ns_deliver(struct ns *ns);
 
 struct ns_attr {
 	uint64_t ino;
@@ -257,7 +263,9 @@ enum ns_close {
  * close was killed, which discards the object.  The readers that a
  * publish answers go into later (an empty list), for the caller to wake
  * after its own reply (see op_flush), or are woken before it returns if
- * later is NULL. */
+ * later is NULL.  A reader's news (its complete read, for the owner)
+ * waits in later too; a writer's is told before it returns, so that its
+ * object is visible everywhere before close() returns. */
 int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how, struct ns_wakes *later);
 /* "/from/to/key" of the handle's object, for caller_holds_fd(). */
 void ns_handle_path(struct ns *ns, const struct ns_handle *h, char *buf, size_t len);

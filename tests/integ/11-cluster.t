@@ -18,6 +18,7 @@ nodes:
 edges:
   "0->1": { readers: 2 }
   "0->9": { readers: 0 }
+  "0->8": { readers: 1 }
 EOF
 sed "s|secret_file: .*|secret_file: $T/wrong|" "$T/omni.yaml" >"$T/wrong.yaml"
 
@@ -332,6 +333,31 @@ ok "b is up with a after its stall" wait_until 10 peers_up b 2
 diag "b saw a down during its stall: $([ "$(downs)" -gt "$d0" ] && echo yes || echo no)"
 ok "b reads a's object from before the stall, without an ls" wait_until 5 reads stall1 before
 ok "... and the one a wrote during it" wait_until 5 reads stall2 during
+
+# --- a complete read is told to its owner after the reader's answer ---------
+# c tells a of its complete reads a second late: its reader's close does not
+# wait for that, and c's next ask of a (a stat of the key) still comes after
+# it, so a consumed object is not found again (nobody hosts 8: a alone has it).
+stop_node c
+OMNIFS_TEST_CONSUMED_DELAY_MS=1000 node c
+ok "c restarted, telling complete reads late, rejoins" wait_until 10 peers_up a 2
+echo once >"$T/a/0/8/told"
+echo twice >"$T/a/0/8/told2"
+is "$(PYTHONPATH="$SRC/contrib/python" $SYSPY - "$T/c" <<'PYEOF'
+import os, sys, time
+import omnifs
+c = sys.argv[1]
+t0 = time.monotonic()
+with open(c + "/0/8/told", "rb") as f:
+    got = f.read()
+took = time.monotonic() - t0
+print(got.decode().strip(), "close waited" if took >= 1 else "close answered", os.path.exists(c + "/0/8/told"))
+got = omnifs.Mount(c).get("0", "8", "told2", timeout=5)
+print(bytes(got).decode().strip(), os.path.exists(c + "/0/8/told2"))
+PYEOF
+)" "once close answered False
+twice False" "a read on c, closed before its owner hears, is not found again by c's next ask (also through the module)"
+ok "... and a deleted both" wait_until 5 sh -c "! ls '$T/a/0/8/told' '$T/a/0/8/told2' 2>/dev/null"
 
 # --- the owner killed mid-read ------------------------------------------------
 stop_node a

@@ -152,6 +152,89 @@ static void test_claims(void)
 	pool_destroy(pool);
 }
 
+/* A complete read of a peer's object is news for its owner
+ * (hooks->consumed): a reader's close hands it to its caller, to tell
+ * after the reader's answer, unless someone talks to the peers first. */
+static int consumed_calls, consumed_owner;
+static uint64_t consumed_oid;
+
+static void hook_consumed(void *ctx, int owner, uint64_t oid, const struct ns_cover *c)
+{
+	(void)ctx;
+	(void)c;
+	consumed_calls++;
+	consumed_owner = owner;
+	consumed_oid = oid;
+}
+
+/* Adds peer 1's 3-byte object key (oid) to edge 0->1 and reads it whole:
+ * the reader's handle. */
+static struct ns_handle *read_remote(struct ns *ns, uint64_t e, const char *key, uint64_t oid)
+{
+	struct ns_objinfo ri = { .from = "0", .to = "1", .key = key, .oid = oid, .size = 3,
+				 .xxh3 = XXH3_64bits("abc", 3), .readers = 1, .owner = 1,
+				 .data = "abc", .published_ns = 1 };
+	struct ns_handle *r = NULL;
+	struct ns_attr a;
+	struct iovec iov[8];
+	int niov;
+
+	if (ns_remote_add(ns, 1, &ri) || ns_lookup(ns, e, key, 0, &a))
+		return NULL;
+	ns_open(ns, a.ino, O_RDONLY, NULL, &r);
+	ns_forget(ns, a.ino, 1);
+	if (r && ns_read(ns, r, 0, 3, iov, &niov, 8) != 3)
+		return NULL;
+	return r;
+}
+
+static void test_consumed_later(void)
+{
+	struct pool *pool;
+	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
+	struct stats st = { 0 };
+	struct ns_hooks hk = { .consumed = hook_consumed };
+	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake,
+				   .hooks = &hk };
+	struct ns *ns;
+	struct ns_attr a;
+	struct ns_wakes later = { 0 };
+	char err[128];
+
+	pool_create(&pool, &spec, err, sizeof(err));
+	ok(ns_create(&ns, pool, &st, &set) == 0 && ns_start(ns) == 0, "ns with cluster hooks up");
+	uint64_t e = edge(ns, "0", "1");
+	struct ns_handle *r = read_remote(ns, e, "r1", 77);
+	ok(r != NULL, "a peer's object, read whole");
+	is(ns_flush(ns, r, NS_CLOSE_LAST, &later), 0, "its reader's close");
+	ok(consumed_calls == 0 && later.deliver, "... leaves the owner's news to its caller");
+	is(ns_lookup(ns, e, "r1", 0, &a), -ENOENT, "... the object gone here at once");
+	ns_wake(ns, &later);
+	ok(consumed_calls == 1 && consumed_oid == 77 && consumed_owner == 1,
+	   "... told by ns_wake, once");
+	ns_release(ns, r);
+	r = read_remote(ns, e, "r2", 78);
+	ns_flush(ns, r, NS_CLOSE_LAST, &later);
+	ns_deliver(ns);
+	is(consumed_calls, 2, "another close's news: told by the next ns_deliver (an ask's)");
+	ns_wake(ns, &later);
+	is(consumed_calls, 2, "... and not again by its own caller");
+	ns_release(ns, r);
+	uint64_t ino = put3(ns, e, "mine");
+	ns_open(ns, ino, O_RDONLY, NULL, &r);
+	ns_forget(ns, ino, 1);
+	struct iovec iov[8];
+	int niov;
+	ns_read(ns, r, 0, 3, iov, &niov, 8);
+	ns_flush(ns, r, NS_CLOSE_LAST, &later);
+	ok(!later.deliver && consumed_calls == 2, "a read of this node's own object: no news to tell");
+	ns_wake(ns, &later);
+	ns_release(ns, r);
+	ns_stop(ns);
+	ns_destroy(ns);
+	pool_destroy(pool);
+}
+
 /* What an O_CREAT open of a name the kernel kept goes through (op_lookup,
  * op_open): NS_LOOKUP_KNOWN, then ns_create_known. */
 static void test_create_known(void)
@@ -464,6 +547,7 @@ int main(void)
 	ns_destroy(ns);
 	pool_destroy(pool);
 	test_claims();
+	test_consumed_later();
 	test_create_known();
 	return done_testing();
 }
