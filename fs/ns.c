@@ -857,8 +857,10 @@ static int obj_claim(struct ns *ns, struct object *o, struct ns_event *c, uint64
 	return ns->set.hooks->claim(ns->set.hctx, o->claim - 1, &c->info);
 }
 
-/* o, hashed to h and checked, is published at wall time when. */
-static void obj_published(struct ns *ns, struct object *o, uint64_t h, uint64_t when)
+/* o, hashed to h and checked, is published at wall time when; indexed:
+ * it is in byoid already (its claim went out). */
+static void obj_published(struct ns *ns, struct object *o, uint64_t h, uint64_t when,
+			  int indexed)
 {
 	struct ns_policy p = policy_of(ns, o->node->parent);
 
@@ -873,7 +875,8 @@ static void obj_published(struct ns *ns, struct object *o, uint64_t h, uint64_t 
 	    timerq_peek(&ns->tq) == &o->ttl)
 		pthread_cond_signal(&ns->cond);
 	npub_add(o->node, 1);
-	htab_add(&ns->byoid, &o->byoid, o->oid);
+	if (!indexed)
+		htab_add(&ns->byoid, &o->byoid, o->oid);
 	stat_add(ns->st, ST_PUBLISHED, 1);
 	stats_observe(ns->st, H_PUBLISH, clock_mono_ns() - o->created_ns);
 }
@@ -885,17 +888,25 @@ static void obj_published(struct ns *ns, struct object *o, uint64_t h, uint64_t 
 static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 {
 	struct ns_event *c = NULL;      /* the claim, then the announce */
-	int claimed = 0;
+	int claimed = 0, indexed = 0;
 
 	o->state = OS_PUBLISHING;       /* the hasher starts no new step */
 	while (o->hashing)
 		pthread_cond_wait(&ns->hdone, &ns->lock);
 	obj_trim(ns, o);
 	int hrc = 0;
-	if (o->claim && !(c = ev_new(ns, EV_PUBLISHED, o)))
+	if (o->claim && !(c = ev_new(ns, EV_PUBLISHED, o))) {
 		hrc = -ENOMEM;          /* unasked, it must not be published */
-	else if (c && c->info.readers < 0)
-		c->info.readers = policy_of(ns, o->node->parent).readers;
+	} else if (c) {
+		/* The claim's peer wakes its readers at once: their
+		 * complete reads may come back before the claim's answer,
+		 * and must find o (ns_consumed) to count. */
+		if (o->readers < 0)
+			o->readers = policy_of(ns, o->node->parent).readers;
+		c->info.readers = o->readers;
+		htab_add(&ns->byoid, &o->byoid, o->oid);
+		indexed = 1;
+	}
 	o->refs++;
 	pthread_mutex_unlock(&ns->lock);
 	uint64_t h = 0;
@@ -916,7 +927,8 @@ static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 		obj_abort(ns, o);       /* no chunk table, a torn KV payload, claimed */
 		o->error = -hrc;
 	} else if (o->state == OS_PUBLISHING && o->node) {     /* not removed meanwhile */
-		obj_published(ns, o, h, claimed ? c->info.published_ns : clock_wall_ns());
+		obj_published(ns, o, h, claimed ? c->info.published_ns : clock_wall_ns(), indexed);
+		indexed = 0;    /* stays, as any published object's */
 		if (claimed) {  /* announced to all but the claim's peer */
 			c->info.claimed = o->claim;
 			ev_push(ns, c);
@@ -926,11 +938,13 @@ static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 		}
 		wake_readers(ns, o->node, wl);
 		wake_views(ns, o->node, wl);
-	} else if (claimed) {   /* removed while the claim went: take it back */
+	} else if (claimed) {   /* removed (or consumed) while the claim went: take it back */
 		c->type = EV_GONE;
 		ev_push(ns, c);
 		c = NULL;
 	}
+	if (indexed)
+		htab_del(&ns->byoid, &o->byoid);
 	ev_free(ns, c);
 	obj_put(ns, o);
 }

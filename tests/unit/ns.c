@@ -66,6 +66,8 @@ static struct ns_waiter *waiter(struct ns *ns)
 static int claim_rc, claims, claim_peer, claim_bytes_ok, claimed_as = -1, gones;
 static struct ns_objinfo claim_info;    /* its names are only valid in the call */
 static char claim_key[64];
+static struct ns *claim_consume_ns;     /* set: the peer's reader's read comes first */
+static int claim_consumed_rc = 1;
 
 static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
 {
@@ -75,6 +77,8 @@ static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
 	claim_info = *o;
 	snprintf(claim_key, sizeof(claim_key), "%s", o->key);
 	claim_bytes_ok = o->data && !memcmp(o->data, "abc", 3);
+	if (claim_consume_ns)
+		claim_consumed_rc = ns_consumed(claim_consume_ns, o->oid, NULL);
 	return claim_rc;
 }
 
@@ -147,6 +151,15 @@ static void test_claims(void)
 	is(claimed_put(ns, e, "c3"), 0, "a claim no peer answered: published all the same");
 	is(claimed_as, 0, "... and announced to every peer, as if never claimed");
 	is(gones, 0, "nothing was taken back");
+	claim_rc = 0;
+	claim_consume_ns = ns;
+	uint64_t consumed = stat_get(&st, ST_CONSUMED);
+	is(claimed_put(ns, e, "c4"), 0, "a claim whose peer's reader reads it before the answer");
+	claim_consume_ns = NULL;
+	is(claim_consumed_rc, 0, "... that read counts (the object is found by its oid)");
+	ok(ns_lookup(ns, e, "c4", 0, &a) == -ENOENT && stat_get(&st, ST_CONSUMED) == consumed + 1,
+	   "... and consumes it: never published here");
+	is(gones, 1, "... its peers told it is gone");
 	ns_stop(ns);
 	ns_destroy(ns);
 	pool_destroy(pool);
