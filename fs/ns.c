@@ -1773,8 +1773,9 @@ int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how, struct ns_wa
 	pthread_mutex_lock(&ns->lock);
 	if (!h->write && later) {
 		/* The owner hears of a complete read after the reader's
-		 * answer: ns_deliver() keeps it before anything else this
-		 * node says to the owner (50 us of a cold hand-off here). */
+		 * answer (sent before it, the news took 40 of the 69 us of a
+		 * cold reader's close here); ns_deliver() keeps it before
+		 * anything else this node says to the owner. */
 		count_read(ns, h);
 		*later = (struct ns_wakes){ .deliver = ns->ev_head != NULL };
 		pthread_mutex_unlock(&ns->lock);
