@@ -928,7 +928,6 @@ static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 		o->error = -hrc;
 	} else if (o->state == OS_PUBLISHING && o->node) {     /* not removed meanwhile */
 		obj_published(ns, o, h, claimed ? c->info.published_ns : clock_wall_ns(), indexed);
-		indexed = 0;    /* stays, as any published object's */
 		if (claimed) {  /* announced to all but the claim's peer */
 			c->info.claimed = o->claim;
 			ev_push(ns, c);
@@ -943,7 +942,7 @@ static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 		ev_push(ns, c);
 		c = NULL;
 	}
-	if (indexed)
+	if (indexed && o->state != OS_PUBLISHED)   /* only published ones stay */
 		htab_del(&ns->byoid, &o->byoid);
 	ev_free(ns, c);
 	obj_put(ns, o);
@@ -1771,19 +1770,17 @@ int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how, struct ns_wa
 	int rc = 0;
 
 	pthread_mutex_lock(&ns->lock);
-	if (!h->write && later) {
+	if (!h->write) {
+		count_read(ns, h);
+		if (!later)
+			goto unlock;
 		/* The owner hears of a complete read after the reader's
 		 * answer (sent before it, the news took 40 of the 69 us of a
 		 * cold reader's close here); ns_deliver() keeps it before
 		 * anything else this node says to the owner. */
-		count_read(ns, h);
 		*later = (struct ns_wakes){ .deliver = ns->ev_head != NULL };
 		pthread_mutex_unlock(&ns->lock);
 		return 0;
-	}
-	if (!h->write) {
-		count_read(ns, h);
-		goto unlock;
 	}
 	if (how != NS_CLOSE_LAST) {    /* a later close or the release decides */
 		h->killed = how == NS_CLOSE_KILLED;
