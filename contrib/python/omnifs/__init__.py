@@ -306,7 +306,7 @@ class Mount:
         if alloc is not None and size >= ALLOC_MIN:
             buf = alloc(size, os.pread(f.fileno(), HEAD, 0))
         else:
-            buf = bytearray(size or 1 << 20)
+            buf = direct.fresh_bytearray(size or 1 << 20)
         got = 0
         while True:
             if got == len(buf):
