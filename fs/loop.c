@@ -8,7 +8,9 @@
  * yielding its core to any thread that can run, then sleeps in epoll.  A
  * handler about to wait on a peer, or to work on after its answer, steps
  * aside (loop_step_aside) the same way: one slow peer holds up only the
- * requests that need it.
+ * requests that need it.  A thread outside the loop about to answer an
+ * open (a publish heard from a peer) wakes a sleeping leader to poll
+ * (loop_expect): the reader's first read comes next, and finds it awake.
  */
 #define _GNU_SOURCE
 #include "loop.h"
@@ -20,6 +22,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -42,6 +45,9 @@ struct loop {
 /* The loop this thread serves, and whether it leads now. */
 static __thread struct loop *self_loop;
 static __thread int self_leads;
+/* What loop_expect() writes to: made once and never closed, so that a
+ * thread outside the loop never writes to another file of its number. */
+static _Atomic int kickfd = -1;
 
 static void loop_stop(struct loop *l)
 {
@@ -73,7 +79,10 @@ static int lead_receive(struct loop *l, struct fuse_buf *buf, int spin)
 		}
 		if (res == -EAGAIN) {
 			struct epoll_event ev;
-			epoll_wait(l->ep, &ev, 1, -1);
+			uint64_t n;
+			if (epoll_wait(l->ep, &ev, 1, -1) == 1 && ev.data.fd == kickfd &&
+			    read(kickfd, &n, sizeof(n)) > 0)
+				end = clock_mono_ns() + l->spin_ns;     /* a request is coming */
 		}
 	}
 	return 0;
@@ -100,6 +109,15 @@ static int hand_off(const struct loop *l, const struct fuse_buf *buf)
 	struct pollfd p = { .fd = l->fd, .events = POLLIN };
 
 	return is_big(buf) && poll(&p, 1, 0) > 0;
+}
+
+void loop_expect(void)
+{
+	uint64_t one = 1;
+	int fd = atomic_load(&kickfd);
+	ssize_t n = fd >= 0 && !self_leads ? write(fd, &one, sizeof(one)) : 0;
+
+	(void)n;        /* a kick lost: the read itself wakes the leader */
 }
 
 void loop_step_aside(void)
@@ -172,13 +190,20 @@ static int wait_for_exit(struct loop *l)
 
 static int loop_open(struct loop *l)
 {
-	struct epoll_event dev = { .events = EPOLLIN }, stop = { .events = EPOLLIN };
+	struct epoll_event dev = { .events = EPOLLIN, .data.fd = l->fd };
+	struct epoll_event stop = { .events = EPOLLIN }, kick = { .events = EPOLLIN };
+	int k = atomic_load(&kickfd);
 
-	if ((l->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+	if (k < 0 && (k = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) >= 0)
+		atomic_store(&kickfd, k);
+	if (k < 0 || (l->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
 		return -errno;
+	stop.data.fd = l->stopfd;
+	kick.data.fd = k;
 	if ((l->ep = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
 	    epoll_ctl(l->ep, EPOLL_CTL_ADD, l->fd, &dev) ||
 	    epoll_ctl(l->ep, EPOLL_CTL_ADD, l->stopfd, &stop) ||
+	    epoll_ctl(l->ep, EPOLL_CTL_ADD, k, &kick) ||
 	    fcntl(l->fd, F_SETFL, fcntl(l->fd, F_GETFL) | O_NONBLOCK) < 0) {
 		int rc = -errno;
 		if (l->ep >= 0)
