@@ -45,7 +45,7 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT     := $(patsubst tests/unit/%.c,$(BUILD)/t/%.t,$(wildcard tests/unit/*.c))
 TOOLS    := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
 BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/edgefs $(BUILD)/bench/memcpy $(BUILD)/bench/tcpceil \
-            $(BUILD)/bench/wake
+            $(BUILD)/bench/wake $(BUILD)/bench/hashrate
 INTEG    := $(sort $(wildcard tests/integ/*.t))
 
 .PHONY: all deps run check test check-cuda check-rdma bench fuzz soak tools install uninstall clean
@@ -157,6 +157,10 @@ $(BUILD)/bench/tcpceil: $(BUILD)/obj/tests/bench/tcpceil.o
 $(BUILD)/bench/memcpy: $(BUILD)/obj/tests/bench/memcpy.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@
+
+$(BUILD)/bench/hashrate: $(BUILD)/obj/tests/bench/hashrate.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -lxxhash -o $@
 
 $(BUILD)/bench/wake: $(BUILD)/obj/tests/bench/wake.o
 	@mkdir -p $(dir $@)
