@@ -169,7 +169,7 @@ import errno, omnifs, sys
 m = omnifs.Mount(sys.argv[1])
 f, t = sys.argv[2].split("/")
 try:
-    assert m._small_put(f, t, sys.argv[3], [memoryview(sys.argv[4].encode())],
+    assert m._small_put(f, t, sys.argv[3].encode(), [memoryview(sys.argv[4].encode())],
                         len(sys.argv[4]), None), "not a small put"
     print("OK")
 except OSError as e:
@@ -192,7 +192,7 @@ deadline = time.monotonic() + 5
 while not os.path.exists(t + "/c/0/2/x-b2") and time.monotonic() < deadline:
     time.sleep(0.01)
 try:
-    m._small_put("0", "2", "x-b2", [memoryview(b"put")], 3, None)
+    m._small_put("0", "2", b"x-b2", [memoryview(b"put")], 3, None)
     print("OK")
 except OSError as e:
     print(errno.errorcode[e.errno])

@@ -799,7 +799,7 @@ def small_errno(path, cmd_nr, head, body=b"", size=None):
 def test_small_objects_go_in_one_request_each(size):
     from omnifs import small
     m, k = omnifs.Mount(ONE), rid()
-    data = os.urandom(small.room(k) if size == "room" else size)
+    data = os.urandom(small.MAX - small.HEAD - len(k) if size == "room" else size)
     size = len(data)
     g0, p0 = small_counters(ONE)
     assert m.put("0", "1", k, [data[:3], data[3:]], readers=2) == size

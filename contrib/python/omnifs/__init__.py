@@ -126,14 +126,15 @@ class Mount:
     # seconds: they check a key without building its path, reuse the
     # edge's descriptor, and make the path only for an error's message.
 
-    def _small_put(self, from_stage, to_stage, key, views, total, readers):
+    def _small_put(self, from_stage, to_stage, k, views, total, readers):
         """True if put in one request; False: write the file instead."""
         try:
-            self._on_edge(from_stage, to_stage, small.put, key, views, total, readers)
+            self._on_edge(from_stage, to_stage, small.put, k, views, total, readers)
             return True
         except OSError as e:
             if e.errno not in small.NEVER:
-                raise OSError(e.errno, e.strerror, self.path(from_stage, to_stage, key)) from None
+                raise OSError(e.errno, e.strerror,
+                              self.path(from_stage, to_stage, k.decode())) from None
             self.small = False
             return False
 
@@ -199,12 +200,17 @@ class Mount:
         complete reads consume it (0 keeps it until removed)."""
         # Plain bytes are counted and copied as they are (a view of each
         # costs microseconds with the caches cold); anything else as bytes.
-        views = [p if type(p) is bytes or type(p) is bytearray else memoryview(p).cast("B")
-                 for p in (data if isinstance(data, (list, tuple)) else (data,))]
-        total = sum(map(len, views))
-        if (self.small and total <= small.room(_key(key))
-                and self._small_put(from_stage, to_stage, key, views, total, readers)):
-            return total
+        if type(data) is bytes or type(data) is bytearray:
+            views, total = (data,), len(data)
+        else:
+            views = [p if type(p) is bytes or type(p) is bytearray else memoryview(p).cast("B")
+                     for p in (data if isinstance(data, (list, tuple)) else (data,))]
+            total = sum(map(len, views))
+        if self.small:
+            k = _key(key).encode()
+            if (small.HEAD + len(k) + total <= small.MAX
+                    and self._small_put(from_stage, to_stage, k, views, total, readers)):
+                return total
         p = self.path(from_stage, to_stage, key)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:

@@ -83,9 +83,10 @@ def on_gpu(obj):
 
 
 def encode(obj):
-    """A list of bytes-like pieces to write, in order."""
+    """What to write: plain bytes as they are, or a list of bytes-like
+    pieces, in order (Mount.put takes either)."""
     if type(obj) is bytes or type(obj) is bytearray:   # the common case, cold: few steps
-        return _framed({"k": "bytes"}, obj) if obj.startswith(MAGIC) else [obj]
+        return _framed({"k": "bytes"}, obj) if obj.startswith(MAGIC) else obj
     if isinstance(obj, (bytes, bytearray, memoryview)):
         b = obj.cast("B") if isinstance(obj, memoryview) else obj
         return _framed({"k": "bytes"}, b) if b[:len(MAGIC)] == MAGIC else [b]

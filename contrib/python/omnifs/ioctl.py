@@ -17,7 +17,11 @@ import errno
 import os
 import threading
 
-_IOCTL = ctypes.CDLL(None, use_errno=True).ioctl   # no argtypes: callers pass C values
+_IOCTL = ctypes.CDLL(None, use_errno=True).ioctl
+# ioctl(2) is variadic, but on the ABIs Linux runs on its third argument,
+# a pointer, goes where a fixed one would: typed, a command is converted
+# in C, not by a ctypes object made in Python for each call.
+_IOCTL.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
 
 
 def ioc(rw, nr, size):      # asm-generic/ioctl.h: x86-64, arm64, riscv
@@ -46,11 +50,11 @@ def thread_buffer(size):
 
 
 def call_ready(fd, cmd, ptr, retry=True):
-    """ioctl(fd, cmd, ptr): cmd a ctypes.c_ulong, ptr a ctypes.c_void_p (a
-    Buffer's), the GIL let go; OSError as fcntl.ioctl raises.  Interrupted
-    by a signal, it is made again once Python has run the handlers (PEP
-    475), unless retry is False: then InterruptedError, for a caller that
-    must change the request first."""
+    """ioctl(fd, cmd, ptr): ptr an address (a Buffer's ptr), or bytes for
+    a command that only reads its argument; the GIL let go; OSError as
+    fcntl.ioctl raises.  Interrupted by a signal, it is made again once
+    Python has run the handlers (PEP 475), unless retry is False: then
+    InterruptedError, for a caller that must change the request first."""
     while _IOCTL(fd, cmd, ptr) < 0:
         e = ctypes.get_errno()
         if e != errno.EINTR or not retry:
@@ -58,6 +62,5 @@ def call_ready(fd, cmd, ptr, retry=True):
 
 
 def call(fd, cmd, buf, retry=True):
-    """call_ready() on a writable buffer (a bytearray) and an int cmd."""
-    ptr = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(buf)) if len(buf) else None)
-    call_ready(fd, ctypes.c_ulong(cmd), ptr, retry)
+    """call_ready() on a writable buffer (a bytearray)."""
+    call_ready(fd, cmd, ctypes.addressof(ctypes.c_char.from_buffer(buf)) if len(buf) else None, retry)

@@ -10,7 +10,6 @@ fs/direct.h's.  A GET that cannot answer here (larger than its buffer,
 bytes on another node, a view) consumes nothing: the caller opens and
 reads instead.
 """
-import ctypes
 import errno
 import math
 import struct
@@ -28,28 +27,20 @@ FALLBACK = (errno.E2BIG, errno.EREMOTE, errno.EOPNOTSUPP)
 NEVER = (errno.ENOTTY, errno.ENOSYS)
 
 
-_GET = ctypes.c_ulong(ioc(3, 0x13, MAX))
+_GET = ioc(3, 0x13, MAX)
 _PUT = ioc(1, 0x12, 0)         # | the size << 16
 
 
-def room(key):
-    """The most bytes a put of key can carry."""
-    return MAX - HEAD - (len(key) if key.isascii() else len(key.encode()))
-
-
-def put(dirfd, key, views, total, readers=None):
-    """Publishes the bytes of views (bytes-like, total in all) as key in
-    the edge open at dirfd.  OSError as a create and close would raise."""
-    k = key.encode()
-    n = HEAD + len(k) + total
-    b = thread_buffer(MAX)
-    _HEAD.pack_into(b.mv, 0, MAGIC, len(k), total, -1 if readers is None else int(readers), 0, 0)
-    b.mv[HEAD:HEAD + len(k)] = k
-    at = HEAD + len(k)
-    for v in views:
-        b.mv[at:at + len(v)] = v
-        at += len(v)
-    call_ready(dirfd, ctypes.c_ulong(_PUT | n << 16), b.ptr)
+def put(dirfd, k, views, total, readers=None):
+    """Publishes the bytes of views (bytes-like, total in all, and at most
+    MAX with HEAD and the key) as the key k (its UTF-8 bytes) in the edge
+    open at dirfd.  OSError as a create and close would raise."""
+    # The kernel only reads a PUT's argument: one new bytes object, whose
+    # address ctypes passes as it is, costs fewer cold steps than filling
+    # the thread's buffer (20 us against 33 here).
+    arg = b"".join((_HEAD.pack(MAGIC, len(k), total, -1 if readers is None else int(readers),
+                               0, 0), k, *views))
+    call_ready(dirfd, _PUT | len(arg) << 16, arg)
 
 
 def get(dirfd, key, wait_ms):
