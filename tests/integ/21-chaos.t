@@ -101,13 +101,15 @@ hung() {
 		echo "#   waits in $(cat "/proc/$p/wchan"); $(tr '\n' ' ' <"/proc/$p/stack" 2>/dev/null | head -c 300)"
 		[ "${a[2]}" = read ] || continue
 		w=${a[9]##*.} w=${w:0:1}   # w.ROUND.<writer's node><to>
-		echo "#   its last outcomes: $(tail -n 6 "${OUT[$p]}" | cut -d' ' -f4 | tr '\n' ' ')"
+		echo "#   its last lines: $(tail -n 6 "${OUT[$p]}" | tr '\n' ';')"
 		echo "#   $w holds $(timeout 2 ls "$T/$w/${a[4]}/${a[5]}" | grep -c "^${a[6]}-") of ${a[6]}-*"
+		echo "#   its writer's last lines: $(tail -n 8 "${a[9]}" | tr '\n' ';')"
 	done
+	echo "# the faults (kind node start end): $(tr '\n' ';' <"$T/faults" 2>/dev/null)"
 	echo "# every omnifs process (a killed one that lingers keeps its mount's requests):"
 	ps -eo pid,stat,wchan:32,args | grep "[o]mnifs -f.* $T/" | sed 's/^/#   /'
 	for n in a b c; do
-		echo "# $n (pid ${NODE_PID[$n]})'s log:"; tail -n 8 "$T/$n.log" | sed 's/^/#   /'
+		echo "# $n (pid ${NODE_PID[$n]})'s log:"; tail -n 16 "$T/$n.log" | sed 's/^/#   /'
 		echo "# $n's waiters: $(timeout 2 grep -E '^(waiters|waits|wait_timeouts):' \
 			"$T/$n/.omni/stats" | tr '\n' ' ')"
 		command -v gdb >/dev/null || continue
