@@ -8,8 +8,9 @@
 # the same 256 MiB over TCP for scale; and the cross-node hand-off of
 # 4 KiB (inside the announce) and 256 KiB (a grant and READs).  Each
 # figure is printed with its ratio to perftest's, and beside the ceilings
-# the guest's XXH3 rate, by which a reader checks what it pulled.  The guest's CPU is
-# emulated, so absolute figures mean little; the ratios are the point.
+# the guest's XXH3 rate, by which a reader checks what it pulled.  The
+# guest's CPU is emulated, so absolute figures mean little; the ratios
+# are the point.
 set -u
 B=${1:?usage: rdma.sh BUILD}
 IP=${RDMA_VM_IP:?not in the RDMA guest}
