@@ -43,6 +43,8 @@ struct cluster {
 	unsigned delay_ms;
 	unsigned list_delay_ms;          /* tests: a listing answered late */
 	unsigned consumed_delay_ms;      /* tests: a complete read told late */
+	unsigned hold_ms;                /* tests: each ANNOUNCE and CLAIM served late */
+	unsigned peer_up_delay_ms;       /* tests: a new connection used before its resync */
 	struct leases *leases;          /* peers' streamed reads of ours */
 	/* Peers whose objects on our edges we list again (relist_thread),
 	 * under lock. */
@@ -556,6 +558,14 @@ static void serve_lookup(struct cluster *cl, struct xport_conn *c, int peer,
 	xport_reply(c, reqid, &r);
 }
 
+/* Tests: a message served late, as by a daemon too busy to keep up. */
+static void test_hold(unsigned ms, const char *what, const struct proto_obj *o)
+{
+	fprintf(stderr, "omnifs: test: holding the %s of %s for %u ms\n", what, o->key, ms);
+	usleep(ms * 1000u);
+	fprintf(stderr, "omnifs: test: held the %s of %s\n", what, o->key);
+}
+
 static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 		      const struct proto_msg *m)
 {
@@ -563,6 +573,8 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 	struct proto_msg st = { .type = PT_STATUS };
 	struct ns_objinfo o;
 
+	if (cl->hold_ms && (m->type == PT_ANNOUNCE || m->type == PT_CLAIM))
+		test_hold(cl->hold_ms, m->type == PT_CLAIM ? "CLAIM" : "ANNOUNCE", &m->u.obj);
 	switch (m->type) {
 	case PT_ANNOUNCE:
 		o = from_proto(&m->u.obj);
@@ -570,12 +582,9 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 			fprintf(stderr, "omnifs: %s/%s/%s published by %s exists here too; "
 				"keeping ours\n", o.from, o.to, o.key, xport_peer_name(cl->x, peer));
 		break;
-	case PT_GONE:           /* oid 0: all of the sender's, a resync follows */
-		if (m->u.obj.oid)
-			ns_remote_gone(cl->ns, peer, m->u.obj.from, m->u.obj.to,
-				       m->u.obj.key, m->u.obj.oid);
-		else
-			ns_drop_owner(cl->ns, peer, 0);
+	case PT_GONE:
+		ns_remote_gone(cl->ns, peer, m->u.obj.from, m->u.obj.to, m->u.obj.key,
+			       m->u.obj.oid);
 		break;
 	case PT_CONSUMED: {
 		struct ns_cover cv = { m->u.consumed.first, m->u.consumed.n, m->u.consumed.of };
@@ -634,24 +643,35 @@ static void resync_one(void *arg, const struct ns_objinfo *o)
 		announce_to(r->cl, r->peer, o);
 }
 
-/* A peer (re)joined: tell it what it hosts, as a publish would have, and
- * have relist_thread learn again what it owns on our edges. */
+/* Our connection to a peer came up: tell it what it hosts, as a publish
+ * would have (it forgot what it knew of ours: op_conn_start there), and
+ * have relist_thread learn again what it owns on our edges.  Puts may use
+ * the connection already: their claims and announces are heard after the
+ * forgetting, so none is lost to it. */
 static void op_peer_up(void *ctx, int peer)
 {
 	struct cluster *cl = ctx;
 	struct resync r = { cl, peer };
-	struct proto_msg forget = { .type = PT_GONE };
 
-	/* What it learnt of ours while we could not tell it may be stale. */
-	snprintf(forget.u.obj.from, sizeof(forget.u.obj.from), "-");
-	snprintf(forget.u.obj.to, sizeof(forget.u.obj.to), "-");
-	snprintf(forget.u.obj.key, sizeof(forget.u.obj.key), "-");
-	xport_send(cl->x, peer, &forget);
+	if (cl->peer_up_delay_ms) {
+		fprintf(stderr, "omnifs: test: resync of %s in %u ms\n",
+			xport_peer_name(cl->x, peer), cl->peer_up_delay_ms);
+		usleep(cl->peer_up_delay_ms * 1000u);
+	}
 	ns_foreach_own(cl->ns, "", "", 1, resync_one, &r);
 	pthread_mutex_lock(&cl->lock);
 	cl->relist[peer] = 1;
 	pthread_cond_signal(&cl->relist_cond);
 	pthread_mutex_unlock(&cl->lock);
+}
+
+/* A peer's new connection to us: what it told us of its objects may be
+ * stale (said while we could not hear); it tells us again (op_peer_up). */
+static void op_conn_start(void *ctx, int peer)
+{
+	struct cluster *cl = ctx;
+
+	ns_drop_owner(cl->ns, peer, 0);
 }
 
 static void op_peer_down(void *ctx, int peer)
@@ -715,7 +735,7 @@ static void op_count(void *ctx, enum xport_count what, uint64_t n)
 
 static const struct xport_ops xops = {
 	.handle = op_handle, .peer_up = op_peer_up, .peer_down = op_peer_down,
-	.conn_end = op_conn_end, .count = op_count, .grant = op_grant,
+	.conn_start = op_conn_start, .conn_end = op_conn_end, .count = op_count, .grant = op_grant,
 };
 
 /* ---------------------------------------------------------------- asking */
@@ -728,7 +748,7 @@ static int ask_reply(void *arg, const struct proto_msg *m)
 
 	if (m->type == PT_OBJECT) {
 		struct ns_objinfo o = from_proto(&m->u.obj);
-		a->found |= ns_remote_add(a->cl->ns, a->peer, &o) == 0;
+		a->found |= ns_remote_answer(a->cl->ns, a->peer, &o) == 0;
 		return 0;
 	}
 	if (m->type == PT_LISTING && a->cl->list_delay_ms) {
@@ -737,7 +757,7 @@ static int ask_reply(void *arg, const struct proto_msg *m)
 	}
 	for (uint32_t i = 0; m->type == PT_LISTING && m->u.listing.objects && i < m->u.listing.n; i++) {
 		struct ns_objinfo o = from_proto(&m->u.listing.obj[i]);
-		ns_remote_add(a->cl->ns, a->peer, &o);
+		ns_remote_answer(a->cl->ns, a->peer, &o);
 	}
 	return m->type == PT_LISTING && m->u.listing.more;
 }
@@ -940,6 +960,14 @@ static void *relist_thread(void *arg)
 
 /* ---------------------------------------------------------------- lifecycle */
 
+/* A test's delay from the environment, in ms (under 10 s); 0 unset. */
+static unsigned test_ms(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v ? (unsigned)strtoul(v, NULL, 10) % 10000 : 0;
+}
+
 int cluster_create(struct cluster **out, const struct cluster_conf *c,
 		   struct stats *st, char *err, size_t errlen)
 {
@@ -974,12 +1002,11 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 				 .dead_ms = c->dead_ms };
 	cl->st = st;
 	cl->corrupt = getenv("OMNIFS_TEST_CORRUPT") != NULL;
-	const char *delay = getenv("OMNIFS_TEST_SERVE_DELAY_MS");
-	cl->delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) % 10000 : 0;
-	const char *ldelay = getenv("OMNIFS_TEST_LIST_DELAY_MS");
-	cl->list_delay_ms = ldelay ? (unsigned)strtoul(ldelay, NULL, 10) % 10000 : 0;
-	const char *cdelay = getenv("OMNIFS_TEST_CONSUMED_DELAY_MS");
-	cl->consumed_delay_ms = cdelay ? (unsigned)strtoul(cdelay, NULL, 10) % 10000 : 0;
+	cl->delay_ms = test_ms("OMNIFS_TEST_SERVE_DELAY_MS");
+	cl->list_delay_ms = test_ms("OMNIFS_TEST_LIST_DELAY_MS");
+	cl->consumed_delay_ms = test_ms("OMNIFS_TEST_CONSUMED_DELAY_MS");
+	cl->hold_ms = test_ms("OMNIFS_TEST_HOLD_MS");
+	cl->peer_up_delay_ms = test_ms("OMNIFS_TEST_PEER_UP_DELAY_MS");
 	pthread_mutex_init(&cl->lock, NULL);
 	pthread_cond_init(&cl->relist_cond, NULL);
 	if ((rc = xport_create(&cl->x, &xc, &xops, cl, err, errlen))) {

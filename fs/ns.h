@@ -327,10 +327,15 @@ int ns_removexattr(struct ns *ns, uint64_t ino, const char *name);
 
 /* ---- the cluster's side (fs/cluster.c) ---- */
 
-/* Another node published o (announced, or found by asking): it becomes
- * visible here.  0; -EEXIST if this node owns a key of that name; -EINVAL
- * for a bad name.  Bytes given in o->data are checked against o->xxh3. */
+/* Another node published o, its owner says (in the order it says what it
+ * has: after a GONE of o, o is back): it becomes visible here.  0; -EEXIST
+ * if this node owns a key of that name; -EINVAL for a bad name.  Bytes
+ * given in o->data are checked against o->xxh3. */
 int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *o);
+/* o came in the owner's answer to a lookup or a listing, which may arrive
+ * after the owner's GONE of it: ns_remote_add, or -ENOENT for an object
+ * said gone lately. */
+int ns_remote_answer(struct ns *ns, int owner, const struct ns_objinfo *o);
 /* A peer's claim (hooks->claim on its side): ns_remote_add, unless the key
  * holds any other object, ours in any state or another node's: -EEXIST,
  * and nothing changes. */
@@ -339,8 +344,8 @@ int ns_remote_claim(struct ns *ns, int owner, const struct ns_objinfo *o);
  * expired). */
 void ns_remote_gone(struct ns *ns, int owner, const char *from, const char *to,
 		    const char *key, uint64_t oid);
-/* An owner is lost (lost set), or is about to tell us again all it has:
- * its objects leave. */
+/* An owner is lost (lost set), or is about to tell us again all it has
+ * (its new connection): its objects leave. */
 void ns_drop_owner(struct ns *ns, int owner, int lost);
 /* A fetch's bytes [0, upto) are here and verified; err ends it. */
 void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err);

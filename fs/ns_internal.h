@@ -96,7 +96,7 @@ struct node {
 
 /* Other nodes' objects that they said are gone, lately.  A listing or a
  * lookup answered before the GONE (which came on another connection) may
- * arrive after it, and must not bring the object back (ns_remote_add).
+ * arrive after it, and must not bring the object back (ns_remote_answer).
  * A ring of the last NS_GONE_RECENT, found by oid in ns->gone_byoid. */
 #define NS_GONE_RECENT 1024
 #define NS_GONE_KEEP_NS (30ull * 1000000000u)

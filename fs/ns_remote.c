@@ -375,8 +375,9 @@ static void gone_note(struct ns *ns, int owner, uint64_t oid)
 	htab_add(&ns->gone_byoid, &g->byoid, oid);
 }
 
-/* ns_remote_add, or with excl ns_remote_claim. */
-static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int excl)
+/* ns_remote_add, with excl ns_remote_claim, with answer ns_remote_answer. */
+static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int excl,
+		      int answer)
 {
 	struct node *st, *ed, *k;
 	struct ns_wakes wl = { 0 };
@@ -386,7 +387,7 @@ static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int
 	if (name_check_stage(ri->from) || name_check_stage(ri->to) || name_check_key(ri->key))
 		return -EINVAL;
 	pthread_mutex_lock(&ns->lock);
-	if (gone_lately(ns, owner, ri->oid, clock_mono_ns())) {
+	if (answer && gone_lately(ns, owner, ri->oid, clock_mono_ns())) {
 		rc = -ENOENT;           /* a late answer about an object gone since */
 		goto unlock;
 	}
@@ -430,12 +431,17 @@ unlock:
 
 int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri)
 {
-	return remote_add(ns, owner, ri, 0);
+	return remote_add(ns, owner, ri, 0, 0);
 }
 
 int ns_remote_claim(struct ns *ns, int owner, const struct ns_objinfo *ri)
 {
-	return remote_add(ns, owner, ri, 1);
+	return remote_add(ns, owner, ri, 1, 0);
+}
+
+int ns_remote_answer(struct ns *ns, int owner, const struct ns_objinfo *ri)
+{
+	return remote_add(ns, owner, ri, 0, 1);
 }
 
 void ns_remote_gone(struct ns *ns, int owner, const char *from, const char *to,

@@ -1217,6 +1217,16 @@ static void server_detach(struct xport *x, struct xport_conn *c)
 	pthread_mutex_unlock(&x->lock);
 }
 
+/* Whether a connection the peer made to us before c is still served
+ * (x->servers holds the newest first).  Under x->lock. */
+static int older_of_peer(const struct xport_conn *c)
+{
+	for (const struct xport_conn *o = c->next; o; o = o->next)
+		if (o->peer == c->peer)
+			return 1;
+	return 0;
+}
+
 static void *server_thread(void *arg)
 {
 	struct xport_conn *c = arg;
@@ -1226,6 +1236,16 @@ static void *server_thread(void *arg)
 	int rc;
 
 	pthread_setname_np(pthread_self(), "omni-serve");
+	/* The peer's frames are served in the order it sent them, across its
+	 * connections: its older ones (shut by stranger_promote) are drained
+	 * first, then ops->conn_start, so that nothing it said before it
+	 * reconnected is heard after what it says now. */
+	pthread_mutex_lock(&x->lock);
+	while (!x->stopping && older_of_peer(c))
+		pthread_cond_wait(&x->cond, &x->lock);
+	pthread_mutex_unlock(&x->lock);
+	if (x->ops->conn_start)
+		x->ops->conn_start(x->ctx, c->peer);
 	c->last_rx = clock_mono_ns();
 	while (!(rc = conn_recv(c, &h, &m, NULL))) {
 		if (!is_request(h.type)) {

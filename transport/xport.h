@@ -4,7 +4,8 @@
  * requests and one-way messages go out on it, replies come back on it.  The
  * peer serves what arrives on the connections it accepted.  So every pair of
  * nodes has up to two connections, one per direction, and a slow pull never
- * sits in front of a request the other way.
+ * sits in front of a request the other way.  What a peer sends is handled
+ * in the order it was sent, also across the peer's reconnections.
  *
  * Before anything else a connection runs the handshake of auth.h, which
  * also carries the protocol version and each side's transports (caps).
@@ -77,6 +78,11 @@ struct xport_ops {
 	/* Our connection to peer is up (we may send to it), or went down. */
 	void (*peer_up)(void *ctx, int peer);
 	void (*peer_down)(void *ctx, int peer);
+	/* Peer made a new connection to us: what it said on its earlier ones
+	 * is superseded (it tells us again, peer_up on its side).  Called
+	 * before the connection's first frame reaches handle() and after the
+	 * last frame of its earlier connections has. */
+	void (*conn_start)(void *ctx, int peer);
 	/* A connection a peer made to us, one that handle() was given, has
 	 * ended (closed, failed, or silent for dead_ms). */
 	void (*conn_end)(void *ctx, struct xport_conn *c);

@@ -1,7 +1,9 @@
 #!/bin/bash
 # 20-stale.t - a listing never brings back an object its owner said is
 # gone (SPEC §4.5, §4.7): the GONE and a listing answered just before it
-# travel on two connections, and the listing may come second.
+# travel on two connections, and the listing may come second.  And what
+# an owner says on a new connection is heard after all it said on its old
+# one, which a slow node may still be serving.
 . "$(dirname "$0")/../lib.sh"
 
 loopback_cluster 4000 a b
@@ -31,4 +33,38 @@ ok "b's ls asks a again, and b holds the answer" wait_until 5 held "$n0"
 is "$(cat "$T/b/1/9/y")" local "meanwhile b serves a read of its own object"
 ok "... before that listing is answered" kill -0 "$LS"
 wait "$LS"
+
+# --- what a peer says on a new connection is heard after all it said on
+# the old one, and after b forgot what it learnt there.  b serves each
+# announce and claim 4.5 s late: a's connection to it goes silent (3 s)
+# and a makes a new one meanwhile.
+stop_node b
+OMNIFS_TEST_HOLD_MS=4500 start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+ok "b is back" wait_until 10 both_up
+echo soon-gone >"$T/a/0/1/y"
+a_down() { grep -q '"state": *"down"' "$T/a/.omni/health"; }
+ok "b holds a's announce of y; a gives up on their connection" wait_until 8 a_down
+rm "$T/a/0/1/y"                          # no connection: b hears no GONE
+ok "a connects again" wait_until 5 both_up
+ok "b served the old connection's announce" wait_until 5 grep -q "held the ANNOUNCE of y" "$T/b.log"
+no_y() { ! ls "$T/b/0/1" | grep -qx y; }
+ok "... before the new one: y, which a no longer has, is not listed on b" wait_until 5 no_y
+is "$(ls "$T/b/0/1")" "" "... and stays away"
+
+# A put claimed on b while a's new connection waits for its resync: b's
+# claim of it stands (b forgot a's old objects before it, not after).
+stop_node a
+stop_node b
+OMNIFS_TEST_PEER_UP_DELAY_MS=1500 start_node a "config=$T/omni.yaml,node=a,pool=host:64MiB"
+OMNIFS_TEST_HOLD_MS=2000 start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+ok "a and b are up again" wait_until 10 both_up
+stop_node b
+OMNIFS_TEST_HOLD_MS=2000 start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+n0=$(grep -c "resync of b" "$T/a.log")
+resyncing() { [ "$(grep -c "resync of b" "$T/a.log")" -gt "$n0" ]; }
+ok "a is connected to the new b, its resync held" wait_until 10 resyncing
+is "$(PYTHONPATH="$SRC/contrib/python" $SYSPY -c 'import omnifs, sys
+omnifs.Mount(sys.argv[1]).put("0", "1", "z", b"claimed"); print("OK")' "$T/a")" OK \
+   "a small put on a meanwhile: claimed on b (held 2 s), after a's resync"
+is "$(cat "$T/b/0/1/z")" claimed "b has z (its open waits for announces; a listing would ask a)"
 done_testing

@@ -529,8 +529,12 @@ int main(void)
 	uint8_t told[1] = { 1 };
 	ok(ns_cleanup(ns, "q1", told) == 0 && ns_lookup(ns, e, "q1_far", 0, &a) == -ENOENT,
 	   "and is forgotten, not counted, once it is");
-	ok(ns_remote_add(ns, 0, &qi) == -ENOENT && ns_lookup(ns, e, "q1_far", 0, &a) == -ENOENT,
+	ok(ns_remote_answer(ns, 0, &qi) == -ENOENT && ns_lookup(ns, e, "q1_far", 0, &a) == -ENOENT,
 	   "a late listing of it does not bring it back");
+	ok(ns_remote_add(ns, 0, &qi) == 0 && ns_lookup(ns, e, "q1_far", 0, &a) == 0,
+	   "its owner's announce after that does (it says what it has in order)");
+	ns_forget(ns, a.ino, 1);
+	ns_remote_gone(ns, 0, "0", "1", "q1_far", 78);
 
 	/* The same by the stem index: a long id, with another request of
 	 * the same stem beside it. */
