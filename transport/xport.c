@@ -1239,10 +1239,19 @@ static void *server_thread(void *arg)
 	/* The peer's frames are served in the order it sent them, across its
 	 * connections: its older ones (shut by stranger_promote) are drained
 	 * first, then ops->conn_start, so that nothing it said before it
-	 * reconnected is heard after what it says now. */
+	 * reconnected is heard after what it says now.  Draining takes no
+	 * time but serving what was queued; a serve that is stuck must not
+	 * keep the peer out: past half of dead_ms (the peer waits for our
+	 * pongs no longer) the new one is served beside it. */
+	struct timespec ts = deadline_in(x->c.dead_ms / 2);
 	pthread_mutex_lock(&x->lock);
 	while (!x->stopping && older_of_peer(c))
-		pthread_cond_wait(&x->cond, &x->lock);
+		if (pthread_cond_timedwait(&x->cond, &x->lock, &ts) == ETIMEDOUT) {
+			fprintf(stderr, "omnifs: peer %s's old connection is still being served "
+				"after %u ms; serving its new one beside it\n",
+				x->peers[c->peer].name, x->c.dead_ms / 2);
+			break;
+		}
 	pthread_mutex_unlock(&x->lock);
 	if (x->ops->conn_start)
 		x->ops->conn_start(x->ctx, c->peer);

@@ -51,6 +51,17 @@ no_y() { ! ls "$T/b/0/1" | grep -qx y; }
 ok "... before the new one: y, which a no longer has, is not listed on b" wait_until 5 no_y
 is "$(ls "$T/b/0/1")" "" "... and stays away"
 
+# An old connection whose serving is stuck keeps the peer out for half of
+# dead_ms, not for good: b's new connection is served beside it.
+stop_node b
+OMNIFS_TEST_HOLD_MS=7000 start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+ok "b is back" wait_until 10 both_up
+echo stuck >"$T/a/0/1/s"
+ok "b's serve of the old connection is stuck; a's new one is served beside it" \
+	wait_until 10 grep -q "old connection is still being served" "$T/b.log"
+echo beside >"$T/a/0/1/w"
+ok "a's next announce reaches b meanwhile" wait_until 5 grep -q "holding the ANNOUNCE of w" "$T/b.log"
+
 # A put claimed on b while a's new connection waits for its resync: b's
 # claim of it stands (b forgot a's old objects before it, not after).
 stop_node a
