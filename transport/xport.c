@@ -63,6 +63,7 @@ struct xport_conn {
 	struct rdma_srv *srv;           /* a peer's connection that offered it RDMA */
 	int fd, peer, outgoing, refs;
 	pthread_mutex_t send_lock;
+	atomic_int ping_owed;           /* the keeper found it busy: the sender pings */
 	uint64_t last_rx;               /* monotonic ns of the last bytes in */
 	uint8_t *body;                  /* a received frame's body */
 	struct xport_conn *next;        /* accepted connections */
@@ -100,6 +101,7 @@ struct peer {
 	struct sockaddr_storage sa;
 	socklen_t salen;
 	int connecting;
+	int dialing;                    /* a dialer thread connects to it */
 	uint32_t caps;
 	int xp;
 	char why[160];                  /* why not RDMA, where we have it */
@@ -124,7 +126,7 @@ struct xport {
 	void *ctx;
 	struct peer *peers;
 	size_t npeers;
-	int lfd, started, nservers;
+	int lfd, started, nservers, dialers;
 	atomic_int stopping;            /* read unlocked by the threads it stops */
 	struct ratelog bad_handshakes, slow_handshakes, crowded, other_release;
 	pthread_t acceptor, keeper;
@@ -205,27 +207,11 @@ static void sock_setup(int fd, unsigned dead_ms)
 
 /* ---------------------------------------------------------------- frames */
 
-/* Sends a header, a body and extra bytes as one frame. */
-static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid,
-		      const uint8_t *body, size_t blen, const struct iovec *extra, int nextra)
+/* Sends iov[0, n) whole, under c->send_lock. */
+static int send_locked(struct xport_conn *c, struct iovec *v, int n)
 {
-	struct iovec iov[2 + 64];
-	uint8_t hdr[PROTO_HDR];
-	size_t total = blen;
-	int n = 0, rc = 0;
+	int rc = 0;
 
-	if (nextra > 64)
-		return -EINVAL;
-	for (int i = 0; i < nextra; i++)
-		total += extra[i].iov_len;
-	proto_put_hdr(hdr, type, (uint32_t)total, reqid);
-	iov[n++] = (struct iovec){ hdr, PROTO_HDR };
-	if (blen)
-		iov[n++] = (struct iovec){ (void *)body, blen };
-	for (int i = 0; i < nextra; i++)
-		iov[n++] = extra[i];
-	pthread_mutex_lock(&c->send_lock);
-	struct iovec *v = iov;
 	while (n > 0) {
 		struct msghdr mh = { .msg_iov = v, .msg_iovlen = (size_t)n };
 		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
@@ -247,6 +233,43 @@ static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid,
 			v->iov_len -= (size_t)w;
 		}
 	}
+	return rc;
+}
+
+/* A PING (a header alone), under c->send_lock. */
+static int send_ping_locked(struct xport_conn *c)
+{
+	uint8_t hdr[PROTO_HDR];
+	struct iovec v = { hdr, PROTO_HDR };
+
+	proto_put_hdr(hdr, PT_PING, 0, 0);
+	return send_locked(c, &v, 1);
+}
+
+/* Sends a header, a body and extra bytes as one frame, and the ping the
+ * keeper left to this sender (ping_peer). */
+static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid,
+		      const uint8_t *body, size_t blen, const struct iovec *extra, int nextra)
+{
+	struct iovec iov[2 + 64];
+	uint8_t hdr[PROTO_HDR];
+	size_t total = blen;
+	int n = 0, rc = 0;
+
+	if (nextra > 64)
+		return -EINVAL;
+	for (int i = 0; i < nextra; i++)
+		total += extra[i].iov_len;
+	proto_put_hdr(hdr, type, (uint32_t)total, reqid);
+	iov[n++] = (struct iovec){ hdr, PROTO_HDR };
+	if (blen)
+		iov[n++] = (struct iovec){ (void *)body, blen };
+	for (int i = 0; i < nextra; i++)
+		iov[n++] = extra[i];
+	pthread_mutex_lock(&c->send_lock);
+	rc = send_locked(c, iov, n);
+	if (!rc && atomic_exchange(&c->ping_owed, 0))
+		rc = send_ping_locked(c);
 	pthread_mutex_unlock(&c->send_lock);
 	return rc;
 }
@@ -1610,18 +1633,90 @@ static void *acceptor_thread(void *arg)
 }
 
 /* Pings what is up and reconnects what is down. */
+/* Connects to a peer that is down, away from the keeper: a peer that
+ * accepts and then says nothing (stopped, hung) holds a handshake for
+ * dead_ms, and the others must go on hearing our pings meanwhile. */
+struct dial { struct xport *x; int peer; };
+
+static void *dialer_thread(void *arg)
+{
+	struct dial *d = arg;
+	struct xport *x = d->x;
+
+	pthread_setname_np(pthread_self(), "omni-dial");
+	peer_connect(x, d->peer);
+	pthread_mutex_lock(&x->lock);
+	x->peers[d->peer].dialing = 0;
+	x->dialers--;
+	pthread_cond_broadcast(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+	free(d);
+	return NULL;
+}
+
+static void dial(struct xport *x, int i)
+{
+	struct peer *p = &x->peers[i];
+	struct dial *d = NULL;
+	pthread_t t;
+
+	pthread_mutex_lock(&x->lock);
+	int go = !p->dialing && !x->stopping;
+	if (go) {
+		p->dialing = 1;
+		x->dialers++;
+	}
+	pthread_mutex_unlock(&x->lock);
+	if (!go)
+		return;
+	if ((d = malloc(sizeof(*d)))) {
+		*d = (struct dial){ x, i };
+		if (!pthread_create(&t, NULL, dialer_thread, d)) {
+			pthread_detach(t);
+			return;
+		}
+	}
+	free(d);
+	pthread_mutex_lock(&x->lock);
+	p->dialing = 0;
+	x->dialers--;
+	pthread_mutex_unlock(&x->lock);
+}
+
+/* Pings peer i, never waiting behind a frame another thread is sending
+ * (to a peer that reads nothing, that takes dead_ms): that thread pings
+ * after its frame.  -EHOSTDOWN when not connected. */
+static int ping_peer(struct xport *x, int i)
+{
+	struct xport_conn *c;
+
+	pthread_mutex_lock(&x->lock);
+	if ((c = x->peers[i].out))
+		c->refs++;
+	pthread_mutex_unlock(&x->lock);
+	if (!c)
+		return -EHOSTDOWN;
+	if (pthread_mutex_trylock(&c->send_lock)) {
+		atomic_store(&c->ping_owed, 1);
+	} else {
+		send_ping_locked(c);
+		pthread_mutex_unlock(&c->send_lock);
+	}
+	conn_unref(x, c);
+	return 0;
+}
+
 static void *keeper_thread(void *arg)
 {
 	struct xport *x = arg;
-	struct proto_msg ping = { .type = PT_PING };
 
 	pthread_setname_np(pthread_self(), "omni-keeper");
 	pthread_mutex_lock(&x->lock);
 	while (!x->stopping) {
 		pthread_mutex_unlock(&x->lock);
 		for (size_t i = 0; i < x->npeers && !x->stopping; i++)
-			if (xport_send(x, (int)i, &ping) == -EHOSTDOWN)
-				peer_connect(x, (int)i);
+			if (ping_peer(x, (int)i) == -EHOSTDOWN)
+				dial(x, (int)i);
 		pthread_mutex_lock(&x->lock);
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
@@ -1819,6 +1914,10 @@ void xport_destroy(struct xport *x)
 		pthread_join(x->acceptor, NULL);
 		pthread_join(x->keeper, NULL);
 	}
+	pthread_mutex_lock(&x->lock);
+	while (x->dialers)      /* each sees stopping within a tick */
+		pthread_cond_wait(&x->cond, &x->lock);
+	pthread_mutex_unlock(&x->lock);
 	for (size_t i = 0; i < x->npeers; i++)
 		if (x->peers[i].rx_joinable)
 			pthread_join(x->peers[i].rx, NULL);

@@ -10,7 +10,8 @@
  * Before anything else a connection runs the handshake of auth.h, which
  * also carries the protocol version and each side's transports (caps).
  * A peer that is silent for dead_ms (pings go every ping_ms) is down: its
- * requests and pulls fail with EIO, and ops->peer_down says so.
+ * requests and pulls fail with EIO, and ops->peer_down says so.  Neither
+ * a reconnect nor a send to a peer that hangs delays the pings to others.
  *
  * A pull is the transport's one data path: "bring bytes [off, off+len) of
  * object oid on peer into this local buffer".  Over TCP, DATA frames are

@@ -347,6 +347,20 @@ diag "b saw a down during its stall: $([ "$(downs)" -gt "$d0" ] && echo yes || e
 ok "b reads a's object from before the stall, without an ls" wait_until 5 reads stall1 before
 ok "... and the one a wrote during it" wait_until 5 reads stall2 during
 
+# --- b frozen for long: a and c keep each other ------------------------------
+# A frozen node accepts connections (its kernel does) and says nothing, so a
+# reconnect to it waits out dead_ms; the pings that keep a and c up must not
+# wait with it.
+sees_down() { grep -c "peer $2 (127.0.0.1:[0-9]*) down" "$T/$1.log"; }
+before="$(sees_down a c) $(sees_down c a)"
+kill -STOP "${NODE_PID[b]}"
+sleep 8         # the freeze: dead_ms, then a reconnect's wait, and more
+echo frozen-b >"$T/c/2/0/thaw"
+is "$(timeout 5 cat "$T/a/2/0/thaw")" frozen-b "a reads c's object while b is frozen"
+kill -CONT "${NODE_PID[b]}"
+is "$(sees_down a c) $(sees_down c a)" "$before" "... and neither a nor c saw the other down"
+ok "b is back with both" wait_until 10 peers_up b 2
+
 # --- a complete read is told to its owner after the reader's answer ---------
 # c tells a of its complete reads a second late: its reader's close does not
 # wait for that, and c's next ask of a (a stat of the key) still comes after
