@@ -643,9 +643,13 @@ static void resync_one(void *arg, const struct ns_objinfo *o)
 		announce_to(r->cl, r->peer, o);
 }
 
+static void reask_one(void *arg, const char *from, const char *to, const char *key,
+		      unsigned ms);
+
 /* Our connection to a peer came up: tell it what it hosts, as a publish
- * would have (it forgot what it knew of ours: op_conn_start there), and
- * have relist_thread learn again what it owns on our edges.  Puts may use
+ * would have (it forgot what it knew of ours: op_conn_start there), ask
+ * it for what our readers wait for, and have relist_thread learn again
+ * what it owns on our edges.  Puts may use
  * the connection already: their claims and announces are heard after the
  * forgetting, so none is lost to it. */
 static void op_peer_up(void *ctx, int peer)
@@ -659,6 +663,7 @@ static void op_peer_up(void *ctx, int peer)
 		usleep(cl->peer_up_delay_ms * 1000u);
 	}
 	ns_foreach_own(cl->ns, "", "", 1, resync_one, &r);
+	ns_foreach_waited(cl->ns, reask_one, &r);
 	pthread_mutex_lock(&cl->lock);
 	cl->relist[peer] = 1;
 	pthread_cond_signal(&cl->relist_cond);
@@ -840,6 +845,22 @@ int cluster_ask(struct cluster *cl, const char *from, const char *to,
 
 /* A claim needs one answer for the cluster: with several hosts of <to>,
  * they would all have to agree. */
+/* A key that readers here wait for, on an edge into a stage we do not
+ * host (the hosts hear of its publish, we do not): a peer that just came
+ * up never heard them ask, and is asked now, to tell us when it comes. */
+static void reask_one(void *arg, const char *from, const char *to, const char *key,
+		      unsigned ms)
+{
+	struct resync *r = arg;
+	struct proto_msg m = name_msg(PT_LOOKUP, from, to, key);
+	struct ask a = { r->cl, r->peer, 0 };
+
+	if (cluster_hosts(r->cl, to))
+		return;
+	m.u.obj.size = ms;
+	xport_call(r->cl->x, r->peer, &m, ask_reply, &a);
+}
+
 int cluster_claimer(struct cluster *cl, const char *to)
 {
 	int peer = -1;

@@ -368,6 +368,10 @@ int ns_exists(struct ns *ns, const char *from, const char *to, const char *key);
  * kvhdr is set (announces carry them, listings don't). */
 void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
 		    void (*fn)(void *arg, const struct ns_objinfo *o), void *arg);
+/* Calls fn, unlocked, for each key that readers wait for (in open, for
+ * ms more at most) and no object holds here yet. */
+void ns_foreach_waited(struct ns *ns, void (*fn)(void *arg, const char *from, const char *to,
+						const char *key, unsigned ms), void *arg);
 /* Serving a pull: a handle that never counts as a read, the bytes and
  * the publish-time hash of chunk idx. */
 int ns_serve_open(struct ns *ns, uint64_t oid, struct ns_handle **h, uint64_t *size);

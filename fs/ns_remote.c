@@ -709,6 +709,41 @@ unlock:
 	free(v);
 }
 
+void ns_foreach_waited(struct ns *ns, void (*fn)(void *arg, const char *from, const char *to,
+						const char *key, unsigned ms), void *arg)
+{
+	struct waited { char names[3][256]; unsigned ms; } *v = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t now = clock_mono_ns();
+
+	pthread_mutex_lock(&ns->lock);
+	for (struct node *s = ns->root->child; s; s = s->next)
+		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL; e; e = e->next)
+			for (struct node *k = e->child; k; k = k->next) {
+				uint64_t until = 0;
+				for (struct ns_waiter *w = k->obj ? NULL : k->waiters; w; w = w->next)
+					if (timer_queued(&w->timer) && w->timer.when > until)
+						until = w->timer.when;
+				if (until <= now)
+					continue;
+				if (n == cap) {
+					struct waited *nv = realloc(v, (cap = cap ? 2 * cap : 16) * sizeof(*v));
+					if (!nv)
+						goto unlock;
+					v = nv;
+				}
+				snprintf(v[n].names[0], 256, "%s", s->name);
+				snprintf(v[n].names[1], 256, "%s", e->name);
+				snprintf(v[n].names[2], 256, "%s", k->name);
+				v[n++].ms = (unsigned)((until - now) / 1000000u) + 1;
+			}
+unlock:
+	pthread_mutex_unlock(&ns->lock);
+	for (size_t i = 0; i < n; i++)
+		fn(arg, v[i].names[0], v[i].names[1], v[i].names[2], v[i].ms);
+	free(v);
+}
+
 int ns_serve_open(struct ns *ns, uint64_t oid, struct ns_handle **h, uint64_t *size)
 {
 	struct hlink *l;

@@ -361,6 +361,19 @@ kill -CONT "${NODE_PID[b]}"
 is "$(sees_down a c) $(sees_down c a)" "$before" "... and neither a nor c saw the other down"
 ok "b is back with both" wait_until 10 peers_up b 2
 
+# --- a reader waits on a node that does not host the stage, its writer's
+# node down meanwhile: the writer's node hears of the wait when it is back --
+stop_node a
+( timeout 20 cat "$T/c/0/1/late" >"$T/late.out" 2>&1 ) &
+lr=$!
+ok "a reader on c waits for 0/1/late (c hosts 2; b, which hosts 1, was asked)" \
+	wait_until 5 grep -q "^waiters: 1$" "$T/c/.omni/stats"
+node a
+ok "a is back" wait_until 10 peers_up c 2
+echo late-but-here >"$T/a/0/1/late"
+wait "$lr"
+is "$(cat "$T/late.out")" late-but-here "a, down when the reader asked, tells c's reader once it writes the key"
+
 # --- a complete read is told to its owner after the reader's answer ---------
 # c tells a of its complete reads a second late: its reader's close does not
 # wait for that, and c's next ask of a (a stat of the key) still comes after
