@@ -46,6 +46,10 @@ struct cluster {
 	unsigned hold_ms;                /* tests: each ANNOUNCE and CLAIM served late */
 	unsigned peer_up_delay_ms;       /* tests: a new connection used before its resync */
 	struct leases *leases;          /* peers' streamed reads of ours */
+	/* Cleanups each peer missed (down or silent then), told when it is
+	 * up again; under lock. */
+	struct owed { struct owed *next; char id[PROTO_KEY_MAX + 1]; } **owed;
+	unsigned *nowed;
 	/* Peers whose objects on our edges we list again (relist_thread),
 	 * under lock. */
 	pthread_cond_t relist_cond;
@@ -645,6 +649,7 @@ static void resync_one(void *arg, const struct ns_objinfo *o)
 
 static void reask_one(void *arg, const char *from, const char *to, const char *key,
 		      unsigned ms);
+static void pay(struct cluster *cl, int peer);
 
 /* Our connection to a peer came up: tell it what it hosts, as a publish
  * would have (it forgot what it knew of ours: op_conn_start there), ask
@@ -664,6 +669,7 @@ static void op_peer_up(void *ctx, int peer)
 	}
 	ns_foreach_own(cl->ns, "", "", 1, resync_one, &r);
 	ns_foreach_waited(cl->ns, reask_one, &r);
+	pay(cl, peer);
 	pthread_mutex_lock(&cl->lock);
 	cl->relist[peer] = 1;
 	pthread_cond_signal(&cl->relist_cond);
@@ -928,6 +934,53 @@ void cluster_refresh(struct cluster *cl, const char *from, const char *to)
 	ask_all(cl, &m, ask_reply, NULL);
 }
 
+/* At most this many cleanups owed to one peer: past it, the oldest is
+ * dropped (and said), so a peer gone for good costs bounded memory. */
+#define OWED_MAX 4096
+
+static void owe(struct cluster *cl, int peer, const char *id)
+{
+	struct owed *o = calloc(1, sizeof(*o)), **tail;
+
+	if (!o)
+		return;
+	snprintf(o->id, sizeof(o->id), "%s", id);
+	pthread_mutex_lock(&cl->lock);
+	for (tail = &cl->owed[peer]; *tail; tail = &(*tail)->next)
+		;
+	*tail = o;
+	if (++cl->nowed[peer] > OWED_MAX) {
+		struct owed *old = cl->owed[peer];
+		cl->owed[peer] = old->next;
+		cl->nowed[peer]--;
+		fprintf(stderr, "omnifs: over %u cleanups owed to %s: the cleanup of %s is "
+			"dropped; its objects there stay\n", OWED_MAX,
+			xport_peer_name(cl->x, peer), old->id);
+		free(old);
+	}
+	pthread_mutex_unlock(&cl->lock);
+}
+
+/* The cleanups peer missed, now that it is up; those it misses again
+ * stay owed. */
+static void pay(struct cluster *cl, int peer)
+{
+	pthread_mutex_lock(&cl->lock);
+	struct owed *o = cl->owed[peer], *next;
+	cl->owed[peer] = NULL;
+	cl->nowed[peer] = 0;
+	pthread_mutex_unlock(&cl->lock);
+	for (; o; o = next) {
+		struct proto_msg m = { .type = PT_CLEANUP };
+		struct ask a = { cl, peer, 0 };
+		next = o->next;
+		snprintf(m.u.cleanup.id, sizeof(m.u.cleanup.id), "%s", o->id);
+		if (xport_call(cl->x, peer, &m, cleaned_reply, &a))
+			owe(cl, peer, o->id);
+		free(o);
+	}
+}
+
 int cluster_cleanup(struct cluster *cl, const char *id, uint64_t *removed, size_t *missed)
 {
 	struct proto_msg m = { .type = PT_CLEANUP };
@@ -939,7 +992,10 @@ int cluster_cleanup(struct cluster *cl, const char *id, uint64_t *removed, size_
 	*removed = ask_all(cl, &m, cleaned_reply, told);
 	*missed = 0;
 	for (size_t i = 0; i < cl->npeers; i++)
-		*missed += !told[i];
+		if (!told[i]) {
+			owe(cl, (int)i, id);
+			(*missed)++;
+		}
 	/* After the owners: the records of theirs it forgets stay forgotten. */
 	*removed += ns_cleanup(cl->ns, id, told);
 	free(told);
@@ -998,7 +1054,9 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	int rc = -ENOMEM;
 
 	if (!cl || !pc || !(cl->hosts = calloc(c->nnodes, sizeof(*cl->hosts))) ||
-	    !(cl->relist = calloc(c->nnodes, 1)) || !(cl->subs = subs_new(st)))
+	    !(cl->relist = calloc(c->nnodes, 1)) || !(cl->subs = subs_new(st)) ||
+	    !(cl->owed = calloc(c->nnodes, sizeof(*cl->owed))) ||
+	    !(cl->nowed = calloc(c->nnodes, sizeof(*cl->nowed))))
 		goto fail;
 	for (size_t i = 0; i < c->nnodes; i++) {
 		const struct cluster_node *n = &c->nodes[i];
@@ -1043,6 +1101,8 @@ fail:
 		subs_free(cl->subs);
 		free(cl->hosts);
 		free(cl->relist);
+		free(cl->owed);
+		free(cl->nowed);
 	}
 	free(cl);
 	free(pc);
@@ -1083,6 +1143,13 @@ void cluster_destroy(struct cluster *cl)
 	subs_free(cl->subs);
 	pthread_cond_destroy(&cl->relist_cond);
 	pthread_mutex_destroy(&cl->lock);
+	for (size_t i = 0; i < cl->npeers; i++)
+		for (struct owed *o = cl->owed[i], *next; o; o = next) {
+			next = o->next;
+			free(o);
+		}
+	free(cl->owed);
+	free(cl->nowed);
 	free(cl->hosts);
 	free(cl->relist);
 	free(cl);

@@ -374,6 +374,17 @@ echo late-but-here >"$T/a/0/1/late"
 wait "$lr"
 is "$(cat "$T/late.out")" late-but-here "a, down when the reader asked, tells c's reader once it writes the key"
 
+# --- a cleanup a node missed is told to it when it is back --------------------
+echo mine >"$T/b/1/0/r9_b"
+ok "a knows of b's r9_b" wait_until 5 test -e "$T/a/1/0/r9_b"
+kill -STOP "${NODE_PID[b]}"
+ok "a sees b down" wait_until 10 peers_up a 1
+is "$(clean_req a r9)" "0 1" "a cleanup of r9 while b is frozen: b missed"
+kill -CONT "${NODE_PID[b]}"
+ok "b is back with a" wait_until 10 peers_up a 2
+ok "b removes r9_b once a tells it" wait_until 10 gone_on b 1/0/r9_b
+ok "... and a does not list it again" wait_until 5 gone_on a 1/0/r9_b
+
 # --- a complete read is told to its owner after the reader's answer ---------
 # c tells a of its complete reads a second late: its reader's close does not
 # wait for that, and c's next ask of a (a stat of the key) still comes after

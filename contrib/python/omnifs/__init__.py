@@ -361,7 +361,8 @@ class Mount:
         "Cleaning up a request"): the keys that are the id, or start with
         it and "_" or ".", or are vllm-omni's omni_<from>_to_<to>_kv_cache_<id>.
         Returns (removed, missed): how many objects went, and how many
-        other nodes could not be told (down or silent: theirs stay)."""
+        other nodes could not be told now (down or silent: this node's
+        daemon tells them when they are back)."""
         rid = _key(request_id).encode()
         buf = bytearray(_CLEANUP.pack(_CLEANUP_MAGIC, len(rid), 0, 0) + rid)
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

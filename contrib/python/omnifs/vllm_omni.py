@@ -128,8 +128,8 @@ class OmniFSConnector(_Base):
                 return False
             removed, missed = self._cleanup_by_listing(rid), 0
         if missed:
-            log.warning("OmniFSConnector: cleanup %s: %d node(s) could not be told; "
-                        "their objects of it stay", rid, missed)
+            log.warning("OmniFSConnector: cleanup %s: %d node(s) could not be told now; "
+                        "they are told when they are back", rid, missed)
         self._count("removed", removed)
         return removed > 0
 
