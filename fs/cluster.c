@@ -46,9 +46,9 @@ struct cluster {
 	unsigned hold_ms;                /* tests: each ANNOUNCE and CLAIM served late */
 	unsigned peer_up_delay_ms;       /* tests: a new connection used before its resync */
 	struct leases *leases;          /* peers' streamed reads of ours */
-	/* Cleanups each peer missed (down or silent then), told when it is
-	 * up again; under lock. */
-	struct owed { struct owed *next; char id[PROTO_KEY_MAX + 1]; } **owed;
+	/* What each peer missed hearing (down or silent then) and must hear
+	 * when it is up again: cleanups, complete reads; under lock. */
+	struct owed { struct owed *next; struct proto_msg m; } **owed;
 	unsigned *nowed;
 	/* Peers whose objects on our edges we list again (relist_thread),
 	 * under lock. */
@@ -57,6 +57,8 @@ struct cluster {
 	int relist_stop, relist_running;
 	pthread_t relister;
 };
+
+static void owe(struct cluster *cl, int peer, const struct proto_msg *m);
 
 static int stage_in(const char (*stages)[NAME_STAGE_MAX + 1], size_t n, const char *to)
 {
@@ -194,7 +196,8 @@ static void hook_consumed(void *ctx, int owner, uint64_t oid, const struct ns_co
 	}
 	if (cl->consumed_delay_ms)
 		usleep(cl->consumed_delay_ms * 1000u);
-	xport_send(cl->x, owner, &m);
+	if (xport_send(cl->x, owner, &m) == -EHOSTDOWN)
+		owe(cl, owner, &m);     /* or it keeps the object, and tells us of it again */
 }
 
 /* A fetch runs under a lease of its own, so that its owner keeps the
@@ -934,17 +937,17 @@ void cluster_refresh(struct cluster *cl, const char *from, const char *to)
 	ask_all(cl, &m, ask_reply, NULL);
 }
 
-/* At most this many cleanups owed to one peer: past it, the oldest is
+/* At most this many messages owed to one peer: past it, the oldest is
  * dropped (and said), so a peer gone for good costs bounded memory. */
 #define OWED_MAX 4096
 
-static void owe(struct cluster *cl, int peer, const char *id)
+static void owe(struct cluster *cl, int peer, const struct proto_msg *m)
 {
 	struct owed *o = calloc(1, sizeof(*o)), **tail;
 
 	if (!o)
 		return;
-	snprintf(o->id, sizeof(o->id), "%s", id);
+	o->m = *m;              /* CLEANUP and CONSUMED hold no pointer */
 	pthread_mutex_lock(&cl->lock);
 	for (tail = &cl->owed[peer]; *tail; tail = &(*tail)->next)
 		;
@@ -953,16 +956,21 @@ static void owe(struct cluster *cl, int peer, const char *id)
 		struct owed *old = cl->owed[peer];
 		cl->owed[peer] = old->next;
 		cl->nowed[peer]--;
-		fprintf(stderr, "omnifs: over %u cleanups owed to %s: the cleanup of %s is "
-			"dropped; its objects there stay\n", OWED_MAX,
-			xport_peer_name(cl->x, peer), old->id);
+		if (old->m.type == PT_CLEANUP)
+			fprintf(stderr, "omnifs: over %u messages owed to %s: the cleanup of %s "
+				"is dropped; its objects there stay\n", OWED_MAX,
+				xport_peer_name(cl->x, peer), old->m.u.cleanup.id);
+		else
+			fprintf(stderr, "omnifs: over %u messages owed to %s: a complete read "
+				"of its object %llu is not counted\n", OWED_MAX,
+				xport_peer_name(cl->x, peer),
+				(unsigned long long)old->m.u.consumed.oid);
 		free(old);
 	}
 	pthread_mutex_unlock(&cl->lock);
 }
 
-/* The cleanups peer missed, now that it is up; those it misses again
- * stay owed. */
+/* What peer missed, now that it is up; what it misses again stays owed. */
 static void pay(struct cluster *cl, int peer)
 {
 	pthread_mutex_lock(&cl->lock);
@@ -971,12 +979,11 @@ static void pay(struct cluster *cl, int peer)
 	cl->nowed[peer] = 0;
 	pthread_mutex_unlock(&cl->lock);
 	for (; o; o = next) {
-		struct proto_msg m = { .type = PT_CLEANUP };
 		struct ask a = { cl, peer, 0 };
 		next = o->next;
-		snprintf(m.u.cleanup.id, sizeof(m.u.cleanup.id), "%s", o->id);
-		if (xport_call(cl->x, peer, &m, cleaned_reply, &a))
-			owe(cl, peer, o->id);
+		if (o->m.type == PT_CLEANUP ? xport_call(cl->x, peer, &o->m, cleaned_reply, &a)
+					    : xport_send(cl->x, peer, &o->m))
+			owe(cl, peer, &o->m);
 		free(o);
 	}
 }
@@ -993,7 +1000,7 @@ int cluster_cleanup(struct cluster *cl, const char *id, uint64_t *removed, size_
 	*missed = 0;
 	for (size_t i = 0; i < cl->npeers; i++)
 		if (!told[i]) {
-			owe(cl, (int)i, id);
+			owe(cl, (int)i, &m);
 			(*missed)++;
 		}
 	/* After the owners: the records of theirs it forgets stay forgotten. */

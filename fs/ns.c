@@ -537,18 +537,23 @@ static struct ns_event *ev_new(struct ns *ns, int type, struct object *o)
 	struct ns_event *e;
 	struct node *k = o->node;
 
-	if (!hk || !k || (type == EV_PUBLISHED && !hk->published) ||
+	/* A complete read of a record its owner's loss or reconnection took
+	 * off its key still counts there: the owner has the object. */
+	if (!hk || (!k && type != EV_CONSUMED) || (type == EV_PUBLISHED && !hk->published) ||
 	    (type == EV_GONE && !hk->gone) || (type == EV_CONSUMED && !hk->consumed))
 		return NULL;
 	int copy = type == EV_PUBLISHED && !ns->base && o->size <= NS_INLINE_MAX;
 	if (!(e = calloc(1, sizeof(*e) + (copy ? o->size : 0)))) {
-		fprintf(stderr, "omnifs: out of memory: a peer misses news of %s\n", k->name);
+		fprintf(stderr, "omnifs: out of memory: a peer misses news of object %llu\n",
+			(unsigned long long)o->oid);
 		return NULL;
 	}
 	e->type = type;
-	snprintf(e->from, sizeof(e->from), "%s", k->parent->parent->name);
-	snprintf(e->to, sizeof(e->to), "%s", k->parent->name);
-	snprintf(e->key, sizeof(e->key), "%s", k->name);
+	if (k) {
+		snprintf(e->from, sizeof(e->from), "%s", k->parent->parent->name);
+		snprintf(e->to, sizeof(e->to), "%s", k->parent->name);
+		snprintf(e->key, sizeof(e->key), "%s", k->name);
+	}
 	e->info = (struct ns_objinfo){
 		.from = e->from, .to = e->to, .key = e->key, .oid = o->oid, .size = o->size,
 		.xxh3 = o->xxh3, .reads = o->reads, .published_ns = o->published_ns,

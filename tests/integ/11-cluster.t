@@ -385,6 +385,29 @@ ok "b is back with a" wait_until 10 peers_up a 2
 ok "b removes r9_b once a tells it" wait_until 10 gone_on b 1/0/r9_b
 ok "... and a does not list it again" wait_until 5 gone_on a 1/0/r9_b
 
+# --- a read completed while its owner is away is counted when it is back ----
+# (nobody hosts 8, and one read consumes its objects)
+echo small >"$T/a/0/8/rd"
+ok "b knows of a's rd" wait_until 5 test -e "$T/b/0/8/rd"
+$SYSPY - "$T/b/0/8/rd" "$T/rd" <<'PYEOF' &
+import os, sys, time
+with open(sys.argv[1], "rb") as f:
+    got = f.read()
+    open(sys.argv[2] + ".read", "w").write(got.decode())
+    while not os.path.exists(sys.argv[2] + ".go"):
+        time.sleep(0.02)
+PYEOF
+rdr=$!
+ok "a reader on b has read rd whole, and holds it open" wait_until 5 test -s "$T/rd.read"
+kill -STOP "${NODE_PID[a]}"
+ok "b sees a down" wait_until 10 peers_up b 1
+touch "$T/rd.go"
+wait "$rdr"
+kill -CONT "${NODE_PID[a]}"
+ok "a is back with b" wait_until 10 peers_up b 2
+ok "the read b could not tell a then consumes rd on a now" wait_until 10 gone_on a 0/8/rd
+ok "... and b does not list it again" wait_until 5 gone_on b 0/8/rd
+
 # --- a complete read is told to its owner after the reader's answer ---------
 # c tells a of its complete reads a second late: its reader's close does not
 # wait for that, and c's next ask of a (a stat of the key) still comes after
@@ -451,4 +474,4 @@ ok "a sees b down" wait_until 10 peers_up a 1
 ok "the object stays on its owner" test -e "$T/a/0/1/rk"
 is "$(xattr reads "$T/a/0/1/rk")" 0 "... with no read counted"
 
-done_testing
+tail -n 20 "$T/a.log" "$T/b.log" >&2; done_testing
