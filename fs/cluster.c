@@ -656,10 +656,10 @@ static void pay(struct cluster *cl, int peer);
 
 /* Our connection to a peer came up: tell it what it hosts, as a publish
  * would have (it forgot what it knew of ours: op_conn_start there), ask
- * it for what our readers wait for, and have relist_thread learn again
- * what it owns on our edges.  Puts may use
- * the connection already: their claims and announces are heard after the
- * forgetting, so none is lost to it. */
+ * it for what our readers wait for, tell it what it missed (pay), and
+ * have relist_thread learn again what it owns on our edges.  Puts may
+ * use the connection already: their claims and announces are heard after
+ * the forgetting, so none is lost to it. */
 static void op_peer_up(void *ctx, int peer)
 {
 	struct cluster *cl = ctx;

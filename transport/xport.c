@@ -1632,7 +1632,6 @@ static void *acceptor_thread(void *arg)
 	return NULL;
 }
 
-/* Pings what is up and reconnects what is down. */
 /* Connects to a peer that is down, away from the keeper: a peer that
  * accepts and then says nothing (stopped, hung) holds a handshake for
  * dead_ms, and the others must go on hearing our pings meanwhile. */
@@ -1680,6 +1679,7 @@ static void dial(struct xport *x, int i)
 	pthread_mutex_lock(&x->lock);
 	p->dialing = 0;
 	x->dialers--;
+	pthread_cond_broadcast(&x->cond);
 	pthread_mutex_unlock(&x->lock);
 }
 
@@ -1706,6 +1706,7 @@ static int ping_peer(struct xport *x, int i)
 	return 0;
 }
 
+/* Pings what is up and has what is down dialed. */
 static void *keeper_thread(void *arg)
 {
 	struct xport *x = arg;
