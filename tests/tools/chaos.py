@@ -14,7 +14,10 @@ that loses its mount (its daemon killed) goes on with the next key, as a
 real worker would.  A reader follows its writer's lines (WRITER-OUT): it
 opens a key once its writer has tried it, and says `KEY UNWRITTEN` for one
 the writer could not write, so that no read waits out wait_ms for a key
-that will never come.
+that will never come.  Nor for one whose owner was killed after writing
+it (the `faults` file beside WRITER-OUT, whose name, w.ROUND.<owner><to>,
+names the owner): a node that started after that kill cannot know the key
+was lost, so the reader arms a short wait for that open (user.omni.wait_ms).
 """
 import errno
 import os
@@ -51,7 +54,7 @@ def read(path):
 
 
 def writer_said(out, key, deadline):
-    """The writer's outcome for key, once its line is there."""
+    """The writer's outcome for key and when it ended, once its line is there."""
     while time.monotonic() < deadline:
         with open(out) as f:
             for line in f:
@@ -59,9 +62,20 @@ def writer_said(out, key, deadline):
                     break               # being written
                 fields = line.split(None, 3)
                 if fields[0] == key:
-                    return fields[3].rstrip("\n")
+                    return fields[3].rstrip("\n"), float(fields[2])
         time.sleep(0.02)
-    return "LATE"
+    return "LATE", 0.0
+
+
+def owner_killed_since(writer_out, when):
+    """Whether the writer's node was killed after `when` (the faults file)."""
+    owner = os.path.basename(writer_out).split(".")[2][0]
+    try:
+        with open(os.path.join(os.path.dirname(writer_out), "faults")) as f:
+            return any(k == "kill" and n == owner and float(a) >= when - 1.0
+                       for k, n, a, _ in (line.split() for line in f if len(line.split()) == 4))
+    except OSError:
+        return False
 
 
 def mount_dev(mnt):
@@ -85,9 +99,11 @@ def main(argv):
         key = "%s-%d" % (prefix, i)
         path = os.path.join(mnt, frm, to, key)
         want = content(key)
-        if op == "read" and writer_said(argv[8], key, time.monotonic() + 120) != "ok":
-            say(key, time.time(), time.time(), "UNWRITTEN")
-            continue
+        if op == "read":
+            said, wrote = writer_said(argv[8], key, time.monotonic() + 120)
+            if said != "ok":
+                say(key, time.time(), time.time(), "UNWRITTEN")
+                continue
         t0 = time.time()
         dev = mount_dev(mnt)
         if dev is None:
@@ -95,6 +111,8 @@ def main(argv):
             time.sleep(0.1)
             continue
         try:
+            if op == "read" and owner_killed_since(argv[8], wrote):
+                os.setxattr(mnt, "user.omni.wait_ms", b"500")
             if op == "write":
                 write(path, want)
                 out = "ok"
