@@ -589,9 +589,12 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 			fprintf(stderr, "omnifs: %s/%s/%s published by %s exists here too; "
 				"keeping ours\n", o.from, o.to, o.key, xport_peer_name(cl->x, peer));
 		break;
-	case PT_GONE:
-		ns_remote_gone(cl->ns, peer, m->u.obj.from, m->u.obj.to, m->u.obj.key,
-			       m->u.obj.oid);
+	case PT_GONE:           /* oid 0: its resync is over (op_peer_up) */
+		if (m->u.obj.oid)
+			ns_remote_gone(cl->ns, peer, m->u.obj.from, m->u.obj.to,
+				       m->u.obj.key, m->u.obj.oid);
+		else
+			ns_owner_swept(cl->ns, peer);
 		break;
 	case PT_CONSUMED: {
 		struct ns_cover cv = { m->u.consumed.first, m->u.consumed.n, m->u.consumed.of };
@@ -655,22 +658,29 @@ static void reask_one(void *arg, const char *from, const char *to, const char *k
 static void pay(struct cluster *cl, int peer);
 
 /* Our connection to a peer came up: tell it what it hosts, as a publish
- * would have (it forgot what it knew of ours: op_conn_start there), ask
- * it for what our readers wait for, tell it what it missed (pay), and
- * have relist_thread learn again what it owns on our edges.  Puts may
- * use the connection already: their claims and announces are heard after
- * the forgetting, so none is lost to it. */
+ * would have, and that this is all (what it knew of ours and does not
+ * hear again then goes: op_conn_start and ns_owner_swept there); ask it
+ * for what our readers wait for, tell it what it missed (pay), and have
+ * relist_thread learn again what it owns on our edges.  Puts may use the
+ * connection already: their claims and announces are of the new
+ * generation, so none is lost to it. */
 static void op_peer_up(void *ctx, int peer)
 {
 	struct cluster *cl = ctx;
 	struct resync r = { cl, peer };
+	struct proto_msg over = { .type = PT_GONE };    /* oid 0: all said */
 
 	if (cl->peer_up_delay_ms) {
 		fprintf(stderr, "omnifs: test: resync of %s in %u ms\n",
 			xport_peer_name(cl->x, peer), cl->peer_up_delay_ms);
 		usleep(cl->peer_up_delay_ms * 1000u);
+		fprintf(stderr, "omnifs: test: resync of %s now\n", xport_peer_name(cl->x, peer));
 	}
 	ns_foreach_own(cl->ns, "", "", 1, resync_one, &r);
+	snprintf(over.u.obj.from, sizeof(over.u.obj.from), "-");
+	snprintf(over.u.obj.to, sizeof(over.u.obj.to), "-");
+	snprintf(over.u.obj.key, sizeof(over.u.obj.key), "-");
+	xport_send(cl->x, peer, &over);
 	ns_foreach_waited(cl->ns, reask_one, &r);
 	pay(cl, peer);
 	pthread_mutex_lock(&cl->lock);
@@ -680,12 +690,13 @@ static void op_peer_up(void *ctx, int peer)
 }
 
 /* A peer's new connection to us: what it told us of its objects may be
- * stale (said while we could not hear); it tells us again (op_peer_up). */
+ * stale (said while we could not hear).  It tells us again (op_peer_up),
+ * then says it is done: what it did not renew leaves then. */
 static void op_conn_start(void *ctx, int peer)
 {
 	struct cluster *cl = ctx;
 
-	ns_drop_owner(cl->ns, peer, 0);
+	ns_owner_renew(cl->ns, peer);
 }
 
 static void op_peer_down(void *ctx, int peer)

@@ -344,9 +344,15 @@ int ns_remote_claim(struct ns *ns, int owner, const struct ns_objinfo *o);
  * expired). */
 void ns_remote_gone(struct ns *ns, int owner, const char *from, const char *to,
 		    const char *key, uint64_t oid);
-/* An owner is lost (lost set), or is about to tell us again all it has
- * (its new connection): its objects leave. */
+/* An owner is lost (lost set), or forgotten: its objects leave. */
 void ns_drop_owner(struct ns *ns, int owner, int lost);
+/* An owner is about to tell us again all it has (its new connection):
+ * what it says from now on is of its new generation, and once it has
+ * said it all, ns_owner_swept takes out the records it did not renew.
+ * Those it renews never leave their keys meanwhile, so a reader or a
+ * stat on this node never sees them blink out. */
+void ns_owner_renew(struct ns *ns, int owner);
+void ns_owner_swept(struct ns *ns, int owner);
 /* A fetch's bytes [0, upto) are here and verified; err ends it. */
 void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err);
 /* Requests from peers about objects this node owns.  ns_remove_name

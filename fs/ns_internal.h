@@ -56,6 +56,7 @@ struct object {
 	 * verified so far.  fetch_gen tells handles of a failed fetch. */
 	uint64_t oid;
 	int owner;                      /* -1: ours */
+	uint32_t gen;                   /* its owner's generation when last told */
 	int claim;                      /* a peer index + 1: its publish is claimed there */
 	struct hlink byoid;
 	int fetch;
@@ -146,6 +147,10 @@ struct ns {
 	uint64_t next_oid;              /* from the start time: unique across restarts */
 	struct ns_gone gone[NS_GONE_RECENT];
 	unsigned gone_next;
+	/* Each owner's generation (ns_owner_renew): a record it announced
+	 * again on its current connection has its owner's (object.gen). */
+	uint32_t *owner_gen;
+	size_t nowner_gen;
 	struct htab gone_byoid;
 	pthread_cond_t fcond;           /* a fetch moved on */
 	struct object *lru_head, *lru_tail;     /* least recently opened first */

@@ -352,6 +352,11 @@ static struct object *remote_new(struct ns *ns, struct node *k, int owner,
 	return o;
 }
 
+static uint32_t owner_gen(const struct ns *ns, int owner)
+{
+	return (size_t)owner < ns->nowner_gen ? ns->owner_gen[owner] : 0;
+}
+
 static int gone_lately(const struct ns *ns, int owner, uint64_t oid, uint64_t now)
 {
 	for (struct hlink *l = htab_find(&ns->gone_byoid, oid); l; l = htab_next(l)) {
@@ -401,6 +406,8 @@ static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int
 	} else if (o && o->owner < 0) {
 		rc = -EEXIST;           /* ours wins; the writer who lost finds out */
 	} else if (o && o->owner == owner && o->oid == ri->oid) {
+		if (!answer)            /* the owner's own word on its connection */
+			o->gen = owner_gen(ns, owner);
 		if (ri->reads > o->reads)
 			o->reads = ri->reads;
 		kvhdr_keep(o, ri);      /* it may have come by a listing, without */
@@ -412,6 +419,7 @@ static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int
 			rc = -ENOMEM;
 			goto drop;
 		}
+		o->gen = owner_gen(ns, owner);
 		wake_sources(ns, k, &wl);
 		wake_views(ns, k, &wl);
 		if (k->waiters && (o->fetch == F_DONE || obj_streamed(o)))
@@ -487,6 +495,37 @@ static void drop_key(struct ns *ns, struct node *k, void *arg)
 		d->kept = 1;
 	}
 	obj_unlink(ns, k->obj, d->lost ? ST_LOST : ST_NONE);
+}
+
+void ns_owner_renew(struct ns *ns, int owner)
+{
+	pthread_mutex_lock(&ns->lock);
+	if ((size_t)owner >= ns->nowner_gen) {
+		uint32_t *g = realloc(ns->owner_gen, ((size_t)owner + 1) * sizeof(*g));
+		if (!g)
+			goto unlock;    /* its records stay until it says them gone */
+		memset(g + ns->nowner_gen, 0, ((size_t)owner + 1 - ns->nowner_gen) * sizeof(*g));
+		ns->owner_gen = g;
+		ns->nowner_gen = (size_t)owner + 1;
+	}
+	ns->owner_gen[owner]++;
+unlock:
+	pthread_mutex_unlock(&ns->lock);
+}
+
+static void sweep_key(struct ns *ns, struct node *k, void *arg)
+{
+	int owner = *(int *)arg;
+
+	if (k->obj && k->obj->owner == owner && k->obj->gen != owner_gen(ns, owner))
+		obj_unlink(ns, k->obj, ST_NONE);
+}
+
+void ns_owner_swept(struct ns *ns, int owner)
+{
+	pthread_mutex_lock(&ns->lock);
+	each_key(ns, sweep_key, &owner);
+	pthread_mutex_unlock(&ns->lock);
 }
 
 void ns_drop_owner(struct ns *ns, int owner, int lost)

@@ -23,9 +23,9 @@
 #define PROTO_MAGIC      0x4d4fu
 #define PROTO_VERSION    8              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
 					   4: OBJECT carries a small object's bytes;
-					   5: CLEANUP; 6: EXISTS; 7: CLAIM; 8: a new
-					   connection, not a GONE of all, makes the
-					   peer forget what it learnt on the old */
+					   5: CLEANUP; 6: EXISTS; 7: CLAIM; 8: GONE of
+					   all ends a resync: what a new connection
+					   did not announce again is gone */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -52,7 +52,8 @@ enum proto_type {
 	PT_PING,
 	PT_PONG,
 	PT_ANNOUNCE,    /* one-way: an object published (object) */
-	PT_GONE,        /* one-way: an object left (object: names and oid) */
+	PT_GONE,        /* one-way: an object left (object: names and oid); oid 0:
+			   the sender's resync on this connection is over */
 	PT_CONSUMED,    /* one-way: oid delivered on the sender (whole, or heads of it) */
 	PT_LOOKUP,      /* request: names; reply OBJECT or STATUS */
 	PT_LIST,        /* request: from, to (either may be ""); reply LISTING frames */

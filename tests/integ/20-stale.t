@@ -78,4 +78,26 @@ is "$(PYTHONPATH="$SRC/contrib/python" $SYSPY -c 'import omnifs, sys
 omnifs.Mount(sys.argv[1]).put("0", "1", "z", b"claimed"); print("OK")' "$T/a")" OK \
    "a small put on a meanwhile: claimed on b (held 2 s), after a's resync"
 is "$(cat "$T/b/0/1/z")" claimed "b has z (its open waits for announces; a listing would ask a)"
+
+# While a reconnects, b keeps a's objects on their keys: they are renewed
+# by a's resync, not dropped and added again (a stat or an open through a
+# name the kernel keeps would see them blink out: ENOENT, ESTALE).
+stop_node a
+stop_node b
+OMNIFS_TEST_PEER_UP_DELAY_MS=1500 start_node a "config=$T/omni.yaml,node=a,pool=host:64MiB"
+start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+ok "a and b are up, once more" wait_until 10 both_up
+echo kept >"$T/a/0/1/k1"
+ok "b knows of a's k1" wait_until 5 test -e "$T/b/0/1/k1"
+n0=$(grep -c "resync of b" "$T/a.log")
+if ss -K dst 127.0.0.1 dport = ":${PORT[b]}" >/dev/null 2>&1; then
+	ok "a's connection to b is cut; a connects again, its resync held" wait_until 10 resyncing
+	ok "b still has k1 meanwhile" test -e "$T/b/0/1/k1"
+	ok "a's resync goes" wait_until 5 grep -q "resync of b now" "$T/a.log"
+	echo later >"$T/a/0/1/k2"
+	ok "b hears of k2, announced after the resync" wait_until 5 test -e "$T/b/0/1/k2"
+	is "$(cat "$T/b/0/1/k1")" kept "... and still has k1, renewed by it"
+else
+	for i in 1 2 3 4 5; do skip "ss -K cannot cut a socket on this kernel (CONFIG_INET_DIAG_DESTROY)"; done
+fi
 done_testing
