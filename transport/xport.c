@@ -1718,14 +1718,13 @@ static void *keeper_thread(void *arg)
 		for (size_t i = 0; i < x->npeers && !x->stopping; i++)
 			if (ping_peer(x, (int)i) == -EHOSTDOWN)
 				dial(x, (int)i);
+		/* A round each ping_ms, whatever else x->cond is broadcast for
+		 * (a dialer's end among them: a peer that refuses at once
+		 * must not be dialed in a loop). */
+		struct timespec ts = deadline_in(x->c.ping_ms);
 		pthread_mutex_lock(&x->lock);
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += (long)x->c.ping_ms * 1000000;
-		ts.tv_sec += ts.tv_nsec / 1000000000;
-		ts.tv_nsec %= 1000000000;
-		if (!x->stopping)
-			pthread_cond_timedwait(&x->cond, &x->lock, &ts);
+		while (!x->stopping && pthread_cond_timedwait(&x->cond, &x->lock, &ts) != ETIMEDOUT)
+			;
 	}
 	pthread_mutex_unlock(&x->lock);
 	return NULL;

@@ -293,6 +293,17 @@ ok "b sees c down" wait_until 10 peers_up b 1
 echo x >"$T/a/0/9/r8"
 a_sees_c_down() { peers_up a 1; }
 wait_until 10 a_sees_c_down
+# A peer that refuses connections is dialed once a ping round (0.5 s),
+# not in a loop: a and b, idle, still use under 1% of a core.
+ab_ticks() {
+	local a0 b0
+	a0=$(ticks a) b0=$(ticks b)
+	sleep 3         # the window measured, not a wait for something
+	echo "$(( $(ticks a) - a0 )) $(( $(ticks b) - b0 ))"
+}
+used=$(ab_ticks)
+ok "with c down, a and b, idle, each use under 1% of a core (ticks in 3 s: $used)" \
+	awk -v u="$used" 'BEGIN { n = split(u, t, " "); for (i = 1; i <= n; i++) if (t[i] > 3) exit 1 }'
 is "$(clean_req a r8)" "1 1" "a cleanup while c is down removes a's object and says one node missed"
 is "$(M=$T/a pyerr "open(M + '/0/2/x-b', 'xb')")" EEXIST \
    "O_EXCL on a with 2's host down: every node asked, b's key found"
