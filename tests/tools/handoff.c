@@ -87,8 +87,17 @@ static unsigned idle_us(void)
 	return s ? (unsigned)strtoul(s, NULL, 10) : 0;
 }
 
+/* HANDOFF_DUMP=FILE also writes each run's time (us), in the order of the
+ * runs, to FILE: where the slow ones fall tells what makes them slow. */
 static int report(long long *lat, int n)
 {
+	const char *dump = getenv("HANDOFF_DUMP");
+	FILE *f = dump ? fopen(dump, "w") : NULL;
+
+	for (int i = 0; f && i < n; i++)
+		fprintf(f, "%.1f\n", lat[i] / 1e3);
+	if (f)
+		fclose(f);
 	qsort(lat, (size_t)n, sizeof(*lat), cmp);
 	printf("%.1f %.1f %.1f\n", lat[n / 2] / 1e3, lat[n * 9 / 10] / 1e3, lat[n * 99 / 100] / 1e3);
 	return 0;
