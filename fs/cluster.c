@@ -656,6 +656,8 @@ static void resync_one(void *arg, const struct ns_objinfo *o)
 static void reask_one(void *arg, const char *from, const char *to, const char *key,
 		      unsigned ms);
 static void pay(struct cluster *cl, int peer);
+static struct proto_msg name_msg(enum proto_type type, const char *from, const char *to,
+				 const char *key);
 
 /* Our connection to a peer came up: tell it what it hosts, as a publish
  * would have, and that this is all (what it knew of ours and does not
@@ -668,7 +670,7 @@ static void op_peer_up(void *ctx, int peer)
 {
 	struct cluster *cl = ctx;
 	struct resync r = { cl, peer };
-	struct proto_msg over = { .type = PT_GONE };    /* oid 0: all said */
+	struct proto_msg over = name_msg(PT_GONE, "-", "-", "-");      /* oid 0: all said */
 
 	if (cl->peer_up_delay_ms) {
 		fprintf(stderr, "omnifs: test: resync of %s in %u ms\n",
@@ -677,9 +679,6 @@ static void op_peer_up(void *ctx, int peer)
 		fprintf(stderr, "omnifs: test: resync of %s now\n", xport_peer_name(cl->x, peer));
 	}
 	ns_foreach_own(cl->ns, "", "", 1, resync_one, &r);
-	snprintf(over.u.obj.from, sizeof(over.u.obj.from), "-");
-	snprintf(over.u.obj.to, sizeof(over.u.obj.to), "-");
-	snprintf(over.u.obj.key, sizeof(over.u.obj.key), "-");
 	xport_send(cl->x, peer, &over);
 	ns_foreach_waited(cl->ns, reask_one, &r);
 	pay(cl, peer);
@@ -703,7 +702,7 @@ static void op_peer_down(void *ctx, int peer)
 {
 	struct cluster *cl = ctx;
 
-	ns_drop_owner(cl->ns, peer, 1);
+	ns_owner_lost(cl->ns, peer);
 }
 
 /* A peer reads oid straight from our pool under lease (RDMA): its

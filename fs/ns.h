@@ -344,8 +344,9 @@ int ns_remote_claim(struct ns *ns, int owner, const struct ns_objinfo *o);
  * expired). */
 void ns_remote_gone(struct ns *ns, int owner, const char *from, const char *to,
 		    const char *key, uint64_t oid);
-/* An owner is lost (lost set), or forgotten: its objects leave. */
-void ns_drop_owner(struct ns *ns, int owner, int lost);
+/* An owner is lost (dead, or cut off): its objects leave, and for
+ * NS_LOST_KEEP_NS an open of one of them fails with EIO at once. */
+void ns_owner_lost(struct ns *ns, int owner);
 /* An owner is about to tell us again all it has (its new connection):
  * what it says from now on is of its new generation, and once it has
  * said it all, ns_owner_swept takes out the records it did not renew.

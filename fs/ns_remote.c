@@ -482,7 +482,7 @@ static void each_key(struct ns *ns, void (*fn)(struct ns *ns, struct node *k, vo
 	}
 }
 
-struct drop { int owner, lost, kept; uint64_t now; };
+struct drop { int owner, kept; uint64_t now; };
 
 static void drop_key(struct ns *ns, struct node *k, void *arg)
 {
@@ -490,11 +490,22 @@ static void drop_key(struct ns *ns, struct node *k, void *arg)
 
 	if (!k->obj || k->obj->owner != d->owner)
 		return;
-	if (d->lost && k->obj->state == OS_PUBLISHED) {
+	if (k->obj->state == OS_PUBLISHED) {
 		k->lost_ns = d->now;    /* its next open: EIO */
 		d->kept = 1;
 	}
-	obj_unlink(ns, k->obj, d->lost ? ST_LOST : ST_NONE);
+	obj_unlink(ns, k->obj, ST_LOST);
+}
+
+void ns_owner_lost(struct ns *ns, int owner)
+{
+	struct drop d = { owner, 0, clock_mono_ns() };
+
+	pthread_mutex_lock(&ns->lock);
+	each_key(ns, drop_key, &d);
+	if (d.kept)
+		ns_lost_sweep_at(ns, d.now + NS_LOST_KEEP_NS);
+	pthread_mutex_unlock(&ns->lock);
 }
 
 void ns_owner_renew(struct ns *ns, int owner)
@@ -528,16 +539,6 @@ void ns_owner_swept(struct ns *ns, int owner)
 	pthread_mutex_unlock(&ns->lock);
 }
 
-void ns_drop_owner(struct ns *ns, int owner, int lost)
-{
-	struct drop d = { owner, lost, 0, clock_mono_ns() };
-
-	pthread_mutex_lock(&ns->lock);
-	each_key(ns, drop_key, &d);
-	if (d.kept)
-		ns_lost_sweep_at(ns, d.now + NS_LOST_KEEP_NS);
-	pthread_mutex_unlock(&ns->lock);
-}
 
 /* Object o was delivered: whole (c NULL or all its units), or units
  * [first, first+n) of `of` by a view.  It counts one read once every unit
@@ -748,39 +749,47 @@ unlock:
 	free(v);
 }
 
+struct waited { char names[3][256]; unsigned ms; };
+struct waiteds { struct waited *v; size_t n, cap; uint64_t now; };
+
+/* ns_foreach_waited's step: k, if readers wait for it and no object holds
+ * it, with the longest wait left. */
+static void waited_key(struct ns *ns, struct node *k, void *arg)
+{
+	struct waiteds *ws = arg;
+	uint64_t until = 0;
+
+	(void)ns;
+	for (struct ns_waiter *w = k->obj ? NULL : k->waiters; w; w = w->next)
+		if (timer_queued(&w->timer) && w->timer.when > until)
+			until = w->timer.when;
+	if (until <= ws->now)
+		return;
+	if (ws->n == ws->cap) {
+		struct waited *nv = realloc(ws->v, (ws->cap ? 2 * ws->cap : 16) * sizeof(*nv));
+		if (!nv)
+			return;         /* that reader waits out its own time */
+		ws->v = nv;
+		ws->cap = ws->cap ? 2 * ws->cap : 16;
+	}
+	struct waited *w = &ws->v[ws->n++];
+	snprintf(w->names[0], 256, "%s", k->parent->parent->name);
+	snprintf(w->names[1], 256, "%s", k->parent->name);
+	snprintf(w->names[2], 256, "%s", k->name);
+	w->ms = (unsigned)((until - ws->now) / 1000000u) + 1;
+}
+
 void ns_foreach_waited(struct ns *ns, void (*fn)(void *arg, const char *from, const char *to,
 						const char *key, unsigned ms), void *arg)
 {
-	struct waited { char names[3][256]; unsigned ms; } *v = NULL;
-	size_t n = 0, cap = 0;
-	uint64_t now = clock_mono_ns();
+	struct waiteds ws = { .now = clock_mono_ns() };
 
 	pthread_mutex_lock(&ns->lock);
-	for (struct node *s = ns->root->child; s; s = s->next)
-		for (struct node *e = s->kind == NK_STAGE ? s->child : NULL; e; e = e->next)
-			for (struct node *k = e->child; k; k = k->next) {
-				uint64_t until = 0;
-				for (struct ns_waiter *w = k->obj ? NULL : k->waiters; w; w = w->next)
-					if (timer_queued(&w->timer) && w->timer.when > until)
-						until = w->timer.when;
-				if (until <= now)
-					continue;
-				if (n == cap) {
-					struct waited *nv = realloc(v, (cap = cap ? 2 * cap : 16) * sizeof(*v));
-					if (!nv)
-						goto unlock;
-					v = nv;
-				}
-				snprintf(v[n].names[0], 256, "%s", s->name);
-				snprintf(v[n].names[1], 256, "%s", e->name);
-				snprintf(v[n].names[2], 256, "%s", k->name);
-				v[n++].ms = (unsigned)((until - now) / 1000000u) + 1;
-			}
-unlock:
+	each_key(ns, waited_key, &ws);
 	pthread_mutex_unlock(&ns->lock);
-	for (size_t i = 0; i < n; i++)
-		fn(arg, v[i].names[0], v[i].names[1], v[i].names[2], v[i].ms);
-	free(v);
+	for (size_t i = 0; i < ws.n; i++)
+		fn(arg, ws.v[i].names[0], ws.v[i].names[1], ws.v[i].names[2], ws.v[i].ms);
+	free(ws.v);
 }
 
 int ns_serve_open(struct ns *ns, uint64_t oid, struct ns_handle **h, uint64_t *size)
