@@ -11,7 +11,6 @@ layout below is fs/direct.h's.  Anything that does not hold (another node's
 object, a view, another user, another pid namespace, a daemon without the
 ioctls) makes the caller fall back to read and write.
 """
-import concurrent.futures
 import ctypes
 import errno
 import fcntl
@@ -19,7 +18,6 @@ import mmap
 import os
 import stat
 import struct
-import threading
 
 from . import ioctl
 
@@ -223,32 +221,13 @@ def _iovs(pairs):
 
 _verified = set()       # (pid, cookie) of daemons this process has seen
 
-# A large copy goes in several threads at once: one thread's copy through
-# the kernel runs at about half of memcpy's speed here (no streaming
-# stores), two take 9 ms for 64 MiB where one takes 16.  Each takes at
-# least PAR_MIN bytes; the calls release the GIL.
-PAR_MIN = 16 << 20
-PAR_MAX = min(4, os.cpu_count() or 1)
-_pool = None
-_pool_lock = threading.Lock()
-
-
-def _threads():
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(PAR_MAX, "omnifs-copy")
-        return _pool
-
-
-def _forked():
-    """A forked child (vLLM's workers are) has none of its parent's threads:
-    a pool inherited from it would queue work that no thread ever runs."""
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forked)
+# Every copy goes in the calling thread.  A get's destination is fresh
+# memory: the pages a thread faults in come warm from what its own CPU
+# freed last, another CPU's from the rest, which a VM with free page
+# reporting (virtio-balloon) has handed back to its host; a 64 MiB get
+# took 70 ms in two threads on this machine, 5.7 in one (a 4 ms copy once
+# the pages are in).  A put's goes in PLACED_STEP pieces, each hashed by
+# the daemon on another core while the next one is copied.
 
 
 def _span(pairs, a, b):
@@ -285,19 +264,12 @@ def _memmove(dst, src):
 def _copy(move, local, remote, a, b, head=None):
     """Copies bytes [a, b) between local and remote, each (addr, len)
     pieces laid end to end, with move(local_pieces, remote_pieces) (a
-    process_vm_ call, or a memmove either way), in up to PAR_MAX threads;
-    head, a (local, remote) pair of 8 bytes, goes in the same call as the
-    first part.  True if every byte went."""
-    n = max(1, min(PAR_MAX, (b - a) // PAR_MIN))
-    cut = [a + (b - a) * i // n for i in range(n + 1)]
-    jobs = [(_span(local, cut[i], cut[i + 1]), _span(remote, cut[i], cut[i + 1]))
-            for i in range(n)]
+    process_vm_ call, or a memmove either way); head, a (local, remote)
+    pair of 8 bytes, goes in the same call.  True if every byte went."""
+    lo, re = _span(local, a, b), _span(remote, a, b)
     if head:
-        jobs[0] = ([head[0]] + jobs[0][0], [head[1]] + jobs[0][1])
-    want = [sum(ln for _, ln in lo) for lo, _ in jobs]
-    more = [_threads().submit(move, lo, re) for lo, re in jobs[1:]]
-    got = [move(*jobs[0])] + [f.result() for f in more]
-    return got == want
+        lo, re = [head[0]] + lo, [head[1]] + re
+    return move(lo, re) == sum(ln for _, ln in lo)
 
 
 def _readv(pid, local, remote):
