@@ -175,7 +175,7 @@ run: deps
 	@echo "  echo hi > omni/0/1/k && cat omni/0/1/k; cat omni/.omni/stats   (Ctrl-C unmounts)"
 	$(BUILD)/omnifs -f omni
 
-test: all $(UNIT) $(TOOLS)
+test: all $(UNIT) $(TOOLS) $(BENCHES)
 	OMNIFS_BUILD=$(abspath $(BUILD)) prove --exec '' $(PROVE_FLAGS) $(UNIT) $(INTEG)
 
 # The RDMA suite runs in a soft-RoCE guest (../shared/rdma-vm), one boot for

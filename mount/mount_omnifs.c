@@ -67,10 +67,12 @@ int main(int argc, char **argv)
 {
 	char opts[4096] = "", daemon[PATH_MAX + 16];
 	const char *mnt = NULL;
-	int nargs = 0;
+	int nargs = 0, help = 0;
 
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			help = 1;
+		} else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
 			filter(argv[++i], opts, sizeof(opts));
 		} else if (!strncmp(argv[i], "-o", 2) && argv[i][2]) {
 			filter(argv[i] + 2, opts, sizeof(opts));
@@ -82,9 +84,10 @@ int main(int argc, char **argv)
 			mnt = argv[i];  /* the first is the source, "omnifs" */
 		}
 	}
-	if (!mnt) {
-		fprintf(stderr, "usage: mount.omnifs omnifs MOUNTPOINT [-o OPTIONS]\n");
-		return 2;
+	if (!mnt || help) {
+		fprintf(help ? stdout : stderr, "usage: mount.omnifs omnifs MOUNTPOINT [-o OPTIONS]\n"
+			"  (mount(8)'s helper: runs omnifs MOUNTPOINT -o OPTIONS; see omnifs --help)\n");
+		return help ? 0 : 2;
 	}
 	find_daemon(daemon, sizeof(daemon));
 	char *av[] = { daemon, (char *)mnt, opts[0] ? "-o" : NULL, opts, NULL };

@@ -183,11 +183,20 @@ int main(int argc, char **argv)
 		{ "view", omnikv_view }, { "pack", omnikv_pack },
 	};
 
+	int help = argc == 2 && !strcmp(argv[1], "--help");
+
 	for (size_t i = 0; argc > 1 && i < sizeof(cmds) / sizeof(*cmds); i++)
 		if (!strcmp(argv[1], cmds[i].name))
 			return cmds[i].fn(argc - 1, argv + 1);
-	fprintf(stderr, "usage: omnikv inspect|verify|convert|view|pack ... (see omnikv.c's head)\n");
-	return 2;
+	fprintf(help ? stdout : stderr,
+		"usage: omnikv inspect [--json] FILE\n"
+		"       omnikv verify FILE       exit 0: intact, 1: damaged, 2: not KV\n"
+		"       omnikv convert --to native|vllm IN OUT\n"
+		"       omnikv view --rank R --of T [-o OUT] SHARD...\n"
+		"       omnikv pack --cache 2nbhd|n2bhd|kv --blocks I,J,... --tokens N\n"
+		"                   [--to native|vllm] [--dtype D] [--head-first F --heads-total H]\n"
+		"                   [--rid R] OUT NPY...\n");
+	return help ? 0 : 2;
 }
 
 /* ---------------------------------------------------------------- view */

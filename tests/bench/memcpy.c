@@ -16,7 +16,14 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
-	size_t n = (size_t)(argc > 1 ? atol(argv[1]) : 1024) << 20;
+	long mib = argc > 1 ? atol(argv[1]) : 1024;
+
+	if (argc > 2 || mib <= 0) {
+		fprintf(argc > 1 && !strcmp(argv[1], "--help") ? stdout : stderr,
+			"usage: memcpy [SIZE_MIB]   (1024 by default): prints GiB/s\n");
+		return argc > 1 && !strcmp(argv[1], "--help") ? 0 : 2;
+	}
+	size_t n = (size_t)mib << 20;
 	char *a = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	char *b = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	double best = 0;

@@ -236,8 +236,12 @@ int main(int argc, char **argv)
 	pthread_t th;
 
 	mib = atoll(argc > 2 ? argv[2] : argc > 1 ? argv[1] : "1024");
-	if (mib <= 0)
-		mib = 1024;
+	if (argc > 3 || mib <= 0 || (argc > 2 && !copies && strcmp(mode, "rtt"))) {
+		int help = argc > 1 && !strcmp(argv[1], "--help");
+		fprintf(help ? stdout : stderr, "usage: tcpceil [MIB] | tcpceil rtt N | "
+			"tcpceil copies MIB   (see tcpceil.c's head)\n");
+		return help ? 0 : 2;
+	}
 	if (pair(&c, &s))
 		return perror("tcpceil"), 1;
 	if (!strcmp(mode, "rtt")) {

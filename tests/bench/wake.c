@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,8 +93,10 @@ int main(int argc, char **argv)
 {
 	int n = argc == 2 ? atoi(argv[1]) : 0;
 
-	if (n <= 0)
-		return fprintf(stderr, "usage: wake N\n"), 2;
+	if (n <= 0) {
+		int help = argc == 2 && !strcmp(argv[1], "--help");
+		return fprintf(help ? stdout : stderr, "usage: wake N\n"), help ? 0 : 2;
+	}
 	if (pin(0))
 		return perror("wake: sched_setaffinity"), 1;
 	double same = round_trip(n, 0);

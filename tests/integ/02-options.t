@@ -85,6 +85,11 @@ is "$?" "2" "missing mount point: exit 2"
 "$B/omnifs" -h >"$T/out" 2>&1
 ok "-h prints usage" grep -q "usage: omnifs" "$T/out"
 ok "-V prints the version" sh -c "'$B/omnifs' -V | grep -q '^omnifs [0-9]'"
+# Every program answers --help with its usage, on stdout, exit 0.
+for p in "$B/omnifs" "$B/mount.omnifs" "$B/omnikv" "$B"/tools/* "$B"/bench/*; do
+	[ -x "$p" ] || continue
+	ok "${p#"$B"/} --help: its usage" sh -c "'$p' --help 2>/dev/null | grep -q '^usage: '"
+done
 
 # The file sets wait_ms and readers, the command line overrides wait_ms.
 printf 'pool: host:16M\nwait_ms: 111\nreaders: 3\nttl_s: 0\nedges:\n  "0->1": { readers: 2 }\n' >"$T/good.yaml"

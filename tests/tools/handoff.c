@@ -140,9 +140,11 @@ int main(int argc, char **argv)
 {
 	if (argc == 4 && !strcmp(argv[1], "seq"))
 		return sequential(argv[2], atoi(argv[3]));
-	if (argc < 4 || argc > 6 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))
-		return fprintf(stderr, "usage: handoff DIR N STATSFILE [READER-DIR [SIZE]]\n"
-			       "       handoff seq DIR N\n"), 2;
+	int help = argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
+
+	if (argc < 4 || argc > 6 || help)
+		return fprintf(help ? stdout : stderr, "usage: handoff DIR N STATSFILE [READER-DIR [SIZE]]\n"
+			       "       handoff seq DIR N\n"), help ? 0 : 2;
 	const char *dir = argv[1], *rdir = argc >= 5 ? argv[4] : dir;
 	int n = atoi(argv[2]), rp[2], dp[2];
 	ssize_t size = argc == 6 ? atol(argv[5]) : 4096;

@@ -302,8 +302,10 @@ int main(int argc, char **argv)
 	if (argc == 8 && !strcmp(argv[1], "shards"))
 		return shards(argv + 2);
 	if (argc < 5) {
-		fprintf(stderr, "usage: kvgen SEED CASES READ-DIR WRITE-DIR...\n");
-		return 2;
+		int help = argc == 2 && !strcmp(argv[1], "--help");
+		fprintf(help ? stdout : stderr, "usage: kvgen SEED CASES READ-DIR WRITE-DIR...\n"
+			"       kvgen shards LAYERS TOKENS HEADS DIM S DIR/KEY\n");
+		return help ? 0 : 2;
 	}
 	rng = strtoull(argv[1], NULL, 0) * 2654435761u + 1;
 	if (getenv("KVGEN_MAX_TOKENS"))

@@ -684,8 +684,10 @@ int main(int argc, char **argv)
 	argv += as_server;
 	argc -= as_server;
 	if (argc < 5 || atof(argv[4]) <= 0) {
-		fprintf(stderr, "usage: peerfuzz [-l] ADDR SECRET_FILE NAME SECONDS [SEED]\n");
-		return 2;
+		int help = argc == 2 && !strcmp(argv[1], "--help");
+		fprintf(help ? stdout : stderr,
+			"usage: peerfuzz [-l] ADDR SECRET_FILE NAME SECONDS [SEED]\n");
+		return help ? 0 : 2;
 	}
 	if (auth_load(argv[2], key, err, sizeof(err))) {
 		fprintf(stderr, "peerfuzz: %s\n", err);

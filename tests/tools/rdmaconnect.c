@@ -45,8 +45,11 @@ int main(int argc, char **argv)
 	struct rdma_cm_id *id;
 	const char *got;
 
-	if (argc < 3 || argc > 4 || inet_pton(AF_INET, argv[1], &sa.sin_addr) != 1)
-		return fprintf(stderr, "usage: rdmaconnect IP PORT [TOKEN-HEX]\n"), 2;
+	if (argc < 3 || argc > 4 || inet_pton(AF_INET, argv[1], &sa.sin_addr) != 1) {
+		int help = argc == 2 && !strcmp(argv[1], "--help");
+		return fprintf(help ? stdout : stderr, "usage: rdmaconnect IP PORT [TOKEN-HEX]\n"),
+		       help ? 0 : 2;
+	}
 	sa.sin_port = htons((uint16_t)atoi(argv[2]));
 	for (const char *h = argc == 4 ? argv[3] : ""; h[0] && h[1] && ntoken < sizeof(token); h += 2)
 		sscanf(h, "%2hhx", &token[ntoken++]);

@@ -39,8 +39,9 @@ static void *reader(void *arg)
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: waiters DIR N\n");
-		return 2;
+		int help = argc == 2 && !strcmp(argv[1], "--help");
+		fprintf(help ? stdout : stderr, "usage: waiters DIR N\n");
+		return help ? 0 : 2;
 	}
 	dir = argv[1];
 	long n = atol(argv[2]);
