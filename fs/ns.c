@@ -2056,6 +2056,33 @@ void ns_source_consumed(struct ns *ns, struct ns_handle *h, const struct ns_cove
 	ns_unlock(ns);
 }
 
+/* The pool is memory that is in already: a fresh buffer costs a fault and
+ * a cleared page every 4 KiB (2 ms a MiB on a VM that hands freed memory
+ * back to its host: a 448 MiB view pulled in 1.2 s, 0.13 into the pool)
+ * and, over RDMA, a registration. */
+void *ns_scratch_get(struct ns *ns, size_t size)
+{
+	struct pool_usage u;
+	uint64_t off, got;
+
+	if (!ns->base || !size)
+		return NULL;
+	pool_usage(ns->pool, &u);
+	if (size > u.free / 2 || pool_alloc(ns->pool, size, size, &off, &got))
+		return NULL;
+	return ns->base + off;
+}
+
+int ns_scratch_put(struct ns *ns, void *p, size_t size)
+{
+	uint8_t *b = p;
+
+	if (!ns->base || b < ns->base || b >= ns->base + ns->pool_size)
+		return 0;
+	pool_free(ns->pool, (uint64_t)(b - ns->base), size);
+	return 1;
+}
+
 int ns_kv_header(struct ns *ns, uint64_t ino, uint8_t **hdr, uint32_t *len, uint64_t *size)
 {
 	int rc = -ENOENT;

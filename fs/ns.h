@@ -424,6 +424,13 @@ int ns_source_info(struct ns *ns, struct ns_handle *h, struct ns_srcinfo *si);
 void ns_source_consumed(struct ns *ns, struct ns_handle *h, const struct ns_cover *c);
 /* A published key's KV header (malloc'd): 0, -ENODATA, -ENOENT. */
 int ns_kv_header(struct ns *ns, uint64_t ino, uint8_t **hdr, uint32_t *len, uint64_t *size);
+/* Room in the pool for a view's bytes while it is open, or NULL (make a
+ * buffer elsewhere): only where the CPU addresses the pool, and only
+ * while as much again stays free for objects.  Its bytes are whatever
+ * was there.  ns_scratch_put gives back what ns_scratch_get gave: 1, or
+ * 0 for any other memory. */
+void *ns_scratch_get(struct ns *ns, size_t size);
+int ns_scratch_put(struct ns *ns, void *p, size_t size);
 
 /* Which virtual file an NK_VFILE inode is (its name). */
 const char *ns_vfile_name(struct ns *ns, uint64_t ino);

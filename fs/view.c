@@ -213,7 +213,8 @@ static void buf_release(struct cluster *cl, void *p)
 }
 
 /* A buffer of at least size (*got: its own): the smallest kept one that
- * fits (*reused set: only what the view fills is written), or a new one. */
+ * fits, room in the pool (for both, *reused set: only what the view fills
+ * is written), or a new one. */
 static void *buf_get(const struct view_env *env, size_t size, size_t *got, int *reused)
 {
 	struct view_jobs *j = env->jobs;
@@ -236,16 +237,22 @@ static void *buf_get(const struct view_env *env, size_t size, size_t *got, int *
 		}
 		pthread_mutex_unlock(&j->lock);
 	}
-	if (!p)
-		*got = size;
+	if (p)
+		return p;
+	*got = size;
+	if (size >= VIEW_KEEP_MIN && (p = ns_scratch_get(env->ns, size)))
+		*reused = 1;
 	return p ? p : buf_make(env->cl, size);
 }
 
-/* A closed view's buffer: kept for the next if there is room, else freed. */
+/* A closed view's buffer: back to the pool, kept for the next if there
+ * is room, else freed. */
 static void buf_put(const struct view_env *env, void *p, size_t size)
 {
 	struct view_jobs *j = env->jobs;
 
+	if (ns_scratch_put(env->ns, p, size))
+		return;
 	if (j && size >= VIEW_KEEP_MIN && size <= VIEW_KEEP_BYTES) {
 		pthread_mutex_lock(&j->lock);
 		for (int i = 0; i < VIEW_KEEP_BUFS; i++)

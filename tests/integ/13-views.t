@@ -249,6 +249,20 @@ for T_ in 1 2 8; do
 	cat "$T/c/p/q/x.rank0of$T_" >/dev/null
 	is "$(( $(stat_of c bytes_pulled) - before ))" "$data" "rank 0 of $T_ on c pulls its $data data bytes, no more"
 done
+# An open view's bytes lie in the pool (memory that is in already, where a
+# fresh buffer costs a fault a page), over whatever the pool held there,
+# and its close gives the room back.
+"$B/omnikv" view --rank 0 --of 1 -o "$T/x.view" "$T"/x.rank?of4
+pool_used() { health c "d['pool']['used']"; }
+u0=$(pool_used)
+exec 3<"$T/c/p/q/x.rank0of1"
+u1=$(pool_used)
+ok "an open view of $(stat -c %s "$T/x.view") B lies in c's pool (+$((u1 - u0)) B)" \
+	test $((u1 - u0)) -ge "$(stat -c %s "$T/x.view")"
+ok "... reads as omnikv view makes it" cmp "$T/x.view" /dev/fd/3
+exec 3<&-
+ok "... and its close gives the room back" wait_until 5 sh -c "test \$(cat '$T/c/.omni/health' |
+	$PY -c 'import json,sys; print(json.load(sys.stdin)[\"pool\"][\"used\"])') = $u0"
 # vllm-omni shards (NHD): a slice is a strided pull of every token's row.
 $SYSPY -c "$KVPY
 import os
