@@ -184,19 +184,50 @@ static void hook_gone(void *ctx, const struct ns_objinfo *o)
 		xport_send(cl->x, (int)i, &m);
 }
 
+/* A message its peer must act on once, whatever becomes of the connection
+ * it goes on: told, and owed again (op_peer_up) where the connection went
+ * before the answer came, for the peer may not have seen it.  Told twice,
+ * a REMOVE of an oid removes nothing more, and a CONSUMED counts once by
+ * its read's name.  0, or -EHOSTDOWN (not connected; connect: after
+ * trying) and nothing owed. */
+struct told { struct cluster *cl; int peer; struct proto_msg m; };
+
+static void told_end(void *arg, int err)
+{
+	struct told *t = arg;
+
+	if (err == -EIO)
+		owe(t->cl, t->peer, &t->m);
+	free(t);
+}
+
+static int tell(struct cluster *cl, int peer, const struct proto_msg *m, int connect)
+{
+	struct told *t = malloc(sizeof(*t));
+	int rc = -ENOMEM;
+
+	if (t) {
+		*t = (struct told){ cl, peer, *m };
+		if ((rc = xport_tell(cl->x, peer, m, connect, told_end, t)))
+			free(t);
+	}
+	return rc;
+}
+
 static void hook_consumed(void *ctx, int owner, uint64_t oid, const struct ns_cover *cv)
 {
 	struct cluster *cl = ctx;
-	struct proto_msg m = { .type = PT_CONSUMED, .u.consumed = { oid, 0, 0, 0 } };
+	struct proto_msg m = { .type = PT_CONSUMED, .u.consumed = { oid, 0, 0, 0, 0 } };
 
 	if (cv && cv->of) {
 		m.u.consumed.first = cv->first;
 		m.u.consumed.n = cv->n;
 		m.u.consumed.of = cv->of;
 	}
+	m.u.consumed.rid = ns_lease_id(cl->ns);        /* a name no other read here has */
 	if (cl->consumed_delay_ms)
 		usleep(cl->consumed_delay_ms * 1000u);
-	if (xport_send(cl->x, owner, &m) == -EHOSTDOWN)
+	if (tell(cl, owner, &m, 0))
 		owe(cl, owner, &m);     /* or it keeps the object, and tells us of it again */
 }
 
@@ -364,7 +395,9 @@ static int hook_remove(void *ctx, const struct ns_objinfo *o)
 
 	news_first(cl);
 	to_proto(o, &m.u.obj);
-	return xport_post(cl->x, o->owner, &m) ? -EIO : 0;
+	m.u.obj.kvhdr = NULL;   /* a REMOVE carries names and oid; it may be kept */
+	m.u.obj.kvhdrlen = 0;
+	return tell(cl, o->owner, &m, 1) ? -EIO : 0;
 }
 
 static const char *hook_peer_name(void *ctx, int owner)
@@ -598,7 +631,8 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 		break;
 	case PT_CONSUMED: {
 		struct ns_cover cv = { m->u.consumed.first, m->u.consumed.n, m->u.consumed.of };
-		ns_consumed(cl->ns, m->u.consumed.oid, &cv);
+		ns_consumed(cl->ns, m->u.consumed.oid, &cv, peer, m->u.consumed.rid);
+		xport_ack(c, reqid);    /* counted, or not here to count: either way, heard */
 		break;
 	}
 	case PT_LOOKUP:
@@ -618,11 +652,9 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 	case PT_LIST:
 		serve_list(cl, c, reqid, m);
 		break;
-	case PT_REMOVE:
-		st.u.status.err = -ns_remove_name(cl->ns, m->u.obj.from, m->u.obj.to,
-						  m->u.obj.key, m->u.obj.oid);
-		if (reqid)      /* 0: sent one-way, as our nodes do */
-			xport_reply(c, reqid, &st);
+	case PT_REMOVE:         /* gone, or not here to remove: either way, heard */
+		ns_remove_name(cl->ns, m->u.obj.from, m->u.obj.to, m->u.obj.key, m->u.obj.oid);
+		xport_ack(c, reqid);
 		break;
 	case PT_PULL:
 		serve_pull(cl, c, peer, reqid, m);
@@ -957,7 +989,7 @@ static void owe(struct cluster *cl, int peer, const struct proto_msg *m)
 
 	if (!o)
 		return;
-	o->m = *m;              /* CLEANUP and CONSUMED hold no pointer */
+	o->m = *m;              /* CLEANUP, CONSUMED and REMOVE hold no pointer */
 	pthread_mutex_lock(&cl->lock);
 	for (tail = &cl->owed[peer]; *tail; tail = &(*tail)->next)
 		;
@@ -970,6 +1002,11 @@ static void owe(struct cluster *cl, int peer, const struct proto_msg *m)
 			fprintf(stderr, "omnifs: over %u messages owed to %s: the cleanup of %s "
 				"is dropped; its objects there stay\n", OWED_MAX,
 				xport_peer_name(cl->x, peer), old->m.u.cleanup.id);
+		else if (old->m.type == PT_REMOVE)
+			fprintf(stderr, "omnifs: over %u messages owed to %s: the removal of "
+				"%s/%s/%s is dropped; it stays there\n", OWED_MAX,
+				xport_peer_name(cl->x, peer), old->m.u.obj.from,
+				old->m.u.obj.to, old->m.u.obj.key);
 		else
 			fprintf(stderr, "omnifs: over %u messages owed to %s: a complete read "
 				"of its object %llu is not counted\n", OWED_MAX,
@@ -992,7 +1029,7 @@ static void pay(struct cluster *cl, int peer)
 		struct ask a = { cl, peer, 0 };
 		next = o->next;
 		if (o->m.type == PT_CLEANUP ? xport_call(cl->x, peer, &o->m, cleaned_reply, &a)
-					    : xport_send(cl->x, peer, &o->m))
+					    : tell(cl, peer, &o->m, 0))
 			owe(cl, peer, &o->m);
 		free(o);
 	}

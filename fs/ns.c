@@ -245,6 +245,7 @@ void obj_put(struct ns *ns, struct object *o)
 	free(o->ext);
 	free(o->kvhdr);
 	free(o->cov);
+	free(o->seen);
 	free(o);
 }
 

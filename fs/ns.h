@@ -358,7 +358,7 @@ void ns_owner_swept(struct ns *ns, int owner);
 void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err);
 /* Requests from peers about objects this node owns.  ns_remove_name
  * removes the object named, if it is still oid (0: whichever it is). */
-int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c);
+int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c, int peer, uint64_t rid);
 int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key,
 		   uint64_t oid);
 /* Our published object of that name (names point into ns: copy them

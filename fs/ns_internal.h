@@ -70,6 +70,10 @@ struct object {
 	uint8_t *kvhdr;
 	uint32_t kvhdr_len, cov_of, cov_min;
 	uint32_t *cov;
+	/* The peers' reads counted, by their names for them: a CONSUMED
+	 * told again (its answer was lost with a connection) counts once. */
+	struct seen_read { int peer; uint64_t rid; } *seen;
+	uint32_t nseen;
 };
 
 enum { F_NONE, F_RUNNING, F_DONE, F_FAILED };

@@ -577,14 +577,36 @@ int cover_add(struct ns *ns, struct object *o, const struct ns_cover *c)
 	return 0;
 }
 
-int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c)
+/* Under the lock: 1 if peer's read rid of o was counted before, else
+ * remembers it (where o is used up by reads: readers > 0).  -ENOMEM. */
+static int seen_read(struct object *o, int peer, uint64_t rid)
+{
+	struct seen_read *s;
+
+	for (uint32_t i = 0; i < o->nseen; i++)
+		if (o->seen[i].peer == peer && o->seen[i].rid == rid)
+			return 1;
+	if (o->readers <= 0)
+		return 0;
+	if (!(s = realloc(o->seen, (o->nseen + 1) * sizeof(*s))))
+		return -ENOMEM;
+	o->seen = s;
+	o->seen[o->nseen++] = (struct seen_read){ peer, rid };
+	return 0;
+}
+
+int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c, int peer, uint64_t rid)
 {
 	struct hlink *l;
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&ns->lock);
-	if ((l = htab_find(&ns->byoid, oid)))
-		rc = cover_add(ns, (struct object *)((char *)l - offsetof(struct object, byoid)), c);
+	if ((l = htab_find(&ns->byoid, oid))) {
+		struct object *o = (struct object *)((char *)l - offsetof(struct object, byoid));
+		if (!(rc = seen_read(o, peer, rid)))
+			rc = cover_add(ns, o, c);
+		rc = rc > 0 ? 0 : rc;
+	}
 	ns_unlock(ns);
 	return rc;
 }

@@ -225,6 +225,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		put_le(&w, m->u.consumed.first, 4);
 		put_le(&w, m->u.consumed.n, 4);
 		put_le(&w, m->u.consumed.of, 4);
+		put_le(&w, m->u.consumed.rid, 8);
 		break;
 	case PT_LIST:
 		put_str(&w, m->u.list.from, 1);
@@ -246,6 +247,13 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		break;
 	case PT_CLEANED:
 		put_le(&w, m->u.cleaned.removed, 8);
+		break;
+	case PT_ACKS:
+		if (m->u.acks.n > PROTO_ACKS_MAX)
+			w.err = 1;
+		put_le(&w, m->u.acks.n, 4);
+		for (uint32_t i = 0; !w.err && i < m->u.acks.n; i++)
+			put_le(&w, m->u.acks.reqid[i], 8);
 		break;
 	case PT_GRANT:
 		put_le(&w, m->u.grant.oid, 8);
@@ -416,6 +424,7 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		m->u.consumed.first = (uint32_t)get_le(&r, 4);
 		m->u.consumed.n = (uint32_t)get_le(&r, 4);
 		m->u.consumed.of = (uint32_t)get_le(&r, 4);
+		m->u.consumed.rid = get_le(&r, 8);
 		if (m->u.consumed.of && (m->u.consumed.first >= m->u.consumed.of ||
 					 m->u.consumed.n > m->u.consumed.of - m->u.consumed.first))
 			r.err = 1;
@@ -448,6 +457,13 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		break;
 	case PT_CLEANED:
 		m->u.cleaned.removed = get_le(&r, 8);
+		break;
+	case PT_ACKS:
+		m->u.acks.n = (uint32_t)get_le(&r, 4);
+		if (m->u.acks.n > PROTO_ACKS_MAX)
+			r.err = 1;
+		for (uint32_t i = 0; !r.err && i < m->u.acks.n; i++)
+			m->u.acks.reqid[i] = get_le(&r, 8);
 		break;
 	case PT_GRANT:
 		m->u.grant.oid = get_le(&r, 8);
@@ -505,7 +521,7 @@ const char *proto_type_name(unsigned type)
 		"?", "HELLO", "CHALLENGE", "AUTH", "WELCOME", "PING", "PONG",
 		"ANNOUNCE", "GONE", "CONSUMED", "LOOKUP", "LIST", "REMOVE", "PULL",
 		"STATUS", "OBJECT", "LISTING", "DATA", "RELEASE", "GRANT", "GRANTED",
-		"CLEANUP", "CLEANED", "EXISTS", "CLAIM",
+		"CLEANUP", "CLEANED", "EXISTS", "CLAIM", "ACKS",
 	};
 	_Static_assert(sizeof(names) / sizeof(*names) == PT_MAX_TYPE + 1, "a name for each type");
 	return type <= PT_MAX_TYPE ? names[type] : "?";

@@ -21,11 +21,13 @@
 #define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
 #define PROTO_KEY_MAX    255            /* a key */
 #define PROTO_MAGIC      0x4d4fu
-#define PROTO_VERSION    8              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
+#define PROTO_VERSION    9              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
 					   4: OBJECT carries a small object's bytes;
 					   5: CLEANUP; 6: EXISTS; 7: CLAIM; 8: GONE of
 					   all ends a resync: what a new connection
-					   did not announce again is gone */
+					   did not announce again is gone; 9:
+					   CONSUMED names its read, REMOVE and
+					   CONSUMED are acknowledged by ACKS */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -39,6 +41,7 @@
 #define PROTO_GRANT_HASHES 16384        /* chunk hashes in one GRANTED (16 GiB) */
 #define PROTO_GRANT_EXTENTS 2048        /* extents in one GRANTED */
 #define PROTO_GRANT_EXT  20             /* bytes of one: addr u64, len u64, rkey u32 */
+#define PROTO_ACKS_MAX   32             /* reqids in one ACKS */
 
 /* What a side's transports can do, exchanged in the handshake. */
 #define PROTO_CAP_TCP  1u
@@ -54,10 +57,12 @@ enum proto_type {
 	PT_ANNOUNCE,    /* one-way: an object published (object) */
 	PT_GONE,        /* one-way: an object left (object: names and oid); oid 0:
 			   the sender's resync on this connection is over */
-	PT_CONSUMED,    /* one-way: oid delivered on the sender (whole, or heads of it) */
+	PT_CONSUMED,    /* oid delivered on the sender (whole, or heads of it) by its
+			   read rid, counted once whatever the repeats; reply ACKS,
+			   none if reqid 0 */
 	PT_LOOKUP,      /* request: names; reply OBJECT or STATUS */
 	PT_LIST,        /* request: from, to (either may be ""); reply LISTING frames */
-	PT_REMOVE,      /* names and oid (0: any); reply STATUS, none if reqid 0 */
+	PT_REMOVE,      /* names and oid (0: any); reply ACKS, none if reqid 0 */
 	PT_PULL,        /* request: oid, count pieces of len at off + k*stride,
 			   lease; reply DATA frames of the pieces back to back, or STATUS */
 	PT_STATUS,      /* reply: an errno (0 = ok) */
@@ -77,7 +82,10 @@ enum proto_type {
 	PT_CLAIM,       /* request: an ANNOUNCE that the receiver takes only if it
 			   knows of no other object of that name, any node's, as
 			   one step; reply STATUS (0, or EEXIST: nothing taken) */
-	PT_MAX_TYPE = PT_CLAIM,
+	PT_ACKS,        /* reply: the reqids of requests acted on (REMOVE, CONSUMED),
+			   up to PROTO_ACKS_MAX in one frame, sent once the
+			   requests pause */
+	PT_MAX_TYPE = PT_ACKS,
 };
 
 struct proto_hdr {
@@ -114,7 +122,7 @@ struct proto_msg {
 			 char name[PROTO_NAME_MAX + 1];
 			 uint16_t rdma_port; uint8_t token[PROTO_TOKEN]; } welcome;
 		struct proto_obj obj;   /* ANNOUNCE GONE LOOKUP REMOVE OBJECT */
-		struct { uint64_t oid; uint32_t first, n, of; } consumed;  /* of 0: whole */
+		struct { uint64_t oid; uint32_t first, n, of; uint64_t rid; } consumed; /* of 0: whole */
 		struct { char from[PROTO_NAME_MAX + 1], to[PROTO_NAME_MAX + 1]; } list;
 		/* lease (0: none): the sender's name for a read of oid that
 		 * pulls it piece by piece; the owner keeps the object for it,
@@ -123,6 +131,7 @@ struct proto_msg {
 		struct { uint64_t lease; } release;
 		struct { char id[PROTO_KEY_MAX + 1]; } cleanup;   /* a valid key */
 		struct { uint64_t removed; } cleaned;
+		struct { uint32_t n; uint64_t reqid[PROTO_ACKS_MAX]; } acks;
 		struct { int32_t err; } status;
 		struct { uint32_t n; uint8_t more, objects; struct proto_obj *obj;
 			 char (*name)[PROTO_NAME_MAX + 1]; } listing;

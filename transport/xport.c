@@ -66,6 +66,10 @@ struct xport_conn {
 	atomic_int ping_owed;           /* the keeper found it busy: the sender pings */
 	uint64_t last_rx;               /* monotonic ns of the last bytes in */
 	uint8_t *body;                  /* a received frame's body */
+	/* A peer's requests acted on, to say so in one ACKS (its server
+	 * thread's alone: xport_ack). */
+	uint64_t acks[PROTO_ACKS_MAX];
+	unsigned nacks;
 	struct xport_conn *next;        /* accepted connections */
 };
 
@@ -74,6 +78,7 @@ struct pending {
 	int peer, pull, done, busy, err;
 	pthread_cond_t *cond;   /* a call's: its caller waits on it */
 	xport_reply_fn on_reply;
+	xport_done_fn told;     /* a told request's end (xport_tell) */
 	void *arg;
 	/* A pull: where its bytes go and how far they got. */
 	uint64_t off, len, got, last_ns;
@@ -434,6 +439,14 @@ static void pull_end(struct xport *x, struct pending *p, int err)
 	free(p);
 }
 
+/* Ends a told request, taken off the table under the lock by whoever
+ * ends it: its sender hears once.  Called unlocked. */
+static void tell_end(struct pending *p, int err)
+{
+	p->told(p->arg, err);
+	free(p);
+}
+
 /* Ends a call with err (0: a reply was given to on_reply). */
 static void call_end(struct xport *x, struct pending *p, int err)
 {
@@ -458,14 +471,18 @@ static void pending_fail(struct xport *x, int peer)
 			pthread_mutex_unlock(&x->lock);
 			continue;
 		}
-		int pull = p && p->pull;
-		if (p && !pull)
+		int pull = p && p->pull, told = p && p->told;
+		if (told)
+			pending_del(x, p);
+		else if (p && !pull)
 			call_end(x, p, -EIO);
 		pthread_mutex_unlock(&x->lock);
 		if (!p)
 			return;
 		if (pull)
 			pull_end(x, p, -EIO);
+		else if (told)
+			tell_end(p, -EIO);
 	}
 }
 
@@ -621,6 +638,12 @@ static void rx_reply(struct xport_conn *c, const struct proto_hdr *h, const stru
 		pull_end(x, p, err ? err : -EIO);
 		return;
 	}
+	if (p->told) {
+		pending_del(x, p);
+		pthread_mutex_unlock(&x->lock);
+		tell_end(p, m->type == PT_STATUS ? -m->u.status.err : -EPROTO);
+		return;
+	}
 	p->busy = 1;
 	pthread_mutex_unlock(&x->lock);
 	int more = m->type == PT_STATUS || !p->on_reply ? 0 : p->on_reply(p->arg, m);
@@ -632,6 +655,24 @@ static void rx_reply(struct xport_conn *c, const struct proto_hdr *h, const stru
 	else if (!more)
 		call_end(x, p, 0);
 	pthread_mutex_unlock(&x->lock);
+}
+
+/* Told requests the peer acted on: each one's sender hears. */
+static void rx_acks(struct xport_conn *c, const struct proto_msg *m)
+{
+	struct xport *x = c->x;
+
+	for (uint32_t i = 0; i < m->u.acks.n; i++) {
+		pthread_mutex_lock(&x->lock);
+		struct pending *p = pending_find(x, m->u.acks.reqid[i]);
+		if (p && (!p->told || p->peer != c->peer))
+			p = NULL;
+		if (p)
+			pending_del(x, p);
+		pthread_mutex_unlock(&x->lock);
+		if (p)
+			tell_end(p, 0);
+	}
 }
 
 /* ---------------------------------------------------------------- our side */
@@ -678,6 +719,8 @@ static void *rx_thread(void *arg)
 		} else if (h.type == PT_STATUS || h.type == PT_OBJECT || h.type == PT_LISTING ||
 			   h.type == PT_GRANTED || h.type == PT_CLEANED) {
 			rx_reply(c, &h, &m);
+		} else if (h.type == PT_ACKS) {
+			rx_acks(c, &m);
 		} else if (h.type != PT_PONG) {
 			rc = -EPROTO;   /* a request has no business here */
 		}
@@ -929,6 +972,50 @@ int xport_post(struct xport *x, int peer, const struct proto_msg *m)
 	return send_on(x, peer_conn(x, peer), m);
 }
 
+int xport_tell(struct xport *x, int peer, const struct proto_msg *m, int connect,
+	       xport_done_fn done, void *arg)
+{
+	struct pending *p = calloc(1, sizeof(*p));
+	struct xport_conn *c = NULL;
+	uint64_t id = 0;
+	int rc;
+
+	if (!p)
+		return -ENOMEM;
+	*p = (struct pending){ .peer = peer, .told = done, .arg = arg };
+	if (connect) {
+		c = peer_conn(x, peer);
+	} else {
+		pthread_mutex_lock(&x->lock);
+		if ((c = x->peers[peer].out))   /* as xport_send: never waits to connect */
+			c->refs++;
+		pthread_mutex_unlock(&x->lock);
+	}
+	pthread_mutex_lock(&x->lock);
+	if (c && pending_link(x, c, p))
+		id = p->reqid;
+	pthread_mutex_unlock(&x->lock);
+	if (!id) {
+		rc = -EHOSTDOWN;
+		free(p);
+	} else if ((rc = conn_send(c, id, m))) {
+		/* Still in the table: nobody else will end it.  Gone from it:
+		 * the connection's end took it and tells done. */
+		pthread_mutex_lock(&x->lock);
+		int mine = pending_find(x, id) != NULL;
+		if (mine)
+			pending_del(x, p);
+		pthread_mutex_unlock(&x->lock);
+		if (mine)
+			free(p);
+		else
+			rc = 0;
+	}
+	if (c)
+		conn_unref(x, c);
+	return rc;
+}
+
 /* The absolute CLOCK_REALTIME time ms from now (pthread_cond_timedwait). */
 static struct timespec deadline_in(unsigned ms)
 {
@@ -1145,6 +1232,38 @@ int xport_reply_data(struct xport_conn *c, uint64_t reqid, uint64_t off, uint64_
 	return rc;
 }
 
+#define ACK_WAIT_MS 2
+
+/* What xport_ack gathered, in one ACKS. */
+static int acks_flush(struct xport_conn *c)
+{
+	struct proto_msg m = { .type = PT_ACKS };
+
+	if (!c->nacks)
+		return 0;
+	m.u.acks.n = c->nacks;
+	memcpy(m.u.acks.reqid, c->acks, c->nacks * sizeof(*c->acks));
+	c->nacks = 0;
+	return conn_send(c, 0, &m);
+}
+
+void xport_ack(struct xport_conn *c, uint64_t reqid)
+{
+	if (!reqid)
+		return;
+	c->acks[c->nacks++] = reqid;
+	if (c->nacks == PROTO_ACKS_MAX)
+		acks_flush(c);
+}
+
+/* 1 if more of the peer's frames come within ms. */
+static int more_within(const struct xport_conn *c, int ms)
+{
+	struct pollfd p = { c->fd, POLLIN, 0 };
+
+	return poll(&p, 1, ms) != 0;
+}
+
 static int is_request(unsigned t)
 {
 	return t == PT_PING || t == PT_ANNOUNCE || t == PT_GONE || t == PT_CONSUMED ||
@@ -1288,6 +1407,12 @@ static void *server_thread(void *arg)
 		proto_msg_free(&m);
 		if (rc)
 			break;
+		/* Acknowledgements wait a little for the next request: a
+		 * burst of removals is acknowledged in a few frames, not one
+		 * each (an answer costs both sides a wake-up; 100,000 rm took
+		 * twice as long).  Only a lost connection needs them. */
+		if (c->nacks && !more_within(c, ACK_WAIT_MS))
+			acks_flush(c);
 	}
 	if (rc == -EPROTO || rc == -EMSGSIZE) {
 		count(x, XC_BAD_FRAMES, 1);

@@ -123,6 +123,16 @@ int xport_rdma(const struct xport *x, const char **device, const char **grants);
  * xport_post connects first where no connection is up, as a call does. */
 int xport_send(struct xport *x, int peer, const struct proto_msg *m);
 int xport_post(struct xport *x, int peer, const struct proto_msg *m);
+/* A request whose end is told, not awaited: done(arg, err) once, on
+ * another thread: 0 when the peer acted on it (its ACKS, or a STATUS's
+ * errno), or -EIO when the connection went first (the peer may or may
+ * not have acted on it); a peer that never answers ends it with its
+ * connection.
+ * connect: as xport_post, else as xport_send.  0, or -EHOSTDOWN or
+ * -ENOMEM, and then done is never called. */
+typedef void (*xport_done_fn)(void *arg, int err);
+int xport_tell(struct xport *x, int peer, const struct proto_msg *m, int connect,
+	       xport_done_fn done, void *arg);
 /* A request.  on_reply sees each reply frame on the receiving thread and
  * returns 1 while more are due (LISTING with more set).  0, -EHOSTDOWN,
  * -ETIMEDOUT (no reply within call_ms) or the error the reply carries. */
@@ -174,5 +184,8 @@ void xport_buf_free(struct xport *x, void *buf);
 int xport_reply(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m);
 int xport_reply_data(struct xport_conn *c, uint64_t reqid, uint64_t off, uint64_t xxh3,
 		     const struct iovec *iov, int n);
+/* From ops->handle: a told request (xport_tell) was acted on, said in one
+ * ACKS with others once no more of the peer's frames come for a moment. */
+void xport_ack(struct xport_conn *c, uint64_t reqid);
 
 #endif

@@ -269,7 +269,7 @@ elif mode == "garbage":
 elif mode == "oversized":
     s.sendall(frame(1, b"", length=1 << 30)); print(repr(recv_all()))
 elif mode == "badversion":
-    s.sendall(frame(1, b"x" * 8, ver=9)); print(repr(recv_all()))
+    s.sendall(frame(1, b"x" * 8, ver=VER + 1)); print(repr(recv_all()))
 elif mode == "before-auth":
     s.sendall(frame(12, b"\x01-\x01-\x01\x00-" + b"\0" * 56)); print(repr(recv_all()))
 PYEOF
@@ -281,7 +281,7 @@ is "$(rogue garbage)" "b''" "4 KiB of garbage: closed"
 is "$(rogue oversized)" "b''" "a frame claiming 1 GiB: closed before reading it"
 is "$(rogue badversion)" "b''" "a frame of another protocol version: closed"
 ok "... and the log names both versions" \
-	grep -q "127.0.0.1:[0-9]* speaks peer protocol version 9, this node $PROTO_VERSION: run the same omnifs release" "$T/a.log"
+	grep -q "127.0.0.1:[0-9]* speaks peer protocol version $((PROTO_VERSION + 1)), this node $PROTO_VERSION: run the same omnifs release" "$T/a.log"
 ok "a counted the bad frames" test "$(stat_of a peer_bad_frames)" -ge 3
 echo still >"$T/a/0/1/alive"
 is "$(cat "$T/b/0/1/alive")" still "a still serves its peers after all that"

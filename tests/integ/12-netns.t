@@ -74,4 +74,27 @@ ok "a's surviving object is listed on b again" wait_until 10 test -e "$T/b/0/1/k
 ok "and reads whole" cmp "$T/r5" "$T/b/0/1/kept"
 ok "c sees b's object from a's side too" cmp <(echo "b and c carry on") "$T/a/1/2/on"
 
+# --- words on a connection that dies before they arrive are told again --------
+# Just after b's link is cut, b reads a's object of one read (its bytes came
+# with its announce) and removes another of a's: both words go out on a
+# connection b still thinks up, and die with it.  Once the link is back, a
+# hears both (and counts the read once), and neither comes back on b.
+$SYSPY -c "
+import os
+for k in ('once', 'gone'):
+    with open('$T/a/0/1/' + k, 'wb') as f:
+        os.setxattr(f.fileno(), 'user.omni.readers', b'1')
+        f.write(b'one read\n')
+"
+ok "b hears of a's objects" wait_until 5 test -e "$T/b/0/1/once" -a -e "$T/b/0/1/gone"
+ip link set "o${S}bp" down
+is "$(cat "$T/b/0/1/once")" "one read" "b reads a's object of one read as its link is cut"
+ok "... and removes another of a's" rm "$T/b/0/1/gone"
+ok "b sees a down" wait_until 10 peers_up b 0
+ip link set "o${S}bp" up
+ok "b rejoins" wait_until 15 all_up
+ok "a hears of the read: its object is used up" wait_until 10 sh -c "! test -e '$T/a/0/1/once'"
+ok "a hears of the removal" wait_until 10 sh -c "! test -e '$T/a/0/1/gone'"
+ok "neither is listed on b again" wait_until 10 sh -c "! test -e '$T/b/0/1/once' -o -e '$T/b/0/1/gone'"
+
 done_testing

@@ -172,6 +172,7 @@ static int build(uint8_t *body, size_t cap, uint8_t *type, uint8_t *scratch)
 		m.u.consumed.of = (uint32_t)rnd(9);
 		m.u.consumed.first = (uint32_t)rnd(m.u.consumed.of + 2);
 		m.u.consumed.n = (uint32_t)rnd(m.u.consumed.of + 2);
+		m.u.consumed.rid = rnd(2) ? rnd(4) : pick_u64(1);      /* repeats, too */
 		break;
 	case PT_LIST:
 		pick_name(m.u.list.from, sizeof(m.u.list.from), 0);
@@ -594,7 +595,17 @@ static int answer(int fd, const struct proto_hdr *h, const struct proto_msg *q, 
 		return answer_list(fd, q, reqid, out, scratch);
 	case PT_PULL:
 		return answer_pull(fd, q, reqid, out, scratch);
-	case PT_REMOVE: case PT_EXISTS:
+	case PT_REMOVE: case PT_CONSUMED:      /* heard, with others made up, or a STATUS */
+		if (rnd(2)) {
+			r.type = PT_ACKS;
+			r.u.acks.n = (uint32_t)rnd(PROTO_ACKS_MAX + 1);
+			for (uint32_t i = 0; i < r.u.acks.n; i++)
+				r.u.acks.reqid[i] = rnd(2) ? reqid : pick_u64(reqid);
+			return reply(fd, &r, rnd(2) ? 0 : reqid, out);
+		}
+		r.u.status.err = rnd(2) ? 0 : ENOENT;
+		break;
+	case PT_EXISTS:
 		r.u.status.err = rnd(2) ? 0 : ENOENT;
 		break;
 	case PT_CLAIM:          /* taken, refused, or an errno it never sends */

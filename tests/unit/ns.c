@@ -78,14 +78,17 @@ static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
 	snprintf(claim_key, sizeof(claim_key), "%s", o->key);
 	claim_bytes_ok = o->data && !memcmp(o->data, "abc", 3);
 	if (claim_consume_ns)
-		claim_consumed_rc = ns_consumed(claim_consume_ns, o->oid, NULL);
+		claim_consumed_rc = ns_consumed(claim_consume_ns, o->oid, NULL, peer, 1);
 	return claim_rc;
 }
+
+static uint64_t published_oid;
 
 static void hook_published(void *ctx, const struct ns_objinfo *o)
 {
 	(void)ctx;
 	claimed_as = o->claimed;
+	published_oid = o->oid;
 }
 
 static void hook_gone(void *ctx, const struct ns_objinfo *o)
@@ -160,6 +163,22 @@ static void test_claims(void)
 	ok(ns_lookup(ns, e, "c4", 0, &a) == -ENOENT && stat_get(&st, ST_CONSUMED) == consumed + 1,
 	   "... and consumes it: never published here");
 	is(gones, 1, "... its peers told it is gone");
+
+	/* A peer's read told twice (its answer went with a connection)
+	 * counts once; another read of the same peer counts. */
+	struct ns_handle *w;
+	ok(!ns_create_key(ns, e, "c5", 1, 0, 0, &a, &w) &&
+	   !ns_setxattr(ns, a.ino, "user.omni.readers", "2", 1), "an object for two reads");
+	ns_write(ns, w, "abc", 3, 0);
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
+	ns_release(ns, w);
+	uint64_t oid = published_oid;
+	is(ns_consumed(ns, oid, NULL, 1, 77), 0, "peer 1's read 77 counts");
+	is(ns_consumed(ns, oid, NULL, 1, 77), 0, "... told again: no error");
+	ok(ns_lookup(ns, e, "c5", 0, &a) == 0, "... and counted once: the object stays");
+	ns_forget(ns, a.ino, 1);
+	is(ns_consumed(ns, oid, NULL, 2, 77), 0, "peer 2's read of the same name counts");
+	is(ns_lookup(ns, e, "c5", 0, &a), -ENOENT, "... the second read: used up");
 	ns_stop(ns);
 	ns_destroy(ns);
 	pool_destroy(pool);

@@ -113,11 +113,19 @@ static void test_messages(void)
 	is(roundtrip(&pull, &r), -EPROTO, "a PULL of too many pieces: refused");
 	set_pull(&pull, 3, 0, UINT64_MAX, 0, 1);
 	is(roundtrip(&pull, &r), -EPROTO, "a PULL of 2^64-1 bytes: refused");
-	struct proto_msg cm = { .type = PT_CONSUMED, .u.consumed = { 9, 1, 2, 4 } };
+	struct proto_msg cm = { .type = PT_CONSUMED, .u.consumed = { 9, 1, 2, 4, 1ull << 60 } };
 	ok(roundtrip(&cm, &r) > 0 && r.u.consumed.first == 1 && r.u.consumed.n == 2 &&
 	   r.u.consumed.of == 4, "CONSUMED carries the heads a view delivered");
+	ok(r.u.consumed.rid == 1ull << 60, "... and the read it was");
 	cm.u.consumed.n = 4;
 	is(roundtrip(&cm, &r), -EPROTO, "heads past the shard's: refused");
+	struct proto_msg ak = { .type = PT_ACKS, .u.acks = { 3, { 7, 1ull << 63, 9 } } };
+	ok(roundtrip(&ak, &r) > 0 && r.u.acks.n == 3 && r.u.acks.reqid[1] == 1ull << 63 &&
+	   r.u.acks.reqid[2] == 9, "ACKS carries the requests acted on");
+	ak.u.acks.n = PROTO_ACKS_MAX + 1;
+	ok(proto_encode(&ak, buf, sizeof(buf)) < 0, "more than PROTO_ACKS_MAX: not encoded");
+	uint8_t big[4] = { PROTO_ACKS_MAX + 1, 0, 0, 0 };
+	is(proto_decode(PT_ACKS, big, 4, &r), -EPROTO, "... nor decoded");
 
 	struct proto_msg st = { .type = PT_STATUS, .u.status.err = ENOENT };
 	ok(roundtrip(&st, &r) > 0 && r.u.status.err == ENOENT, "STATUS round-trips");
