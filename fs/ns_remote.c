@@ -539,7 +539,6 @@ void ns_owner_swept(struct ns *ns, int owner)
 	pthread_mutex_unlock(&ns->lock);
 }
 
-
 /* Object o was delivered: whole (c NULL or all its units), or units
  * [first, first+n) of `of` by a view.  It counts one read once every unit
  * has been delivered once more; under the lock.  On a reader's node the

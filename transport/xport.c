@@ -662,16 +662,19 @@ static void rx_acks(struct xport_conn *c, const struct proto_msg *m)
 {
 	struct xport *x = c->x;
 
-	for (uint32_t i = 0; i < m->u.acks.n; i++) {
-		pthread_mutex_lock(&x->lock);
-		struct pending *p = pending_find(x, m->u.acks.reqid[i]);
-		if (p && (!p->told || p->peer != c->peer))
-			p = NULL;
-		if (p)
+	struct pending *done = NULL, *p;
+
+	pthread_mutex_lock(&x->lock);
+	for (uint32_t i = 0; i < m->u.acks.n; i++)
+		if ((p = pending_find(x, m->u.acks.reqid[i])) && p->told && p->peer == c->peer) {
 			pending_del(x, p);
-		pthread_mutex_unlock(&x->lock);
-		if (p)
-			tell_end(p, 0);
+			p->next = done;
+			done = p;
+		}
+	pthread_mutex_unlock(&x->lock);
+	while ((p = done)) {
+		done = p->next;
+		tell_end(p, 0);
 	}
 }
 
@@ -916,6 +919,19 @@ unclaim:
 	return rc;
 }
 
+/* Our connection to peer with a reference, if it is up: never waits to
+ * connect. */
+static struct xport_conn *peer_out(struct xport *x, int peer)
+{
+	struct xport_conn *c;
+
+	pthread_mutex_lock(&x->lock);
+	if ((c = x->peers[peer].out))
+		c->refs++;
+	pthread_mutex_unlock(&x->lock);
+	return c;
+}
+
 /* Our connection to peer with a reference, connecting on demand. */
 static struct xport_conn *peer_conn(struct xport *x, int i)
 {
@@ -923,18 +939,9 @@ static struct xport_conn *peer_conn(struct xport *x, int i)
 
 	if (i < 0 || (size_t)i >= x->npeers)
 		return NULL;
-	pthread_mutex_lock(&x->lock);
-	c = x->peers[i].out;
-	if (c)
-		c->refs++;
-	pthread_mutex_unlock(&x->lock);
-	if (c || peer_connect(x, i))
+	if ((c = peer_out(x, i)) || peer_connect(x, i))
 		return c;
-	pthread_mutex_lock(&x->lock);
-	if ((c = x->peers[i].out))
-		c->refs++;
-	pthread_mutex_unlock(&x->lock);
-	return c;
+	return peer_out(x, i);
 }
 
 static void conn_unref(struct xport *x, struct xport_conn *c)
@@ -958,13 +965,7 @@ static int send_on(struct xport *x, struct xport_conn *c, const struct proto_msg
 
 int xport_send(struct xport *x, int peer, const struct proto_msg *m)
 {
-	struct xport_conn *c;
-
-	pthread_mutex_lock(&x->lock);
-	if ((c = x->peers[peer].out))   /* one-way messages never wait to connect */
-		c->refs++;
-	pthread_mutex_unlock(&x->lock);
-	return send_on(x, c, m);
+	return send_on(x, peer_out(x, peer), m);
 }
 
 int xport_post(struct xport *x, int peer, const struct proto_msg *m)
@@ -976,21 +977,14 @@ int xport_tell(struct xport *x, int peer, const struct proto_msg *m, int connect
 	       xport_done_fn done, void *arg)
 {
 	struct pending *p = calloc(1, sizeof(*p));
-	struct xport_conn *c = NULL;
+	struct xport_conn *c;
 	uint64_t id = 0;
 	int rc;
 
 	if (!p)
 		return -ENOMEM;
 	*p = (struct pending){ .peer = peer, .told = done, .arg = arg };
-	if (connect) {
-		c = peer_conn(x, peer);
-	} else {
-		pthread_mutex_lock(&x->lock);
-		if ((c = x->peers[peer].out))   /* as xport_send: never waits to connect */
-			c->refs++;
-		pthread_mutex_unlock(&x->lock);
-	}
+	c = connect ? peer_conn(x, peer) : peer_out(x, peer);
 	pthread_mutex_lock(&x->lock);
 	if (c && pending_link(x, c, p))
 		id = p->reqid;

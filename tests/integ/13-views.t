@@ -261,8 +261,8 @@ ok "an open view of $(stat -c %s "$T/x.view") B lies in c's pool (+$((u1 - u0)) 
 	test $((u1 - u0)) -ge "$(stat -c %s "$T/x.view")"
 ok "... reads as omnikv view makes it" cmp "$T/x.view" /dev/fd/3
 exec 3<&-
-ok "... and its close gives the room back" wait_until 5 sh -c "test \$(cat '$T/c/.omni/health' |
-	$PY -c 'import json,sys; print(json.load(sys.stdin)[\"pool\"][\"used\"])') = $u0"
+room_back() { [ "$(pool_used)" = "$u0" ]; }
+ok "... and its close gives the room back" wait_until 5 room_back
 # vllm-omni shards (NHD): a slice is a strided pull of every token's row.
 $SYSPY -c "$KVPY
 import os

@@ -5,7 +5,6 @@ import contextlib
 import errno
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
