@@ -37,7 +37,8 @@ struct omnifs_direct {
 	uint64_t size;          /* PLACE: in; both: the object's size out */
 	uint64_t xxh3;          /* WHERE: the published object's; PLACE: 0 */
 	uint64_t cookie_addr, cookie;
-	uint32_t n, flags;      /* extents used; PLACE: OMNIFS_PLACE_SOLE or 0 in */
+	uint32_t n, flags;      /* extents used; PLACE: OMNIFS_PLACE_SOLE or 0 in;
+				 * WHERE_SOON: OMNIFS_WHERE_LANDING or 0 out */
 	struct { uint64_t addr, len; } ext[OMNIFS_DIRECT_EXT];
 };
 
@@ -45,6 +46,25 @@ struct omnifs_direct {
 
 #define OMNIFS_IOC_WHERE _IOR('O', 0x10, struct omnifs_direct)
 #define OMNIFS_IOC_PLACE _IOWR('O', 0x11, struct omnifs_direct)
+
+/* OMNIFS_IOC_WHERE_SOON, on a descriptor opened for reading: WHERE's
+ * answer, given at once for another node's object whose bytes are still
+ * being pulled into this node's pool, with OMNIFS_WHERE_LANDING in flags.
+ * The caller then asks OMNIFS_IOC_LANDED before it copies a range, and
+ * copies the first bytes while the last ones are still on the wire,
+ * instead of after them (a cross-node get's copy out was a third of its
+ * time).  Without the flag the answer is WHERE's in every way.  A pull
+ * that fails makes LANDED fail with EIO: the bytes copied so far are
+ * worth nothing.
+ *
+ * OMNIFS_IOC_LANDED, after WHERE_SOON: in, upto; it waits until the
+ * object's first upto bytes are here and checked, and answers how many
+ * are (upto or more; the object's size once all are).  Once all are, the
+ * open counts as a complete read when it is closed.  EINVAL past the
+ * object's size. */
+#define OMNIFS_WHERE_LANDING 1u
+#define OMNIFS_IOC_WHERE_SOON _IOR('O', 0x19, struct omnifs_direct)
+#define OMNIFS_IOC_LANDED _IOWR('O', 0x1a, uint64_t)
 
 /* OMNIFS_IOC_PLACED, on a placed writer's descriptor, as its copy goes:
  * the object's first `upto` bytes are in and final.  The daemon hashes

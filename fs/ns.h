@@ -289,8 +289,16 @@ uint64_t ns_cleanup(struct ns *ns, const char *id, const uint8_t *told);
  * has them (what: the stat to count it under): the handle's close then
  * counts a complete read.  -EOPNOTSUPP for a pool a process cannot copy. */
 int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int max,
-		    int *n, uint64_t *size, uint64_t *xxh3);
+		    int *n, uint64_t *size, uint64_t *xxh3, int *landing);
 void ns_direct_done(struct ns *ns, struct ns_handle *h, enum stat_id what);
+/* With landing (OMNIFS_IOC_WHERE_SOON), where also answers for another
+ * node's object that h's fetch is still landing in the pool, and sets
+ * *landing; the caller then waits for each range with ns_direct_landing:
+ * until [0, upto) is here and checked, *have how much is; the open is
+ * done (counted as where's done counts, ST_DIRECT_GETS) once all is.
+ * -EIO once the fetch has failed, -EINVAL past the end.  Blocks: never
+ * from a thread that delivers pulls. */
+int ns_direct_landing(struct ns *ns, struct ns_handle *h, uint64_t upto, uint64_t *have);
 /* Waits, as a read would, until another node's object that h's open is
  * copying here whole has landed (or its pull has failed); returns at once
  * for any other.  Blocks: never from a thread that delivers pulls. */

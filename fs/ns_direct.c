@@ -16,8 +16,9 @@ static int direct_iov(struct ns *ns, struct object *o, struct iovec *iov, int ma
 	return obj_iov(ns, o, 0, o->size, iov, n, max) == o->size ? 0 : -E2BIG;
 }
 
-/* Under ns's lock: 0 if reader h may be handed o's bytes whole now. */
-static int whole_here(const struct ns_handle *h)
+/* Under ns's lock: 0 if reader h may be handed o's place now: its bytes
+ * all here or, where soon, still landing there by the fetch h belongs to. */
+static int placed_here(const struct ns_handle *h, int soon)
 {
 	const struct object *o = h->obj;
 
@@ -25,9 +26,17 @@ static int whole_here(const struct ns_handle *h)
 		return -EBADF;
 	if (o->state != OS_PUBLISHED)
 		return -ENOENT;
-	if (h->stream || stream_wanted(h) || (o->owner >= 0 && o->fetch != F_DONE))
-		return -EREMOTE;        /* not all here: read(2) pulls them */
+	if (h->stream || stream_wanted(h))
+		return -EREMOTE;        /* never all here: read(2) pulls them */
+	if (o->owner >= 0 && o->fetch != F_DONE &&
+	    (!soon || o->fetch != F_RUNNING || h->gen != o->fetch_gen || o->stage))
+		return -EREMOTE;        /* a failed fetch, or a staged one */
 	return 0;
+}
+
+static int whole_here(const struct ns_handle *h)
+{
+	return placed_here(h, 0);
 }
 
 /* Under ns's lock: h has had every byte, as a read to the end would. */
@@ -44,7 +53,7 @@ static void handed_whole(struct ns *ns, struct ns_handle *h, enum stat_id what)
 }
 
 int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int max,
-		    int *n, uint64_t *size, uint64_t *xxh3)
+		    int *n, uint64_t *size, uint64_t *xxh3, int *landing)
 {
 	struct object *o = h->obj;
 	int rc;
@@ -52,9 +61,36 @@ int ns_direct_where(struct ns *ns, struct ns_handle *h, struct iovec *iov, int m
 	if (!ns->base)
 		return -EOPNOTSUPP;     /* not memory a process can copy */
 	pthread_mutex_lock(&ns->lock);
-	if (!(rc = whole_here(h)) && !(rc = direct_iov(ns, o, iov, max, n))) {
+	if (!(rc = placed_here(h, landing != NULL)) && !(rc = direct_iov(ns, o, iov, max, n))) {
 		*size = o->size;
 		*xxh3 = o->xxh3;
+		if (landing)
+			*landing = o->owner >= 0 && o->fetch != F_DONE;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_direct_landing(struct ns *ns, struct ns_handle *h, uint64_t upto, uint64_t *have)
+{
+	struct object *o = h->obj;
+	int rc = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	/* Not placed_here(): an object removed or lost meanwhile is still
+	 * h's, as an open file's bytes are; only a failed fetch is not. */
+	if (h->write || h->source || h->served)
+		rc = -EBADF;
+	else if (h->stream || stream_wanted(h))
+		rc = -EREMOTE;
+	else if (upto > o->size)
+		rc = -EINVAL;
+	else if (o->owner >= 0 && fetch_wait(ns, h, 0, upto))
+		rc = -EIO;              /* what came of it is worth nothing */
+	if (!rc) {
+		*have = o->owner >= 0 && o->fetch != F_DONE ? o->have : o->size;
+		if (*have == o->size && h->done != o->size)
+			handed_whole(ns, h, ST_DIRECT_GETS);
 	}
 	pthread_mutex_unlock(&ns->lock);
 	return rc;

@@ -825,6 +825,25 @@ static int host_place(struct fs *fs, struct ns_handle *h, uint64_t size, int sol
 }
 
 /* OMNIFS_IOC_SHARE: the pool's file, for a process to map once. */
+/* PLACED (a writer's bytes so far are final) and LANDED (a reader waits
+ * for its first bytes): one 64-bit offset in, LANDED's count out. */
+static void upto_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct ns_handle *h,
+		       const void *in_buf, size_t in_bufsz, size_t out_bufsz)
+{
+	uint64_t upto, have;
+	int rc;
+
+	if (in_bufsz != sizeof(upto) || (cmd == OMNIFS_IOC_LANDED && out_bufsz < sizeof(have)))
+		return (void)fuse_reply_err(req, EINVAL);
+	memcpy(&upto, in_buf, sizeof(upto));
+	if (cmd == OMNIFS_IOC_PLACED) {
+		rc = ns_direct_placed(fs->ns, h, upto);
+		return (void)(rc ? fuse_reply_err(req, -rc) : fuse_reply_ioctl(req, 0, NULL, 0));
+	}
+	rc = ns_direct_landing(fs->ns, h, upto, &have);
+	return (void)(rc ? fuse_reply_err(req, -rc) : fuse_reply_ioctl(req, 0, &have, sizeof(have)));
+}
+
 static void share_ioctl(fuse_req_t req, struct fs *fs, size_t out_bufsz)
 {
 	struct omnifs_share s = { .magic = OMNIFS_SHARE_MAGIC, .pid = (uint32_t)getpid(),
@@ -856,7 +875,8 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 	int n = 0, rc;
 
 	if (cmd != OMNIFS_IOC_WHERE && cmd != OMNIFS_IOC_PLACE && cmd != OMNIFS_IOC_CUDA &&
-	    cmd != OMNIFS_IOC_PLACED && cmd != OMNIFS_IOC_CUDA_PLACE && cmd != OMNIFS_IOC_SHARE)
+	    cmd != OMNIFS_IOC_PLACED && cmd != OMNIFS_IOC_CUDA_PLACE && cmd != OMNIFS_IOC_SHARE &&
+	    cmd != OMNIFS_IOC_WHERE_SOON && cmd != OMNIFS_IOC_LANDED)
 		return (void)fuse_reply_err(req, ENOTTY);
 	if (fi->fh & FH_TAGS)           /* views, .omni files: no one place */
 		return (void)fuse_reply_err(req, EOPNOTSUPP);
@@ -867,14 +887,8 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
 	if (cmd == OMNIFS_IOC_CUDA || cmd == OMNIFS_IOC_CUDA_PLACE)
 		return cuda_ioctl(req, cmd, h, in_buf, in_bufsz, out_bufsz);
-	if (cmd == OMNIFS_IOC_PLACED) {
-		uint64_t upto;
-		if (in_bufsz != sizeof(upto))
-			return (void)fuse_reply_err(req, EINVAL);
-		memcpy(&upto, in_buf, sizeof(upto));
-		rc = ns_direct_placed(fs->ns, h, upto);
-		return (void)(rc ? fuse_reply_err(req, -rc) : fuse_reply_ioctl(req, 0, NULL, 0));
-	}
+	if (cmd == OMNIFS_IOC_PLACED || cmd == OMNIFS_IOC_LANDED)
+		return upto_ioctl(req, fs, cmd, h, in_buf, in_bufsz, out_bufsz);
 	if (out_bufsz < sizeof(d))
 		return (void)fuse_reply_err(req, EINVAL);
 	if (cmd == OMNIFS_IOC_PLACE) {
@@ -884,11 +898,21 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 		       sizeof(d.size));
 		rc = host_place(fs, h, d.size, place_sole(in_buf, offsetof(struct omnifs_direct, flags)),
 				iov, &n);
+	} else if (cmd == OMNIFS_IOC_WHERE_SOON) {
+		/* Another node's object that lands here whole: copied out
+		 * behind its pull, range by range (OMNIFS_IOC_LANDED). */
+		int landing = 0;
+		rc = ns_direct_where(fs->ns, h, iov, OMNIFS_DIRECT_EXT, &n, &d.size, &d.xxh3,
+				     &landing);
+		if (!rc && landing)
+			d.flags = OMNIFS_WHERE_LANDING;
+		else if (!rc)
+			ns_direct_done(fs->ns, h, ST_DIRECT_GETS);
 	} else {
 		/* Another node's object that lands here whole: once it has,
 		 * one memmove, not a FUSE request per MiB behind its pull. */
 		ns_direct_landed(fs->ns, h);
-		rc = ns_direct_where(fs->ns, h, iov, OMNIFS_DIRECT_EXT, &n, &d.size, &d.xxh3);
+		rc = ns_direct_where(fs->ns, h, iov, OMNIFS_DIRECT_EXT, &n, &d.size, &d.xxh3, NULL);
 		if (!rc)        /* the caller copies after the answer: its close counts */
 			ns_direct_done(fs->ns, h, ST_DIRECT_GETS);
 	}
@@ -927,7 +951,7 @@ static void get_answer(struct ns_waiter *nw, int err, struct ns_handle *h)
 	if (err == -EAGAIN)             /* a view: open(2) makes it */
 		err = -EOPNOTSUPP;
 	if (!err)
-		err = ns_direct_where(ns, h, iov + 1, SMALL_IOV, &n, &s.size, &s.xxh3);
+		err = ns_direct_where(ns, h, iov + 1, SMALL_IOV, &n, &s.size, &s.xxh3, NULL);
 	if (err == -EOPNOTSUPP && h) {  /* a pool the CPU cannot address */
 		err = ns_direct_bounce(ns, h, g->cap - sizeof(s), iov + 1, &s.size, &s.xxh3);
 		n = 1;

@@ -74,6 +74,40 @@ ok "a's surviving object is listed on b again" wait_until 10 test -e "$T/b/0/1/k
 ok "and reads whole" cmp "$T/r5" "$T/b/0/1/kept"
 ok "c sees b's object from a's side too" cmp <(echo "b and c carry on") "$T/a/1/2/on"
 
+# --- a get through the module copies behind its pull, and fails with it -------
+# omnifs.Mount.get asks WHERE_SOON: each range is copied once LANDED says it
+# is here, while the rest is still on the wire (a serves a MiB per 40 ms).
+# A pull cut midway fails the get with EIO, never with part of the bytes.
+module_get() {  # MNT KEY [CMD...]: crc32 and whether copying began before the last byte, or the errno
+	PYTHONPATH="$SRC/contrib/python" $SYSPY - "$@" <<'PYEOF'
+import errno, subprocess, sys, zlib
+import omnifs
+from omnifs import direct
+seen, real = [], direct.landed
+def landed(pl, upto):
+    real(pl, upto)
+    seen.append(pl.have < pl.size)
+    if sys.argv[3:] and len(seen) == 1:
+        subprocess.run(sys.argv[3:], check=True)
+direct.landed = landed
+try:
+    print(zlib.crc32(omnifs.Mount(sys.argv[1]).get("0", "1", sys.argv[2], timeout=10)), seen[0])
+except OSError as e:
+    print(errno.errorcode[e.errno])
+PYEOF
+}
+crc() { $SYSPY -c "import sys, zlib; print(zlib.crc32(open(sys.argv[1], 'rb').read()))" "$1"; }
+head -c $((6 << 20)) /dev/urandom >"$T/r6"
+cp "$T/r6" "$T/a/0/1/soon"
+is "$(module_get "$T/b" soon)" "$(crc "$T/r6") True" \
+   "a get on b copies a's object as it lands, byte-exact"
+head -c $((40 << 20)) /dev/urandom >"$T/a/0/1/cut2"
+is "$(module_get "$T/b" cut2 ip link set "o${S}ap" down)" EIO \
+   "a get on b whose owner's link is cut mid-pull: EIO, no bytes"
+ok "b sees a down" wait_until 10 peers_up b 1
+ip link set "o${S}ap" up
+ok "a rejoins" wait_until 15 all_up
+
 # --- words on a connection that dies before they arrive are told again --------
 # Just after b's link is cut, b reads a's object of one read (its bytes came
 # with its announce) and removes another of a's: both words go out on a

@@ -781,6 +781,66 @@ def test_another_nodes_object_is_pulled_first():
     assert counters(C)[0] == direct_gets + 1, "handed over once here"
 
 
+def test_a_get_copies_another_nodes_object_as_it_lands(monkeypatch):
+    """WHERE_SOON answers while the pull runs, and each range is copied
+    once LANDED says it is here (12-netns.t, where the owner serves
+    slowly, shows the copy starting before the last byte lands, and a
+    pull cut midway failing the get)."""
+    k, data = rid(), os.urandom(9 << 20)
+    omnifs.Mount(B).put("0", "1", k, data)
+    from omnifs import direct
+    asked, real = [], direct.landed
+
+    def landed(pl, upto):
+        real(pl, upto)
+        asked.append((upto, pl.have))
+    monkeypatch.setattr(direct, "landed", landed)
+    m, g0 = omnifs.Mount(C), counters(C)[0]
+    assert bytes(m.get("0", "1", k, timeout=5)) == data
+    assert m.soon, "the daemon answers WHERE_SOON"
+    assert counters(C)[0] == g0 + 1, "handed over once here"
+    assert asked[-1][1] == len(data) and all(h >= u for u, h in asked)
+
+
+def test_a_daemon_without_where_soon_is_asked_where(monkeypatch):
+    from omnifs import direct
+
+    def older(fd):
+        raise OSError(errno.ENOTTY, os.strerror(errno.ENOTTY))
+    monkeypatch.setattr(direct, "where_soon", older)
+    k, data = rid(), os.urandom(3 << 20)
+    omnifs.Mount(B).put("0", "1", k, data)
+    m, g0 = omnifs.Mount(C), counters(C)[0]
+    assert bytes(m.get("0", "1", k, timeout=5)) == data
+    assert not m.soon and counters(C)[0] == g0 + 1, "WHERE instead, still direct"
+
+
+def test_landed_refuses_what_it_cannot_mean():
+    from omnifs import direct
+    m, k, data = omnifs.Mount(ONE), rid(), os.urandom(1 << 20)
+    m.put("0", "1", k, data, readers=0)
+    p = m.path("0", "1", k)
+    g0 = counters(ONE)[0]
+    with open(p, "rb", buffering=0) as f:
+        pl = direct.where_soon(f.fileno())
+        assert pl.have == pl.size == len(data), "this node's own: all here"
+        pl.have = 0
+        direct.landed(pl, len(data))
+        assert pl.have == len(data), "LANDED of all: answered at once"
+        pl.have = 0
+        with pytest.raises(OSError) as e:
+            direct.landed(pl, len(data) + 1)
+        assert e.value.errno == errno.EINVAL, "past the end"
+    assert counters(ONE)[0] == g0 + 1, "counted once"
+    for i, cmd in enumerate((direct.WHERE_SOON, direct.LANDED)):
+        assert ioctl_errno("%s.w%d" % (p, i), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                           cmd) == errno.EBADF, "a writer's"
+    assert ioctl_errno(os.path.join(ONE, ".omni", "health"), os.O_RDONLY,
+                       direct.LANDED) == errno.EOPNOTSUPP, "an .omni file's"
+    for key in (k, k + ".w0", k + ".w1"):
+        m.remove("0", "1", key)
+
+
 # ---- small objects in one request (omnifs.small, fs/direct.h) ----
 
 def small_counters(mount):

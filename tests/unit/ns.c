@@ -460,14 +460,14 @@ int main(void)
 	 * only once done says the caller has it. */
 	uint64_t ci = put3(ns, e, "c"), size = 0, xxh = 0;
 	ok(ns_open(ns, ci, O_RDONLY | NS_OPEN_HERE, NULL, &r) == 0, "open a small object");
-	is(ns_direct_where(ns, r, iov, 0, &niov, &size, &xxh), -E2BIG, "too few iovecs: E2BIG");
-	ok(!ns_direct_where(ns, r, iov, 8, &niov, &size, &xxh) && size == 3 && xxh &&
+	is(ns_direct_where(ns, r, iov, 0, &niov, &size, &xxh, NULL), -E2BIG, "too few iovecs: E2BIG");
+	ok(!ns_direct_where(ns, r, iov, 8, &niov, &size, &xxh, NULL) && size == 3 && xxh &&
 	   niov == 1 && !memcmp(iov[0].iov_base, "abc", 3), "where: its bytes, size and checksum");
 	ns_flush(ns, r, NS_CLOSE_LAST, NULL);
 	ns_release(ns, r);
 	is(ns_getattr(ns, ci, &a), 0, "shown but not handed over: not consumed");
 	ok(ns_open(ns, ci, O_RDONLY | NS_OPEN_HERE, NULL, &r) == 0 &&
-	   !ns_direct_where(ns, r, iov, 8, &niov, &size, &xxh), "shown again");
+	   !ns_direct_where(ns, r, iov, 8, &niov, &size, &xxh, NULL), "shown again");
 	uint64_t sg = stat_get(&st, ST_SMALL_GETS);
 	ns_direct_done(ns, r, ST_SMALL_GETS);
 	ns_flush(ns, r, NS_CLOSE_LAST, NULL);
@@ -518,7 +518,7 @@ int main(void)
 	ns_release(ns, wake_h);
 	ns_forget(ns, cw.ino, 1);
 	int here = ns_open(ns, a.ino, O_RDONLY | NS_OPEN_HERE, NULL, &r) == 0;
-	ok(here && !ns_direct_where(ns, r, iov, 8, &niov, &size, &xxh) && size == 3 &&
+	ok(here && !ns_direct_where(ns, r, iov, 8, &niov, &size, &xxh, NULL) && size == 3 &&
 	   !memcmp(iov[0].iov_base, "xyz", 3), "... are here now");
 	if (here)
 		ns_release(ns, r);

@@ -68,6 +68,7 @@ class Mount:
         if not os.path.isfile(os.path.join(self.root, ".omni", "health")):
             raise OSError(errno.ENOTCONN, "omnifs: %s is not an omnifs mount" % self.root)
         self.direct = direct.available()
+        self.soon = True            # the daemon answers WHERE_SOON
         self.small = True
         self._edges = {}            # (from, to): an open descriptor of the edge
         self._edges_lock = threading.Lock()
@@ -284,12 +285,24 @@ class Mount:
         p = self.path(from_stage, to_stage, key)
         self._arm(timeout)
         with open(p, "rb", buffering=0) as f:
-            pl = self._direct(direct.where, f.fileno())
+            pl = self._direct(self._where, f.fileno())
             if pl is not None:
                 buf = self._get_direct(pl, alloc)
                 if buf is not None:
                     return buf
             return self._get_read(p, f, alloc)
+
+    def _where(self, fd):
+        """Where a key's bytes are, answered before those of another node
+        have all landed here (copy_out follows them)."""
+        if self.soon:
+            try:
+                return direct.where_soon(fd)
+            except OSError as e:
+                if e.errno != errno.ENOTTY:
+                    raise
+                self.soon = False       # an older daemon: WHERE waits for all
+        return direct.where(fd)
 
     def _get_direct(self, pl, alloc):
         if alloc is None or pl.size < ALLOC_MIN:

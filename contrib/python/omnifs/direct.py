@@ -33,6 +33,10 @@ def _ioc(rw, nr):           # asm-generic/ioctl.h: x86-64, arm64, riscv
 
 
 WHERE = _ioc(2, 0x10)       # _IOR
+WHERE_SOON = _ioc(2, 0x19)  # _IOR: at once, while another node's bytes land
+LANDED = (3 << 30) | (8 << 16) | (ord("O") << 8) | 0x1A    # _IOWR('O', 0x1a, uint64_t)
+LANDING = 1                 # OMNIFS_WHERE_LANDING: ask LANDED before copying
+LAND_STEP = 4 << 20         # the least a copy behind a pull waits for
 PLACE = _ioc(3, 0x11)       # _IOWR
 PLACED = (1 << 30) | (8 << 16) | (ord("O") << 8) | 0x15    # _IOW('O', 0x15, uint64_t)
 PLACED_STEP = 8 << 20
@@ -80,6 +84,7 @@ _PAGE = 4096
 _ALIGN_MIN = 64 << 10
 _HUGE = 2 << 20
 MADV_HUGEPAGE = 14
+MADV_POPULATE_WRITE = 23    # Linux 5.14
 
 
 def fresh_bytearray(size):
@@ -111,7 +116,7 @@ class Place:
     """Where an object's bytes are: the daemon's pid and (addr, len) pieces."""
 
     def __init__(self, raw):
-        magic, self.pid, self.size, self.xxh3, self.cookie_addr, self.cookie, n, _ = \
+        magic, self.pid, self.size, self.xxh3, self.cookie_addr, self.cookie, n, flags = \
             _HEAD.unpack_from(raw)
         if magic != MAGIC or n > NEXT:
             raise OSError(errno.EPROTO, "omnifs: a bad direct answer")
@@ -119,6 +124,10 @@ class Place:
         if sum(ln for _, ln in self.ext) != self.size:
             raise OSError(errno.EPROTO, "omnifs: a direct answer that does not add up")
         self.pool = None        # its daemon's Pool, where the caller mapped one
+        # Bytes known to be here and checked: the rest are still landing
+        # (WHERE_SOON), and LANDED on the descriptor fd says when.
+        self.have = 0 if flags & LANDING else self.size
+        self.fd = None
 
 
 class Pool:
@@ -183,6 +192,26 @@ def where(fd):
     """The Place of the object open for reading on fd (the open then counts
     as a complete read); OSError when it cannot be handed over."""
     return _ask(fd, WHERE, 0)
+
+
+def where_soon(fd):
+    """where(), answered at once for another node's object still being
+    pulled here: its Place then has have < size, and copy_out copies
+    each range as it lands.  OSError(ENOTTY) from a daemon without it."""
+    pl = _ask(fd, WHERE_SOON, 0)
+    pl.fd = fd
+    return pl
+
+
+def landed(pl, upto):
+    """Waits until pl's first upto bytes are here and checked; pl.have
+    says how many are.  OSError(EIO) if its pull failed."""
+    if pl.have < upto:
+        buf = bytearray(struct.pack("<Q", upto))
+        ioctl.call(pl.fd, LANDED, buf)
+        pl.have = struct.unpack("<Q", buf)[0]
+        if pl.have < upto or pl.have > pl.size:
+            raise OSError(errno.EPROTO, "omnifs: a bad landed answer")
 
 
 def place(fd, size):
@@ -282,10 +311,20 @@ def _mapped(pl):
     return pl.pool.local(pl.ext) if pl.pool is not None else None
 
 
+def _populate(at, size):
+    """Faults in [at, at+size) for writing now (advice: nothing happens
+    where the kernel cannot)."""
+    if _BYTEARRAY is not None and size:
+        lo = at // _PAGE * _PAGE
+        _BYTEARRAY[1](lo, at + size - lo, MADV_POPULATE_WRITE)
+
+
 def copy_out(pl, dest, skip=0):
     """Fills the writable buffer dest with the object's bytes from `skip`
-    on.  True if all came, from the daemon that answered (process_vm_readv
-    checks its cookie in the same call; a mapped pool was checked once)."""
+    on, each range once it has landed.  True if all came, from the daemon
+    that answered (process_vm_readv checks its cookie in the same call; a
+    mapped pool was checked once); OSError(EIO) if its pull failed, as a
+    read would."""
     mv = memoryview(dest).cast("B")
     want = len(mv)
     if want > pl.size - skip:
@@ -295,13 +334,26 @@ def copy_out(pl, dest, skip=0):
         return False
     local = [(a, want)] if want else []
     pool = _mapped(pl)
-    if pool is not None:
-        return _copy(_memmove, local, _span(pool, skip, skip + want), 0, want)
     cookie = ctypes.c_uint64(0)
-    head = ((ctypes.addressof(cookie), 8), (pl.cookie_addr, 8))
-    ok = _copy(lambda lo, re: _readv(pl.pid, lo, re), local,
-               _span(pl.ext, skip, skip + want), 0, want, head)
-    return ok and cookie.value == pl.cookie
+    if pool is not None:
+        move, remote, head = _memmove, _span(pool, skip, skip + want), None
+    else:
+        move = lambda lo, re: _readv(pl.pid, lo, re)    # noqa: E731
+        remote = _span(pl.ext, skip, skip + want)
+        head = ((ctypes.addressof(cookie), 8), (pl.cookie_addr, 8))
+    if pl.have < skip + want:
+        _populate(a, want)
+    at = 0
+    while True:
+        landed(pl, skip + min(want, at + LAND_STEP))
+        upto = min(want, pl.have - skip)
+        if not _copy(move, local, remote, at, upto, head):
+            return False
+        if head and cookie.value != pl.cookie:
+            return False
+        if upto == want:
+            return True
+        at = upto
 
 
 def _writer(pl):
