@@ -824,7 +824,6 @@ static int host_place(struct fs *fs, struct ns_handle *h, uint64_t size, int sol
 	return 0;
 }
 
-/* OMNIFS_IOC_SHARE: the pool's file, for a process to map once. */
 /* PLACED (a writer's bytes so far are final) and LANDED (a reader waits
  * for its first bytes): one 64-bit offset in, LANDED's count out. */
 static void upto_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct ns_handle *h,
@@ -844,6 +843,7 @@ static void upto_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct ns_ha
 	return (void)(rc ? fuse_reply_err(req, -rc) : fuse_reply_ioctl(req, 0, &have, sizeof(have)));
 }
 
+/* OMNIFS_IOC_SHARE: the pool's file, for a process to map once. */
 static void share_ioctl(fuse_req_t req, struct fs *fs, size_t out_bufsz)
 {
 	struct omnifs_share s = { .magic = OMNIFS_SHARE_MAGIC, .pid = (uint32_t)getpid(),
