@@ -51,6 +51,28 @@ cp "$T/k" "$T/a/0/2/k"
 ok "an object kept by its owner (readers: 0) reads right" cmp "$T/k" "$T/b/0/2/k"
 ok "... and right again" cmp "$T/k" "$T/b/0/2/k"
 
+# --- the Python module's get copies behind the READs ----------------------------
+head -c $((24 << 20)) /dev/urandom >"$T/g"
+cp "$T/g" "$T/a/0/2/g"
+gets=$(stat_of b direct_gets)
+res=$(PYTHONPATH="$SRC/contrib/python" timeout -s KILL 300 $PY - "$T/b" "$T/g" <<'PYEOF'
+import sys
+import omnifs
+from omnifs import direct
+early, real = [], direct.landed
+def landed(pl, upto):
+    real(pl, upto)
+    early.append(pl.have < pl.size)
+direct.landed = landed
+got = omnifs.Mount(sys.argv[1]).get("0", "2", "g", timeout=20)
+print(bytes(got) == open(sys.argv[2], "rb").read(), bool(early), early[:1] == [True])
+PYEOF
+)
+is "${res% *}" "True True" "the module's get of a's 24 MiB object on b: byte-exact, each range once landed"
+diag "its copy began before the last READ landed: ${res##* }"
+is "$(stat_of b direct_gets)" $((gets + 1)) "... handed over from b's pool"
+is "$(stat_of b bytes_pulled_tcp)" 0 "... its bytes by RDMA"
+
 # --- many at once --------------------------------------------------------------
 mkdir -p "$T/many"
 for i in $(seq 40); do
