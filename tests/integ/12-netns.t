@@ -97,9 +97,9 @@ except OSError as e:
 PYEOF
 }
 crc() { $SYSPY -c "import sys, zlib; print(zlib.crc32(open(sys.argv[1], 'rb').read()))" "$1"; }
-head -c $((6 << 20)) /dev/urandom >"$T/r6"
-cp "$T/r6" "$T/a/0/1/soon"
-is "$(module_get "$T/b" soon)" "$(crc "$T/r6") True" \
+head -c $((12 << 20)) /dev/urandom >"$T/r12"
+cp "$T/r12" "$T/a/0/1/soon"
+is "$(module_get "$T/b" soon)" "$(crc "$T/r12") True" \
    "a get on b copies a's object as it lands, byte-exact"
 head -c $((40 << 20)) /dev/urandom >"$T/a/0/1/cut2"
 is "$(module_get "$T/b" cut2 ip link set "o${S}ap" down)" EIO \
