@@ -34,11 +34,6 @@ static int placed_here(const struct ns_handle *h, int soon)
 	return 0;
 }
 
-static int whole_here(const struct ns_handle *h)
-{
-	return placed_here(h, 0);
-}
-
 /* Under ns's lock: h has had every byte, as a read to the end would. */
 static void handed_whole(struct ns *ns, struct ns_handle *h, enum stat_id what)
 {
@@ -116,7 +111,7 @@ int ns_direct_spans(struct ns *ns, struct ns_handle *h, struct ns_span *sp, int 
 	/* Another node's object being pulled here: wait as a read would. */
 	if (o->owner >= 0 && !stream_wanted(h) && fetch_wait(ns, h, 0, o->size))
 		rc = -EIO;
-	else if (!(rc = whole_here(h)) && obj_spans(o, 0, o->size, sp, n, max) != o->size)
+	else if (!(rc = placed_here(h, 0)) && obj_spans(o, 0, o->size, sp, n, max) != o->size)
 		rc = -E2BIG;
 	*size = o->size;
 	*xxh3 = o->xxh3;
@@ -131,7 +126,7 @@ int ns_direct_bounce(struct ns *ns, struct ns_handle *h, size_t cap, struct iove
 	int rc;
 
 	pthread_mutex_lock(&ns->lock);
-	if (!(rc = whole_here(h)) && (o->size > cap || o->size > NS_BOUNCE))
+	if (!(rc = placed_here(h, 0)) && (o->size > cap || o->size > NS_BOUNCE))
 		rc = -E2BIG;
 	*size = o->size;
 	*xxh3 = o->xxh3;

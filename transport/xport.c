@@ -661,7 +661,6 @@ static void rx_reply(struct xport_conn *c, const struct proto_hdr *h, const stru
 static void rx_acks(struct xport_conn *c, const struct proto_msg *m)
 {
 	struct xport *x = c->x;
-
 	struct pending *done = NULL, *p;
 
 	pthread_mutex_lock(&x->lock);
@@ -966,11 +965,6 @@ static int send_on(struct xport *x, struct xport_conn *c, const struct proto_msg
 int xport_send(struct xport *x, int peer, const struct proto_msg *m)
 {
 	return send_on(x, peer_out(x, peer), m);
-}
-
-int xport_post(struct xport *x, int peer, const struct proto_msg *m)
-{
-	return send_on(x, peer_conn(x, peer), m);
 }
 
 int xport_tell(struct xport *x, int peer, const struct proto_msg *m, int connect,

@@ -119,16 +119,15 @@ int xport_peer_up(struct xport *x, int peer);
  * 0, or -ENODEV if it moves no byte by RDMA. */
 int xport_rdma(const struct xport *x, const char **device, const char **grants);
 
-/* A one-way message on our connection to peer: 0, or -EHOSTDOWN.
- * xport_post connects first where no connection is up, as a call does. */
+/* A one-way message on our connection to peer: 0, or -EHOSTDOWN. */
 int xport_send(struct xport *x, int peer, const struct proto_msg *m);
-int xport_post(struct xport *x, int peer, const struct proto_msg *m);
 /* A request whose end is told, not awaited: done(arg, err) once, on
  * another thread: 0 when the peer acted on it (its ACKS, or a STATUS's
  * errno), or -EIO when the connection went first (the peer may or may
  * not have acted on it); a peer that never answers ends it with its
  * connection.
- * connect: as xport_post, else as xport_send.  0, or -EHOSTDOWN or
+ * connect: connecting first where no connection is up, as a call does;
+ * else as xport_send.  0, or -EHOSTDOWN or
  * -ENOMEM, and then done is never called. */
 typedef void (*xport_done_fn)(void *arg, int err);
 int xport_tell(struct xport *x, int peer, const struct proto_msg *m, int connect,
