@@ -810,6 +810,7 @@ static int ask_reply(void *arg, const struct proto_msg *m)
 	if (m->type == PT_LISTING && a->cl->list_delay_ms) {
 		fprintf(stderr, "omnifs: test: holding a listing for %u ms\n", a->cl->list_delay_ms);
 		usleep(a->cl->list_delay_ms * 1000u);
+		fprintf(stderr, "omnifs: test: the held listing is heard now\n");
 	}
 	for (uint32_t i = 0; m->type == PT_LISTING && m->u.listing.objects && i < m->u.listing.n; i++) {
 		struct ns_objinfo o = from_proto(&m->u.listing.obj[i]);

@@ -260,10 +260,24 @@ void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 
 /* ---------------------------------------------------------------- cluster */
 
+/* Under the lock: the oldest entry of the ring makes room. */
+static void gone_note(struct ns *ns, int owner, uint64_t oid)
+{
+	struct ns_gone *g = &ns->gone[ns->gone_next++ % NS_GONE_RECENT];
+
+	if (g->at)
+		htab_del(&ns->gone_byoid, &g->byoid);
+	g->at = clock_mono_ns();
+	g->owner = owner;
+	htab_add(&ns->gone_byoid, &g->byoid, oid);
+}
+
 /* rm of another node's object: its owner removes it, and says so to all.
  * Gone here at once; the request overtakes nothing this node sends the
  * owner later (one ordered connection), so a listing, a lookup or a new
- * object of the same name from here comes after it. */
+ * object of the same name from here comes after it.  An answer the owner
+ * gave before it, heard only now, finds it gone lately, as it would after
+ * the owner's GONE: it does not show up again meanwhile. */
 int unlink_remote(struct ns *ns, struct object *o)
 {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
@@ -280,6 +294,8 @@ int unlink_remote(struct ns *ns, struct object *o)
 	if (ns->set.hooks && ns->set.hooks->remove)
 		rc = ns->set.hooks->remove(ns->set.hctx, &info);
 	pthread_mutex_lock(&ns->lock);
+	if (!rc)
+		gone_note(ns, o->owner, o->oid);
 	if (!rc && o->node)     /* not taken by the owner's own GONE meanwhile */
 		obj_remove(ns, o);
 	obj_put(ns, o);
@@ -366,18 +382,6 @@ static int gone_lately(const struct ns *ns, int owner, uint64_t oid, uint64_t no
 			return 1;
 	}
 	return 0;
-}
-
-/* Under the lock: the oldest entry of the ring makes room. */
-static void gone_note(struct ns *ns, int owner, uint64_t oid)
-{
-	struct ns_gone *g = &ns->gone[ns->gone_next++ % NS_GONE_RECENT];
-
-	if (g->at)
-		htab_del(&ns->gone_byoid, &g->byoid);
-	g->at = clock_mono_ns();
-	g->owner = owner;
-	htab_add(&ns->gone_byoid, &g->byoid, oid);
 }
 
 /* ns_remote_add, with excl ns_remote_claim, with answer ns_remote_answer. */

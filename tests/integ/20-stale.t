@@ -1,9 +1,10 @@
 #!/bin/bash
 # 20-stale.t - a listing never brings back an object its owner said is
 # gone (SPEC §4.5, §4.7): the GONE and a listing answered just before it
-# travel on two connections, and the listing may come second.  And what
-# an owner says on a new connection is heard after all it said on its old
-# one, which a slow node may still be serving.
+# travel on two connections, and the listing may come second; nor one
+# this node removed itself.  And what an owner says on a new connection is
+# heard after all it said on its old one, which a slow node may still be
+# serving.
 . "$(dirname "$0")/../lib.sh"
 
 loopback_cluster 4000 a b
@@ -33,6 +34,22 @@ ok "b's ls asks a again, and b holds the answer" wait_until 5 held "$n0"
 is "$(cat "$T/b/1/9/y")" local "meanwhile b serves a read of its own object"
 ok "... before that listing is answered" kill -0 "$LS"
 wait "$LS"
+
+# --- b's own rm of an object it has just heard of, while the listing it
+# asked for on connecting (relist) is on its way: the listing, answered
+# before a removed it, is heard after the rm, and must not bring it back,
+# before a's GONE or after it.
+stop_node b
+echo rm-soon >"$T/a/0/1/z"
+OMNIFS_TEST_LIST_DELAY_MS=1000 start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+ok "b is back, holding its listing of a's objects" wait_until 10 held 0
+ok "b has heard of z (a's resync)" wait_until 5 stat "$T/b/0/1/z"
+ok "b removes z while its listing is held" rm "$T/b/0/1/z"
+ok "... the listing is heard after it" \
+	wait_until 5 grep -q "the held listing is heard now" "$T/b.log"
+gone_from_a() { ! ls "$T/a/0/1" | grep -qx z; }
+ok "... and a has it no more" wait_until 5 gone_from_a
+is "$(ls "$T/b/0/1")" "" "the held listing does not bring z back on b"
 
 # --- what a peer says on a new connection is heard after all it said on
 # the old one, and after b forgot what it learnt there.  b serves each
