@@ -99,13 +99,94 @@ def test_numpy_round_trip(one):
     assert (a == b).all() and n > a.nbytes
 
 
-def test_torch_round_trip(one):
+@pytest.mark.parametrize("a", [
+    np.array(3.5),                                          # 0-d stays 0-d
+    np.arange(6.0).reshape(2, 3).T,                         # not contiguous
+    np.zeros((0, 3), dtype=np.int16),
+    np.arange(3, dtype=">i4"),
+    np.array(["2026-11-28", "NaT"], dtype="datetime64[D]"),  # no buffer protocol
+    np.array([(1, (2.5, 3.5))], dtype=[("a", "<i4"), ("b", "<f8", (2,))]),
+    np.array(["ab", "c"]),
+], ids=["0-d", "transposed", "empty", "big-endian", "datetime64", "structured", "unicode"])
+def test_numpy_arrays_of_every_shape_and_dtype(one, a):
+    k = rid()
+    assert one.put("0", "1", k, a)[0]
+    b, _ = one.get("0", "1", k)
+    assert b.dtype == a.dtype and b.shape == a.shape
+    assert b.tobytes() == np.ascontiguousarray(a).tobytes()
+
+
+def test_an_array_of_python_objects_is_refused(one):
+    assert one.put("0", "1", rid(), np.array([object()])) == (False, 0, None)
+
+
+torch_cases = [
+    ("bf16", lambda t: t.arange(12, dtype=t.bfloat16).reshape(3, 4)),
+    ("0-dim", lambda t: t.tensor(3.5)),
+    ("transposed", lambda t: t.arange(6.0).reshape(2, 3).t()),
+    ("empty", lambda t: t.empty(0, 2, dtype=t.float16)),
+    ("bool", lambda t: t.tensor([True, False, True])),
+    ("uint8 2-d", lambda t: t.arange(6, dtype=t.uint8).reshape(2, 3)),
+]
+
+
+@pytest.mark.parametrize("make", [m for _, m in torch_cases], ids=[n for n, _ in torch_cases])
+def test_torch_round_trip(one, make):
+    torch = pytest.importorskip("torch", reason="torch is not importable here")
+    k, t = rid(), make(torch)
+    assert one.put("0", "1", k, t)[0]
+    u, _ = one.get("0", "1", k)
+    assert isinstance(u, torch.Tensor) and u.dtype == t.dtype and u.shape == t.shape
+    assert torch.equal(u, t)
+
+
+def test_a_1d_uint8_tensor_is_a_payload(one):
     torch = pytest.importorskip("torch", reason="torch is not importable here")
     k = rid()
-    t = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)
-    one.put("0", "1", k, t)
-    u, _ = one.get("0", "1", k)
-    assert u.dtype == t.dtype and torch.equal(u, t)
+    one.put("0", "1", k, torch.tensor(list(b"KV bytes"), dtype=torch.uint8))
+    assert open(os.path.join(ONE, "0", "1", k), "rb").read() == b"KV bytes"
+
+
+def test_arrays_inside_plain_data(one):
+    """A stage's output is often a dict of arrays and plain values: without
+    vllm-omni's serializer they go as msgpack extensions, raw."""
+    k = rid()
+    d = {"hidden": np.arange(6, dtype=np.float16).reshape(2, 3), "ids": [1, 2],
+         "steps": [np.array(1.5), np.zeros(0)]}
+    assert one.put("0", "1", k, d)[0]
+    got = one.get("0", "1", k)[0]
+    assert got["ids"] == [1, 2] and got["hidden"].dtype == np.float16
+    assert (got["hidden"] == d["hidden"]).all() and got["steps"][0].shape == ()
+    got["hidden"][0, 0] = 7             # writable, as a top-level array is
+    torch = sys.modules.get("torch") or pytest.importorskip("torch", reason="no torch here")
+    k = rid()
+    t = {"h": torch.ones(2, 2, dtype=torch.bfloat16), "codes": torch.arange(4, dtype=torch.uint8)}
+    assert one.put("0", "1", k, t)[0]
+    got = one.get("0", "1", k)[0]
+    assert torch.equal(got["h"], t["h"]) and torch.equal(got["codes"], t["codes"])
+
+
+def framed(head, body=b""):
+    """An object's bytes as codec frames them, header padding and all, for
+    bytes that no encoder of ours would write."""
+    return b"".join(bytes(p) for p in codec._framed(head, body))
+
+
+@pytest.mark.parametrize("raw", [
+    framed({"k": "numpy", "d": "|O", "s": [1]}, b"\0" * 8),           # Python objects
+    framed({"k": "numpy", "d": "<f4", "s": [3]}, b"\0" * 8),          # the wrong size
+    framed({"k": "msgpack"}, bytes([0x91, 0xd4, 1, 0])),              # extension 1, not an array
+    framed({"k": "numpy", "d": "<f4", "s": [1 << 40]}),                # a huge empty array
+    framed({"k": "torch", "d": "float32", "s": [1 << 40]}),            # ... or tensor
+    framed({"k": "torch", "d": "float32", "s": [-1]}, b"\0" * 4),
+], ids=["object dtype", "short body", "bad extension", "huge array", "huge tensor", "shape -1"])
+def test_bytes_no_encoder_writes_are_refused(one, raw, caplog):
+    k = rid()
+    with open(os.path.join(ONE, "0", "1", k), "wb") as f:
+        f.write(raw)
+    with caplog.at_level(logging.ERROR, logger="omnifs.vllm_omni"):
+        assert one.get("0", "1", k) is None
+    assert "failed" in caplog.text
 
 
 def test_plain_data_round_trip(one):

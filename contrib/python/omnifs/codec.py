@@ -8,13 +8,16 @@ payload) and comes back as bytes.  Anything else gets a small header:
     b"OMNIPY\\0\\1" | u32 big-endian n | n bytes of JSON | body
 
 (the JSON padded with spaces so that the body starts at a multiple of 64)
-JSON {"k": "numpy"|"torch", "d": dtype, "s": shape} before raw array bytes;
+JSON {"k": "numpy"|"torch", "d": dtype, "s": shape} before raw array bytes
+(numpy's dtype as numpy spells it, a structured one as its descr list);
 {"k": "msgpack"} before plain data (dicts, lists, str, numbers, bytes,
-nested); {"k": "omni"} before vllm-omni's own serializer's bytes.  Bytes
-that happen to start with the magic are wrapped ({"k": "bytes"}).  Nothing
-from another node is ever unpickled.
+nested, and arrays and tensors inside them as msgpack extension 1, which
+holds such a header and bytes); {"k": "omni"} before vllm-omni's own
+serializer's bytes.  Bytes that happen to start with the magic are
+wrapped ({"k": "bytes"}).  Nothing from another node is ever unpickled.
 """
 import json
+import math
 import struct
 import sys
 
@@ -90,23 +93,62 @@ def encode(obj):
     if isinstance(obj, (bytes, bytearray, memoryview)):
         b = obj.cast("B") if isinstance(obj, memoryview) else obj
         return _framed({"k": "bytes"}, b) if b[:len(MAGIC)] == MAGIC else [b]
-    torch, np = sys.modules.get("torch"), _numpy()     # as in on_gpu()
-    if torch is not None and isinstance(obj, torch.Tensor):
-        t = obj.detach().contiguous().cpu()
-        if t.dtype == torch.uint8 and t.dim() == 1:
-            return encode(t.numpy().tobytes())
-        raw = t.view(torch.uint8).numpy() if t.numel() else b""
-        return _framed(_torch_head(t), memoryview(raw).cast("B"))
-    if np is not None and isinstance(obj, np.ndarray):
-        a = np.ascontiguousarray(obj)
-        if a.dtype.hasobject:
-            raise TypeError("numpy arrays of Python objects are not sent raw")
-        return _framed({"k": "numpy", "d": a.dtype.str, "s": list(a.shape)},
-                       memoryview(a).cast("B") if a.size else b"")
+    torch = sys.modules.get("torch")                   # as in on_gpu()
+    if (torch is not None and isinstance(obj, torch.Tensor) and obj.dtype == torch.uint8
+            and obj.dim() == 1):
+        return encode(obj.detach().cpu().numpy().tobytes())
+    if _is_array(obj):
+        return _array(obj)
     ser = _omni_serializer()
     if ser is not None:
         return _framed({"k": "omni"}, ser.serialize(obj))
-    return _framed({"k": "msgpack"}, msgpack.packb(obj, use_bin_type=True))
+    return _framed({"k": "msgpack"}, msgpack.packb(obj, use_bin_type=True, default=_ext))
+
+
+def _is_array(obj):
+    torch, np = sys.modules.get("torch"), _numpy()
+    return ((torch is not None and isinstance(obj, torch.Tensor)) or
+            (np is not None and isinstance(obj, np.ndarray)))
+
+
+def _array(obj):
+    """A tensor's or array's header and bytes, framed: any shape (0-d stays
+    0-d, which view() and ascontiguousarray() would not keep) and any dtype
+    but Python objects."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        t = obj.detach().contiguous().cpu()
+        raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
+        return _framed(_torch_head(t), memoryview(raw).cast("B"))
+    np = _numpy()
+    a = np.asarray(obj, order="C")
+    if a.dtype.hasobject:
+        raise TypeError("numpy arrays of Python objects are not sent raw")
+    d = a.dtype.str if a.dtype.fields is None else np.lib.format.dtype_to_descr(a.dtype)
+    raw = a.reshape(-1).view(np.uint8) if a.size else b""
+    return _framed({"k": "numpy", "d": d, "s": list(a.shape)}, memoryview(raw).cast("B"))
+
+
+EXT_ARRAY = 1       # msgpack extension: an array or tensor inside plain data
+
+
+def _ext(obj):
+    """msgpack's hook for what it cannot pack: arrays and tensors, framed
+    as at the top level; anything else is the TypeError msgpack raises."""
+    if not _is_array(obj):
+        raise TypeError("can not serialize %r object" % type(obj).__name__)
+    return msgpack.ExtType(EXT_ARRAY, b"".join(bytes(p) for p in _array(obj)))
+
+
+def _unext(code, data):
+    """An array inside plain data, in writable memory as a top-level one;
+    only an array: another kind here (msgpack again) could nest without end."""
+    if code != EXT_ARRAY:
+        return msgpack.ExtType(code, data)
+    head = data[len(MAGIC) + 4:len(MAGIC) + 16]
+    if not data.startswith(MAGIC) or head not in (b'{"k":"numpy"', b'{"k":"torch"'):
+        raise ValueError("omnifs: msgpack extension %d is not an array" % code)
+    return decode(bytearray(data))
 
 
 def alloc(size, head):
@@ -142,12 +184,13 @@ def decode(buf):
     if k == "bytes":
         return bytes(body)
     if k == "msgpack":
-        return msgpack.unpackb(body, raw=False, strict_map_key=False)
+        return msgpack.unpackb(body, raw=False, strict_map_key=False, ext_hook=_unext)
     if k == "numpy":
         np = _numpy()
         if np is None:
             raise ValueError("omnifs: a numpy array, and numpy is not installed")
-        return np.frombuffer(body, dtype=np.dtype(head["d"])).reshape(head["s"])
+        dt = _numpy_dtype(np, head["d"])
+        return np.frombuffer(body, dtype=dt).reshape(_shape(head, len(body), dt.itemsize))
     if k == "torch":
         torch = _torch()
         if torch is None:
@@ -155,13 +198,41 @@ def decode(buf):
         dt = getattr(torch, str(head["d"]), None)
         if not isinstance(dt, torch.dtype):
             raise ValueError("omnifs: unknown torch dtype %r" % head["d"])
+        shape = _shape(head, len(body), torch.empty((), dtype=dt).element_size())
         if not len(body):
-            return torch.empty(head["s"], dtype=dt)
+            return torch.empty(shape, dtype=dt)
         # body is a view of the read's own bytearray: no copy
-        return torch.frombuffer(body, dtype=torch.uint8).view(dt).reshape(head["s"])
+        return torch.frombuffer(body, dtype=torch.uint8).view(dt).reshape(shape)
     if k == "omni":
         ser = _omni_serializer()
         if ser is None:
             raise ValueError("omnifs: vllm-omni's serializer wrote this, and vllm_omni is absent")
         return ser.deserialize(body)
     raise ValueError("omnifs: unknown kind %r" % (k,))
+
+
+def _shape(head, nbytes, itemsize):
+    """A header's shape, if it holds nbytes of itemsize elements: one
+    from another node that lies must not make an empty body a huge
+    allocation."""
+    s = head.get("s")
+    if (not isinstance(s, list) or not all(type(n) is int and n >= 0 for n in s) or
+            math.prod(s) * itemsize != nbytes):
+        raise ValueError("omnifs: shape %r does not fit %d bytes" % (s, nbytes))
+    return tuple(s)
+
+
+def _fields(d):
+    """A structured dtype's descr as JSON gives it back: lists where numpy
+    had tuples (a field, its shape, a (title, name) pair)."""
+    return [(tuple(f[0]) if isinstance(f[0], list) else f[0],
+             f[1] if isinstance(f[1], str) else _fields(f[1]), *map(tuple, f[2:])) for f in d]
+
+
+def _numpy_dtype(np, d):
+    """A header's dtype, which came from another node: never one of
+    Python objects (frombuffer would refuse it anyway, less clearly)."""
+    dt = np.dtype(d) if isinstance(d, str) else np.lib.format.descr_to_dtype(_fields(d))
+    if dt.hasobject:
+        raise ValueError("omnifs: an array of Python objects")
+    return dt
