@@ -5,6 +5,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -81,6 +82,13 @@ def test_bytes_are_stored_as_they_are(one):
     k = rid()
     one.put("0", "1", k, bytearray(b"\x00\x01raw"))
     assert open(os.path.join(ONE, "0", "1", k), "rb").read() == b"\x00\x01raw"
+
+
+def test_any_memoryview_is_its_bytes(one):
+    for v in (memoryview(np.arange(3, dtype=np.int32)), memoryview(np.arange(6.0).reshape(2, 3).T)):
+        k = rid()
+        assert one.put("0", "1", k, v)[0]
+        assert bytes(one.get("0", "1", k)[0]) == v.tobytes()
 
 
 def test_bytes_that_look_like_a_header(one):
@@ -425,8 +433,21 @@ def test_not_a_mount_and_bad_config():
     with pytest.raises(OSError) as e:
         OmniFSConnector({"mount": "/tmp"})
     assert e.value.errno == errno.ENOTCONN
-    with pytest.raises(ValueError):
-        OmniFSConnector({"mount": ONE, "timeout_s": 0})
+    for bad in ({"timeout_s": 0}, {"timeout_s": float("nan")}, {"recv_timeout": float("inf")},
+                {"readers": -1}):
+        with pytest.raises(ValueError, match="must be > 0 and finite, readers >= 0"):
+            OmniFSConnector({"mount": ONE, **bad})
+    for name, bad in (("timeout_s", "soon"), ("readers", "x"), ("timeout_s", [])):
+        with pytest.raises(ValueError, match=re.escape("extra %s must be a number, not %r" % (name, bad))):
+            OmniFSConnector({"mount": ONE, name: bad})
+
+
+def test_unknown_extras_are_said_and_ignored(caplog):
+    with caplog.at_level(logging.WARNING, logger="omnifs.vllm_omni"):
+        with OmniFSConnector({"mount": ONE, "timeout": 5, "shm_threshold_bytes": 1}) as c:
+            assert c.timeout == 30.0
+    assert "extra 'shm_threshold_bytes' is not one of mount" in caplog.text
+    assert "extra 'timeout' is not one of" in caplog.text
 
 
 def test_registered_with_vllm_omni():

@@ -91,7 +91,10 @@ def encode(obj):
     if type(obj) is bytes or type(obj) is bytearray:   # the common case, cold: few steps
         return _framed({"k": "bytes"}, obj) if obj.startswith(MAGIC) else obj
     if isinstance(obj, (bytes, bytearray, memoryview)):
-        b = obj.cast("B") if isinstance(obj, memoryview) else obj
+        if isinstance(obj, memoryview):     # its bytes in C order, as tobytes() has them
+            b = obj.cast("B") if obj.c_contiguous else memoryview(obj.tobytes())
+        else:
+            b = obj
         return _framed({"k": "bytes"}, b) if b[:len(MAGIC)] == MAGIC else [b]
     torch = sys.modules.get("torch")                   # as in on_gpu()
     if (torch is not None and isinstance(obj, torch.Tensor) and obj.dtype == torch.uint8

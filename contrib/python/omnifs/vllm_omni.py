@@ -16,6 +16,7 @@ get <rid>.rank<t>of<T> in one call, merged or sliced by omnifs.
 """
 import errno
 import logging
+import math
 import os
 import threading
 import time
@@ -40,20 +41,36 @@ def request_of(key, request_id):
     return key.startswith("omni_") and key.endswith("_kv_cache_" + request_id)
 
 
+def _number(config, name, kind, value):
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ValueError("OmniFSConnector: extra %s must be a number, not %r" % (name, value)) \
+            from None
+
+
 class OmniFSConnector(_Base):
     """vllm-omni's OmniConnectorBase over an omnifs mount."""
 
     supports_raw_data = True
 
+    EXTRA = ("mount", "timeout_s", "recv_timeout", "readers")
+
     def __init__(self, config=None):
         config = dict(config or {})
         self._closed = True
+        for k in sorted(set(config) - set(self.EXTRA), key=str):
+            # Another connector's extra left in a stage config, or a typo:
+            # said, not fatal, as vllm-omni's own connectors ignore them.
+            log.warning("OmniFSConnector: extra %r is not one of %s; ignored",
+                        k, ", ".join(self.EXTRA))
         self.mount_path = str(config.get("mount", "/mnt/omni"))
-        self.timeout = float(config.get("timeout_s", config.get("recv_timeout", 30.0)))
+        self.timeout = _number(config, "timeout_s", float,
+                               config.get("timeout_s", config.get("recv_timeout", 30.0)))
         readers = config.get("readers")
-        self.readers = None if readers is None else int(readers)
-        if self.timeout <= 0 or (self.readers is not None and self.readers < 0):
-            raise ValueError("OmniFSConnector: timeout_s must be > 0 and readers >= 0")
+        self.readers = None if readers is None else _number(config, "readers", int, readers)
+        if not 0 < self.timeout < math.inf or (self.readers is not None and self.readers < 0):
+            raise ValueError("OmniFSConnector: timeout_s must be > 0 and finite, readers >= 0")
         self._mount = Mount(self.mount_path)
         self._lock = threading.Lock()
         self._n = {"puts": 0, "gets": 0, "put_failures": 0, "get_timeouts": 0,
