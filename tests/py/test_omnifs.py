@@ -241,9 +241,36 @@ def test_get_with_deadline(one):
     assert one.get_with_deadline("0", "1", rid(), deadline=t - 1) is None
 
 
+@pytest.mark.parametrize("size", [3, 5 << 20])     # one request, and a file's write
+def test_mount_put_refuses_what_it_cannot_do_and_leaves_nothing(size):
+    m, k = omnifs.Mount(ONE), rid()
+    for bad in (-1, -5, 1.5, "2", True):
+        with pytest.raises(ValueError, match=re.escape("readers must be an integer >= 0, not %r" % bad)):
+            m.put("0", "1", k, b"x" * size, readers=bad)
+    with pytest.raises(TypeError, match="put takes bytes-like data or a list of them, not str"):
+        m.put("0", "1", k, "text")
+    assert k not in os.listdir(os.path.join(ONE, "0", "1"))
+    assert m.put("0", "1", k, b"x" * size, readers=np.int64(2)) == size
+    assert os.getxattr(os.path.join(ONE, "0", "1", k), "user.omni.readers") == b"2"
+
+
 def test_mount_get_raises_file_not_found():
     with pytest.raises(FileNotFoundError):
         omnifs.Mount(ONE).get("0", "1", rid(), timeout=0.1)
+
+
+def test_mount_view_refuses_a_rank_that_is_none():
+    for rank, of in ((2, 2), (-1, 2), (1.5, 2), (0, 0), ("0", 1)):
+        with pytest.raises(ValueError, match="a view is rank r of T with 0 <= r < T"):
+            omnifs.Mount(ONE).view("0", "1", rid(), rank, of, timeout=0.1)
+
+
+def test_mount_get_refuses_a_timeout_that_is_no_time():
+    for bad in ("1", float("nan"), float("inf"), [1], True):
+        with pytest.raises(ValueError, match="timeout must be a finite number of seconds or None"):
+            omnifs.Mount(ONE).get("0", "1", rid(), timeout=bad)
+    with pytest.raises(FileNotFoundError):      # numpy's numbers are numbers
+        omnifs.Mount(ONE).get("0", "1", rid(), timeout=np.float32(0.05))
 
 
 def cpu_ms(pid):

@@ -19,6 +19,8 @@ FileExistsError for a key that exists, OSError(EINVAL) for a bad name.
 import errno
 import json
 import math
+import numbers
+import operator
 import os
 import re
 import struct
@@ -58,6 +60,42 @@ def _key(key):
             or (len(key) > 63 and len(key.encode()) > 255)):     # 63 * 4 < 255
         raise _bad("key", key)
     return key
+
+
+def _readers(n):
+    """n as the count of complete reads that consume an object: None (the
+    edge's own) or an int >= 0; ValueError for anything else (-1 would
+    have meant the edge's own to the daemon, quietly)."""
+    if n is None:
+        return None
+    try:
+        k = operator.index(n)       # an int, numpy's too; not 1.5 or "2"
+    except TypeError:
+        k = -1
+    if isinstance(n, bool) or k < 0:
+        raise ValueError("omnifs: readers must be an integer >= 0, not %r" % (n,))
+    return k
+
+
+def _seconds(t):
+    """A get's timeout: None (the edge's wait_ms) or a finite number."""
+    if t is None:
+        return None
+    if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t):
+        raise ValueError("omnifs: timeout must be a finite number of seconds or None, not %r"
+                         % (t,))
+    return t
+
+
+def _pieces(data):
+    """data as bytes-like pieces, and their total size."""
+    try:
+        views = [p if type(p) is bytes or type(p) is bytearray else memoryview(p).cast("B")
+                 for p in (data if isinstance(data, (list, tuple)) else (data,))]
+    except TypeError:
+        raise TypeError("omnifs: put takes bytes-like data or a list of them, not %s"
+                        % type(data).__name__) from None
+    return views, sum(map(len, views))
 
 
 class Mount:
@@ -204,9 +242,8 @@ class Mount:
         if type(data) is bytes or type(data) is bytearray:
             views, total = (data,), len(data)
         else:
-            views = [p if type(p) is bytes or type(p) is bytearray else memoryview(p).cast("B")
-                     for p in (data if isinstance(data, (list, tuple)) else (data,))]
-            total = sum(map(len, views))
+            views, total = _pieces(data)
+        readers = _readers(readers)
         if self.small:
             k = _key(key).encode()
             if (small.HEAD + len(k) + total <= small.MAX
@@ -216,7 +253,7 @@ class Mount:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             if readers is not None:
-                os.setxattr(fd, "user.omni.readers", str(int(readers)).encode())
+                os.setxattr(fd, "user.omni.readers", str(readers).encode())
             pl = self._direct(direct.place, fd, total) if total >= DIRECT_PUT_MIN else None
             if pl is None or not direct.copy_in(pl, views, fd):
                 for view in views:
@@ -241,11 +278,12 @@ class Mount:
         this node's pool is GPU memory they are copied device to device
         into it (omnifs.cuda: no host copy); otherwise, or where this
         process may not, the tensor is copied to the host and put()."""
+        readers = _readers(readers)
         p = self.path(from_stage, to_stage, key)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             if readers is not None:
-                os.setxattr(fd, "user.omni.readers", str(int(readers)).encode())
+                os.setxattr(fd, "user.omni.readers", str(readers).encode())
             cuda.put_tensor(fd, tensor, head)
         except BaseException as e:
             # A close publishes: take the key away first, so that neither a
@@ -275,6 +313,7 @@ class Mount:
         gives the writable buffer to fill for objects of ALLOC_MIN bytes and
         more (otherwise, and by default, a bytearray), shown their first
         HEAD bytes."""
+        timeout = _seconds(timeout)
         if timeout is not None and timeout <= 0:
             raise FileNotFoundError(errno.ENOENT, "omnifs: no time left to wait",
                                     self.path(from_stage, to_stage, key))
@@ -363,7 +402,14 @@ class Mount:
 
     def view(self, from_stage, to_stage, key, rank, of, timeout=None):
         """Rank `rank` of `of` of a KV payload's shards (SPEC §5)."""
-        return self.get(from_stage, to_stage, "%s.rank%dof%d" % (key, rank, of), timeout)
+        try:
+            r, t = operator.index(rank), operator.index(of)
+        except TypeError:
+            r, t = -1, 0
+        if not 0 <= r < t:
+            raise ValueError("omnifs: a view is rank r of T with 0 <= r < T, not %r of %r"
+                             % (rank, of))
+        return self.get(from_stage, to_stage, "%s.rank%dof%d" % (key, r, t), timeout)
 
     def remove(self, from_stage, to_stage, key):
         os.unlink(self.path(from_stage, to_stage, key))
