@@ -188,6 +188,8 @@ int main(int argc, char **argv)
 	for (size_t i = 0; argc > 1 && i < sizeof(cmds) / sizeof(*cmds); i++)
 		if (!strcmp(argv[1], cmds[i].name))
 			return cmds[i].fn(argc - 1, argv + 1);
+	if (argc > 1 && !help)
+		fprintf(stderr, "omnikv: unknown command '%s'\n", argv[1]);
 	fprintf(help ? stdout : stderr,
 		"usage: omnikv inspect [--json] FILE\n"
 		"       omnikv verify FILE       exit 0: intact, 1: damaged, 2: not KV\n"

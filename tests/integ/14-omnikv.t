@@ -33,6 +33,8 @@ is "$("$K" inspect --json v.kv | $PY -c 'import json,sys; d=json.load(sys.stdin)
 "$K" verify bad.kv 2>/dev/null; is $? 1 "verify: a flipped bit, exit 1"
 "$K" verify plain 2>/dev/null; is $? 2 "verify: not KV, exit 2"
 "$K" inspect 2>/dev/null; is $? 2 "a usage error exits 2"
+"$K" bogus 2>"$T/err"; is $? 2 "an unknown command exits 2"
+is "$(head -1 "$T/err")" "omnikv: unknown command 'bogus'" "... and names it"
 
 "$K" convert --to native v.kv v.native && "$K" convert --to vllm v.native v.back
 ok "vllm-omni -> native -> vllm-omni gives the same bytes" cmp v.kv v.back
