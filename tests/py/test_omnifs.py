@@ -464,9 +464,12 @@ def test_not_a_mount_and_bad_config():
                 {"readers": -1}):
         with pytest.raises(ValueError, match="must be > 0 and finite, readers >= 0"):
             OmniFSConnector({"mount": ONE, **bad})
-    for name, bad in (("timeout_s", "soon"), ("readers", "x"), ("timeout_s", [])):
-        with pytest.raises(ValueError, match=re.escape("extra %s must be a number, not %r" % (name, bad))):
+    for name, bad, what in (("timeout_s", "soon", "a number"), ("timeout_s", [], "a number"),
+                            ("readers", "x", "a whole number"), ("readers", 2.5, "a whole number")):
+        with pytest.raises(ValueError, match=re.escape("extra %s must be %s, not %r" % (name, what, bad))):
             OmniFSConnector({"mount": ONE, name: bad})
+    with OmniFSConnector({"mount": ONE, "readers": "2"}) as c:     # YAML may quote it
+        assert c.readers == 2
 
 
 def test_unknown_extras_are_said_and_ignored(caplog):

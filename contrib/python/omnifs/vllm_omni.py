@@ -17,6 +17,7 @@ get <rid>.rank<t>of<T> in one call, merged or sliced by omnifs.
 import errno
 import logging
 import math
+import operator
 import os
 import threading
 import time
@@ -41,11 +42,17 @@ def request_of(key, request_id):
     return key.startswith("omni_") and key.endswith("_kv_cache_" + request_id)
 
 
-def _number(config, name, kind, value):
+def _whole(v):
+    """A YAML count: an int, or its digits as a string; not 2.5."""
+    return int(v, 10) if isinstance(v, str) else operator.index(v)
+
+
+def _number(name, kind, value):
     try:
         return kind(value)
     except (TypeError, ValueError):
-        raise ValueError("OmniFSConnector: extra %s must be a number, not %r" % (name, value)) \
+        what = "a whole number" if kind is _whole else "a number"
+        raise ValueError("OmniFSConnector: extra %s must be %s, not %r" % (name, what, value)) \
             from None
 
 
@@ -65,10 +72,10 @@ class OmniFSConnector(_Base):
             log.warning("OmniFSConnector: extra %r is not one of %s; ignored",
                         k, ", ".join(self.EXTRA))
         self.mount_path = str(config.get("mount", "/mnt/omni"))
-        self.timeout = _number(config, "timeout_s", float,
+        self.timeout = _number("timeout_s", float,
                                config.get("timeout_s", config.get("recv_timeout", 30.0)))
         readers = config.get("readers")
-        self.readers = None if readers is None else _number(config, "readers", int, readers)
+        self.readers = None if readers is None else _number("readers", _whole, readers)
         if not 0 < self.timeout < math.inf or (self.readers is not None and self.readers < 0):
             raise ValueError("OmniFSConnector: timeout_s must be > 0 and finite, readers >= 0")
         self._mount = Mount(self.mount_path)
