@@ -180,6 +180,45 @@ def framed(head, body=b""):
     return b"".join(bytes(p) for p in codec._framed(head, body))
 
 
+def test_decode_of_damaged_bytes_is_a_value_error_and_no_more():
+    """A small fuzz of codec.decode, the parser of what another node's
+    worker put: mutated encodings of arrays, tensors and plain data decode
+    or raise ValueError; nothing else escapes, nothing hangs or allocates
+    what the bytes do not hold (the address space is capped meanwhile)."""
+    import random
+    import resource
+    import warnings
+    values = [np.arange(6, dtype=np.float32).reshape(2, 3), {"a": np.zeros(3), "b": [1, "x", b"y"]},
+              np.zeros(2, dtype=[("a", "<i4"), ("b", "<f8", (2,))])]
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        values += [torch.ones(2, 3, dtype=torch.bfloat16), {"t": torch.tensor(1.0)}]
+    seeds = [b"".join(bytes(p) for p in codec.encode(v)) for v in values]
+    rnd, soft = random.Random(21), resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, soft[1]))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # numpy's on odd dtype spellings
+            for _ in range(5000):
+                b = bytearray(rnd.choice(seeds))
+                for _ in range(rnd.randint(1, 6)):
+                    at, op = rnd.randrange(len(b)), rnd.randrange(4)
+                    if op == 0:
+                        b[at] = rnd.randrange(256)
+                    elif op == 1:
+                        del b[at:at + rnd.randint(1, 16)]
+                    elif op == 2:
+                        b[at:at] = rnd.randbytes(rnd.randint(1, 8))
+                    else:
+                        b[at:at + 1] = rnd.choice([b"9", b"[", b"{", b'"', b",", b"-", b"0" * 12])
+                try:
+                    codec.decode(b)
+                except ValueError:
+                    pass
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, soft)
+
+
 @pytest.mark.parametrize("raw", [
     framed({"k": "numpy", "d": "|O", "s": [1]}, b"\0" * 8),           # Python objects
     framed({"k": "numpy", "d": "<f4", "s": [3]}, b"\0" * 8),          # the wrong size

@@ -169,9 +169,23 @@ def alloc(size, head):
 
 
 def decode(buf):
-    """The value of an object's bytes (buf: a bytearray, kept where it can)."""
+    """The value of an object's bytes (buf: a bytearray, kept where it can).
+    Bytes no encode() wrote (they may come from another node) are a
+    ValueError, whatever part of them is wrong."""
     if type(buf) is bytearray and not buf.startswith(MAGIC):
         return buf                  # raw bytes, the common case: one check
+    try:
+        return _decode(buf)
+    except ValueError:
+        raise
+    except (KeyError, IndexError, TypeError, SyntaxError, RuntimeError) as e:
+        # numpy's and torch's own complaints about a dtype or shape, a
+        # missing field, nesting too deep for the JSON or msgpack decoder
+        raise ValueError("omnifs: not an object omnifs encoded: %s: %s"
+                         % (type(e).__name__, e)) from None
+
+
+def _decode(buf):
     mv = memoryview(buf)
     if bytes(mv[:len(MAGIC)]) != MAGIC:
         return buf
