@@ -298,6 +298,18 @@ def test_mount_get_raises_file_not_found():
         omnifs.Mount(ONE).get("0", "1", rid(), timeout=0.1)
 
 
+def test_get_cuda_without_a_gpu_leaves_the_object():
+    torch = pytest.importorskip("torch", reason="torch is not importable here")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: tests/cuda checks get_cuda")
+    m, k = omnifs.Mount(ONE), rid()
+    m.put("0", "1", k, b"for the GPU")
+    with pytest.raises(OSError) as e:
+        m.get_cuda("0", "1", k, timeout=1)
+    assert e.value.errno == errno.ENODEV and "needs a GPU" in str(e.value)
+    assert m.get("0", "1", k, timeout=1) == b"for the GPU"
+
+
 def test_mount_view_refuses_a_rank_that_is_none():
     for rank, of in ((2, 2), (-1, 2), (1.5, 2), (0, 0), ("0", 1)):
         with pytest.raises(ValueError, match="a view is rank r of T with 0 <= r < T"):

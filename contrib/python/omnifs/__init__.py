@@ -385,9 +385,14 @@ class Mount:
         """The bytes of a key as a torch uint8 tensor on a GPU, waiting as
         get() does.  Where this node's pool is GPU memory it is copied
         device to device out of the pool (omnifs.cuda: no host copy);
-        otherwise, or if that fails, read and moved to the current GPU."""
+        otherwise, or if that fails, read and moved to the current GPU.
+        Without a GPU, OSError(ENODEV) before anything is read: a read is
+        a complete read, which would consume the object for nothing."""
         import torch
         p = self.path(from_stage, to_stage, key)
+        if not torch.cuda.is_available():
+            raise OSError(errno.ENODEV, "omnifs: get_cuda needs a GPU, and torch sees none", p)
+        timeout = _seconds(timeout)
         if timeout is not None and timeout <= 0:
             raise FileNotFoundError(errno.ENOENT, "omnifs: no time left to wait", p)
         self._arm(timeout)
@@ -396,9 +401,13 @@ class Mount:
                 return cuda.get_tensor(f.fileno())
             except OSError:
                 pass    # not a GPU pool here, bytes elsewhere, no driver: read it
+            # The GPU's memory first: one that cannot hold the bytes fails
+            # before a byte is read, and the object stays for the next.
+            out = torch.empty(os.fstat(f.fileno()).st_size, dtype=torch.uint8, device="cuda")
             buf = self._get_read(p, f, None)
-        host = torch.frombuffer(buf, dtype=torch.uint8) if buf else torch.empty(0, dtype=torch.uint8)
-        return host.to("cuda")
+        if buf:
+            out.copy_(torch.frombuffer(buf, dtype=torch.uint8))
+        return out
 
     def view(self, from_stage, to_stage, key, rank, of, timeout=None):
         """Rank `rank` of `of` of a KV payload's shards (SPEC §5)."""
