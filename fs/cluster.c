@@ -44,6 +44,7 @@ struct cluster {
 	unsigned list_delay_ms;          /* tests: a listing answered late */
 	unsigned consumed_delay_ms;      /* tests: a complete read told late */
 	unsigned hold_ms;                /* tests: each ANNOUNCE and CLAIM served late */
+	unsigned gone_hold_ms;           /* tests: each GONE of an object served late */
 	unsigned peer_up_delay_ms;       /* tests: a new connection used before its resync */
 	struct leases *leases;          /* peers' streamed reads of ours */
 	/* What each peer missed hearing (down or silent then) and must hear
@@ -615,6 +616,8 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 
 	if (cl->hold_ms && (m->type == PT_ANNOUNCE || m->type == PT_CLAIM))
 		test_hold(cl->hold_ms, m->type == PT_CLAIM ? "CLAIM" : "ANNOUNCE", &m->u.obj);
+	if (cl->gone_hold_ms && m->type == PT_GONE && m->u.obj.oid)
+		test_hold(cl->gone_hold_ms, "GONE", &m->u.obj);
 	switch (m->type) {
 	case PT_ANNOUNCE:
 		o = from_proto(&m->u.obj);
@@ -1140,6 +1143,7 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	cl->list_delay_ms = test_ms("OMNIFS_TEST_LIST_DELAY_MS");
 	cl->consumed_delay_ms = test_ms("OMNIFS_TEST_CONSUMED_DELAY_MS");
 	cl->hold_ms = test_ms("OMNIFS_TEST_HOLD_MS");
+	cl->gone_hold_ms = test_ms("OMNIFS_TEST_GONE_HOLD_MS");
 	cl->peer_up_delay_ms = test_ms("OMNIFS_TEST_PEER_UP_DELAY_MS");
 	pthread_mutex_init(&cl->lock, NULL);
 	pthread_cond_init(&cl->relist_cond, NULL);

@@ -38,18 +38,24 @@ wait "$LS"
 # --- b's own rm of an object it has just heard of, while the listing it
 # asked for on connecting (relist) is on its way: the listing, answered
 # before a removed it, is heard after the rm, and must not bring it back,
-# before a's GONE or after it.
+# not even until a's GONE comes (held here, so that it comes last).
 stop_node b
 echo rm-soon >"$T/a/0/1/z"
-OMNIFS_TEST_LIST_DELAY_MS=1000 start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+OMNIFS_TEST_LIST_DELAY_MS=1000 OMNIFS_TEST_GONE_HOLD_MS=1500 \
+	start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
 ok "b is back, holding its listing of a's objects" wait_until 10 held 0
 ok "b has heard of z (a's resync)" wait_until 5 stat "$T/b/0/1/z"
 ok "b removes z while its listing is held" rm "$T/b/0/1/z"
-ok "... the listing is heard after it" \
-	wait_until 5 grep -q "the held listing is heard now" "$T/b.log"
+heard() { grep -q "the held listing is heard now" "$T/b.log"; }
+not_heard() { ! heard; }
+gone_held() { grep -q "holding the GONE of z" "$T/b.log" && ! grep -q "held the GONE of z" "$T/b.log"; }
+ok "... which is heard only after the rm" not_heard
+ok "... and then" wait_until 5 heard
+is "$(M=$T/b pyerr "os.stat(M + '/0/1/z')")" ENOENT "the held listing does not bring z back on b"
+ok "... while a's GONE is still on its way" gone_held
+is "$(ls "$T/b/0/1")" "" "... nor does the next ls"
 gone_from_a() { ! ls "$T/a/0/1" | grep -qx z; }
-ok "... and a has it no more" wait_until 5 gone_from_a
-is "$(ls "$T/b/0/1")" "" "the held listing does not bring z back on b"
+ok "a has it no more" wait_until 5 gone_from_a
 
 # --- what a peer says on a new connection is heard after all it said on
 # the old one, and after b forgot what it learnt there.  b serves each
