@@ -184,7 +184,8 @@ def test_decode_of_damaged_bytes_is_a_value_error_and_no_more():
     """A small fuzz of codec.decode, the parser of what another node's
     worker put: mutated encodings of arrays, tensors and plain data decode
     or raise ValueError; nothing else escapes, nothing hangs or allocates
-    what the bytes do not hold (the address space is capped meanwhile)."""
+    what the bytes do not hold (the address space is capped at 1 GiB more
+    than it is now meanwhile)."""
     import random
     import resource
     import warnings
@@ -195,7 +196,9 @@ def test_decode_of_damaged_bytes_is_a_value_error_and_no_more():
         values += [torch.ones(2, 3, dtype=torch.bfloat16), {"t": torch.tensor(1.0)}]
     seeds = [b"".join(bytes(p) for p in codec.encode(v)) for v in values]
     rnd, soft = random.Random(21), resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, soft[1]))
+    with open("/proc/self/statm") as f:
+        now = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (now + (1 << 30), soft[1]))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")     # numpy's on odd dtype spellings

@@ -143,13 +143,18 @@ def _ext(obj):
     return msgpack.ExtType(EXT_ARRAY, b"".join(bytes(p) for p in _array(obj)))
 
 
+def _frames_array(b):
+    """Whether bytes start as encode() frames an array or a tensor."""
+    return b.startswith(MAGIC) and b[len(MAGIC) + 4:len(MAGIC) + 16] in (
+        b'{"k":"numpy"', b'{"k":"torch"')
+
+
 def _unext(code, data):
     """An array inside plain data, in writable memory as a top-level one;
     only an array: another kind here (msgpack again) could nest without end."""
     if code != EXT_ARRAY:
         return msgpack.ExtType(code, data)
-    head = data[len(MAGIC) + 4:len(MAGIC) + 16]
-    if not data.startswith(MAGIC) or head not in (b'{"k":"numpy"', b'{"k":"torch"'):
+    if not _frames_array(data):
         raise ValueError("omnifs: msgpack extension %d is not an array" % code)
     return decode(bytearray(data))
 
@@ -160,8 +165,7 @@ def alloc(size, head):
     rest a bytearray over huge pages too, which decode() returns as it is
     for raw bytes."""
     np = _numpy()
-    if np is not None and head.startswith(MAGIC) and (
-            b'{"k":"numpy"' in head or b'{"k":"torch"' in head):
+    if np is not None and _frames_array(head):
         raw = np.empty(size + 4096, dtype=np.uint8)    # page-aligned, as the pool is
         at = -raw.ctypes.data % 4096
         return raw[at:at + size]
