@@ -46,6 +46,7 @@ struct cluster {
 	unsigned hold_ms;                /* tests: each ANNOUNCE and CLAIM served late */
 	unsigned gone_hold_ms;           /* tests: each GONE of an object served late */
 	unsigned peer_up_delay_ms;       /* tests: a new connection used before its resync */
+	unsigned resync_hold_ms;         /* tests: a resync's announces sent late */
 	struct leases *leases;          /* peers' streamed reads of ours */
 	/* What each peer missed hearing (down or silent then) and must hear
 	 * when it is up again: cleanups, complete reads; under lock. */
@@ -565,7 +566,7 @@ static void serve_list(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
 	l->m.type = PT_LISTING;
 	l->m.u.listing.objects = 1;
 	l->m.u.listing.obj = l->obj;
-	ns_foreach_own(cl->ns, m->u.list.from, m->u.list.to, 0, list_one, l);
+	ns_foreach_own(cl->ns, m->u.list.from, m->u.list.to, 0, list_one, NULL, l);
 	list_flush(l, 0);
 	free(l);
 }
@@ -600,11 +601,11 @@ static void serve_lookup(struct cluster *cl, struct xport_conn *c, int peer,
 }
 
 /* Tests: a message served late, as by a daemon too busy to keep up. */
-static void test_hold(unsigned ms, const char *what, const struct proto_obj *o)
+static void test_hold(unsigned ms, const char *what, const char *key)
 {
-	fprintf(stderr, "omnifs: test: holding the %s of %s for %u ms\n", what, o->key, ms);
+	fprintf(stderr, "omnifs: test: holding the %s of %s for %u ms\n", what, key, ms);
 	usleep(ms * 1000u);
-	fprintf(stderr, "omnifs: test: held the %s of %s\n", what, o->key);
+	fprintf(stderr, "omnifs: test: held the %s of %s\n", what, key);
 }
 
 static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
@@ -615,9 +616,9 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 	struct ns_objinfo o;
 
 	if (cl->hold_ms && (m->type == PT_ANNOUNCE || m->type == PT_CLAIM))
-		test_hold(cl->hold_ms, m->type == PT_CLAIM ? "CLAIM" : "ANNOUNCE", &m->u.obj);
+		test_hold(cl->hold_ms, m->type == PT_CLAIM ? "CLAIM" : "ANNOUNCE", m->u.obj.key);
 	if (cl->gone_hold_ms && m->type == PT_GONE && m->u.obj.oid)
-		test_hold(cl->gone_hold_ms, "GONE", &m->u.obj);
+		test_hold(cl->gone_hold_ms, "GONE", m->u.obj.key);
 	switch (m->type) {
 	case PT_ANNOUNCE:
 		o = from_proto(&m->u.obj);
@@ -678,14 +679,29 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 
 /* ---------------------------------------------------------------- peers */
 
-struct resync { struct cluster *cl; int peer; };
+struct resync { struct cluster *cl; int peer, held; };
 
 static void resync_one(void *arg, const struct ns_objinfo *o)
 {
 	struct resync *r = arg;
 
-	if (stage_in(r->cl->hosts[r->peer].stages, r->cl->hosts[r->peer].n, o->to))
-		announce_to(r->cl, r->peer, o);
+	if (!stage_in(r->cl->hosts[r->peer].stages, r->cl->hosts[r->peer].n, o->to))
+		return;
+	if (r->cl->resync_hold_ms && !r->held++)
+		test_hold(r->cl->resync_hold_ms, "resync ANNOUNCE", o->key);
+	announce_to(r->cl, r->peer, o);
+}
+
+/* Removed while we announced it: its GONE may have overtaken that. */
+static void resync_gone(void *arg, const struct ns_objinfo *o)
+{
+	struct resync *r = arg;
+	struct proto_msg m = { .type = PT_GONE };
+
+	if (!stage_in(r->cl->hosts[r->peer].stages, r->cl->hosts[r->peer].n, o->to))
+		return;
+	to_proto(o, &m.u.obj);
+	xport_send(r->cl->x, r->peer, &m);
 }
 
 static void reask_one(void *arg, const char *from, const char *to, const char *key,
@@ -704,7 +720,7 @@ static struct proto_msg name_msg(enum proto_type type, const char *from, const c
 static void op_peer_up(void *ctx, int peer)
 {
 	struct cluster *cl = ctx;
-	struct resync r = { cl, peer };
+	struct resync r = { cl, peer, 0 };
 	struct proto_msg over = name_msg(PT_GONE, "-", "-", "-");      /* oid 0: all said */
 
 	if (cl->peer_up_delay_ms) {
@@ -713,7 +729,9 @@ static void op_peer_up(void *ctx, int peer)
 		usleep(cl->peer_up_delay_ms * 1000u);
 		fprintf(stderr, "omnifs: test: resync of %s now\n", xport_peer_name(cl->x, peer));
 	}
-	ns_foreach_own(cl->ns, "", "", 1, resync_one, &r);
+	ns_foreach_own(cl->ns, "", "", 1, resync_one, resync_gone, &r);
+	if (cl->resync_hold_ms)
+		fprintf(stderr, "omnifs: test: resync of %s sent\n", xport_peer_name(cl->x, peer));
 	xport_send(cl->x, peer, &over);
 	ns_foreach_waited(cl->ns, reask_one, &r);
 	pay(cl, peer);
@@ -1145,6 +1163,7 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	cl->hold_ms = test_ms("OMNIFS_TEST_HOLD_MS");
 	cl->gone_hold_ms = test_ms("OMNIFS_TEST_GONE_HOLD_MS");
 	cl->peer_up_delay_ms = test_ms("OMNIFS_TEST_PEER_UP_DELAY_MS");
+	cl->resync_hold_ms = test_ms("OMNIFS_TEST_RESYNC_HOLD_MS");
 	pthread_mutex_init(&cl->lock, NULL);
 	pthread_cond_init(&cl->relist_cond, NULL);
 	if ((rc = xport_create(&cl->x, &xc, &xops, cl, err, errlen))) {

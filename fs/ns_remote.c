@@ -730,13 +730,15 @@ int ns_exists(struct ns *ns, const char *from, const char *to, const char *key)
 	return rc;
 }
 
-void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
-		    void (*fn)(void *arg, const struct ns_objinfo *o), void *arg)
+struct own { struct ns_objinfo info; char names[3][256]; int went; };
+
+/* Our published objects in the scope, copied under the lock. */
+static struct own *own_collect(struct ns *ns, const char *from, const char *to, int kvhdr,
+			       size_t *np)
 {
-	struct own { struct ns_objinfo info; char names[3][256]; } *v = NULL;
+	struct own *v = NULL;
 	size_t n = 0, cap = 0;
 
-	pthread_mutex_lock(&ns->lock);
 	for (struct node *s = ns->root->child; s; s = s->next) {
 		if (s->kind != NK_STAGE || (*from && strcmp(from, s->name)))
 			continue;
@@ -750,10 +752,11 @@ void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
 				if (n == cap) {
 					struct own *nv = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof(*v));
 					if (!nv)
-						goto unlock;
+						goto out;
 					v = nv;
 				}
 				objinfo(o, &v[n].info, v[n].names);
+				v[n].went = 0;
 				if (kvhdr && o->kvhdr && (v[n].info.kvhdr = malloc(o->kvhdr_len)))
 					memcpy((void *)v[n].info.kvhdr, o->kvhdr, o->kvhdr_len);
 				else
@@ -762,7 +765,28 @@ void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
 			}
 		}
 	}
-unlock:
+out:
+	*np = n;
+	return v;
+}
+
+/* Still ours and published, as it was when collected? */
+static int own_still(struct ns *ns, const struct ns_objinfo *i)
+{
+	struct node *k = key_node(ns, i->from, i->to, i->key);
+
+	return k && k->obj && k->obj->owner < 0 && k->obj->oid == i->oid &&
+	       k->obj->state == OS_PUBLISHED;
+}
+
+void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
+		    void (*fn)(void *arg, const struct ns_objinfo *o),
+		    void (*gone)(void *arg, const struct ns_objinfo *o), void *arg)
+{
+	size_t n;
+
+	pthread_mutex_lock(&ns->lock);
+	struct own *v = own_collect(ns, from, to, kvhdr, &n);
 	pthread_mutex_unlock(&ns->lock);
 	for (size_t i = 0; i < n; i++) {
 		v[i].info.from = v[i].names[0];  /* the array moved while growing */
@@ -770,6 +794,19 @@ unlock:
 		v[i].info.key = v[i].names[2];
 		fn(arg, &v[i].info);
 		free((void *)v[i].info.kvhdr);
+		v[i].info.kvhdr = NULL;
+	}
+	/* One removed since it was collected may have had its GONE sent
+	 * before fn's word: said again now, after it.  One removed later
+	 * has its own GONE come after fn's. */
+	if (gone) {
+		pthread_mutex_lock(&ns->lock);
+		for (size_t i = 0; i < n; i++)
+			v[i].went = !own_still(ns, &v[i].info);
+		pthread_mutex_unlock(&ns->lock);
+		for (size_t i = 0; i < n; i++)
+			if (v[i].went)
+				gone(arg, &v[i].info);
 	}
 	free(v);
 }

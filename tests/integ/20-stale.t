@@ -123,4 +123,26 @@ if ss -K dst 127.0.0.1 dport = ":${PORT[b]}" >/dev/null 2>&1; then
 else
 	for i in 1 2 3 4 5; do skip "ss -K cannot cut a socket on this kernel (CONFIG_INET_DIAG_DESTROY)"; done
 fi
+# A resync's announces go out after they were collected: an object removed
+# in between had its GONE sent first, and is said gone again after them.
+# b comes back; a's resync for it holds its announce of r; b learns of r
+# by its own listing and removes it, so a's GONE overtakes that announce.
+stop_node a
+stop_node b
+OMNIFS_TEST_RESYNC_HOLD_MS=2000 start_node a "config=$T/omni.yaml,node=a,pool=host:64MiB"
+start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+ok "a and b are up, a last time" wait_until 10 both_up
+echo removed >"$T/a/0/1/r"
+ok "b knows of a's r" wait_until 5 test -e "$T/b/0/1/r"
+stop_node b
+start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+ok "a's resync for the new b holds its announce of r" \
+	wait_until 10 grep -q "holding the resync ANNOUNCE of r" "$T/a.log"
+ok "b learns of r by listing meanwhile" wait_until 5 test -e "$T/b/0/1/r"
+ok "... and removes it" rm "$T/b/0/1/r"
+resync_sent() { sed -n '/held the resync ANNOUNCE of r/,$p' "$T/a.log" | grep -q "resync of b sent"; }
+ok "a's resync goes on" wait_until 5 resync_sent
+echo after >"$T/a/0/1/after"            # announced after all the resync said
+ok "b hears of what a publishes next" wait_until 5 test -e "$T/b/0/1/after"
+is "$(ls "$T/b/0/1")" after "r, announced late by the resync, is not listed on b"
 done_testing
