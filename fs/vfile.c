@@ -60,6 +60,10 @@ static char *render_health(const struct vfile_ctx *c)
 		json_object_object_add(pool, "shared", json_object_new_boolean(u.shared));
 		json_object_object_add(pool, "huge_pages", json_object_new_boolean(u.huge));
 	} else {                        /* GPU memory: RDMA devices do not read it (yet) */
+		unsigned char handle[POOL_IPC_BYTES];
+		int dev;
+		if (!pool_ipc(c->pool, &dev, handle))  /* a reader's GPU memory goes there */
+			json_object_object_add(pool, "device", json_object_new_int(dev));
 		json_object_object_add(pool, "gpudirect", json_object_new_boolean(0));
 	}
 	json_object_object_add(root, "pool", pool);

@@ -16,6 +16,7 @@
 start_node a "pool=cuda:0:1200M,readers=0,allow_other"
 is "$(health a "d['pool']['kind']")" "cuda" ".omni/health says the pool is GPU memory"
 is "$(health a "d['pool']['gpudirect']")" "False" "... and that no RDMA device reads it (gpudirect)"
+is "$(health a "d['pool']['device']")" 0 "... of GPU 0 (device), where get_cuda's tensors go"
 
 round_trips a
 backwards a

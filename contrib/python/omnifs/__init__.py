@@ -395,12 +395,15 @@ class Mount:
         timeout = _seconds(timeout)
         if timeout is not None and timeout <= 0:
             raise FileNotFoundError(errno.ENOENT, "omnifs: no time left to wait", p)
+        pool = self.health().get("pool", {})
+        dev = pool.get("device") if pool.get("kind") == "cuda" else None
         self._arm(timeout)
         with open(p, "rb", buffering=0) as f:
-            try:
-                return cuda.get_tensor(f.fileno())
-            except OSError:
-                pass    # not a GPU pool here, bytes elsewhere, no driver: read it
+            if dev is not None:
+                try:
+                    return cuda.get_tensor(f.fileno(), dev)
+                except OSError:
+                    pass    # bytes elsewhere, no driver: read it
             # The GPU's memory first: one that cannot hold the bytes fails
             # before a byte is read, and the object stays for the next.
             out = torch.empty(os.fstat(f.fileno()).st_size, dtype=torch.uint8, device="cuda")

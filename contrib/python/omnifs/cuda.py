@@ -168,15 +168,20 @@ class Driver:
             at += ln
 
 
-def get_tensor(fd):
-    """The object open at fd as a torch uint8 tensor on the pool's GPU,
-    copied device to device.  OSError as where() raises it."""
+def get_tensor(fd, dev):
+    """The object open at fd as a torch uint8 tensor on GPU dev, the
+    pool's (health's pool.device), copied device to device.  The tensor
+    is taken before where() is asked, which makes the close a complete
+    read: a GPU short of memory leaves the object for the next reader.
+    OSError as where() raises it."""
     import torch
+    out = torch.empty(os.fstat(fd).st_size, dtype=torch.uint8, device="cuda:%d" % dev)
     w = where(fd)
-    drv = Driver.get()
-    out = torch.empty(w.size, dtype=torch.uint8, device="cuda:%d" % w.dev)
+    if w.dev != dev or w.size != out.numel():
+        raise OSError(errno.EPROTO, "omnifs: the object is %d bytes on GPU %d, not %d on %d"
+                      % (w.size, w.dev, out.numel(), dev))
     if w.size:
-        drv.to_device(w, out.data_ptr())
+        Driver.get().to_device(w, out.data_ptr())
     return out
 
 
