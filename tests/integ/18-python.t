@@ -34,8 +34,13 @@ while read -r verdict name rest; do
 	esac
 done < <(grep -E '^(PASSED|FAILED|ERROR) [^ ]+::|^SKIPPED \[' "$T/pytest.log")
 grep -qE '^(PASSED|FAILED|ERROR) [^ ]+::' "$T/pytest.log" || { cat "$T/pytest.log"; ok "pytest ran" false; }
-# on stderr, so that prove shows why in CI's log too
-grep -qE '^(FAILED|ERROR) [^ ]+::' "$T/pytest.log" && sed 's/^/# /' "$T/pytest.log" | tail -60 >&2
+# on stderr, so that prove shows why in CI's log too: pytest's tracebacks
+# (its FAILURES and ERRORS sections), which -rA's list of passes follows
+if grep -qE '^(FAILED|ERROR) [^ ]+::' "$T/pytest.log"; then
+	sed -n '/^=* \(FAILURES\|ERRORS\) =*$/,/^=* \(PASSES\|warnings summary\|short test summary info\) =*$/p' \
+		"$T/pytest.log" | head -200 | sed 's/^/# /' >&2
+	grep -E '^(FAILED|ERROR) ' "$T/pytest.log" | sed 's/^/# /' >&2
+fi
 
 # A worker's Mount across a restart of its daemon: it maps the new pool and
 # lets the old one go (its memory with it), one pool mapped at a time, and
