@@ -62,14 +62,21 @@ round_trip("before")
 sys.stdin.readline()            # the daemon restarts meanwhile
 round_trip("after")
 EOF
-coproc WORKER { PYTHONPATH="$SRC/contrib/python" $SYSPY "$T/restart.py" "$T/a" 2>&1; }
-read -t 60 -r ok1 maps1 key1 <&"${WORKER[0]}"
+# Two FIFOs, not a coproc: bash forgets a coproc's PID and descriptors as
+# soon as it ends, which the worker may do before its last line is read.
+mkfifo "$T/to-worker" "$T/from-worker"
+PYTHONPATH="$SRC/contrib/python" $SYSPY "$T/restart.py" "$T/a" <"$T/to-worker" \
+	>"$T/from-worker" 2>&1 &
+WORKER=$!
+exec {TO}>"$T/to-worker" {FROM}<"$T/from-worker"
+read -t 60 -r ok1 maps1 key1 <&$FROM
 stop_node a
 start_node a "$A_OPTS"
-echo go >&"${WORKER[1]}"
-read -t 60 -r ok2 maps2 key2 <&"${WORKER[0]}"
-kill "$WORKER_PID" 2>/dev/null    # done, or stuck: the wait is bounded either way
-wait "$WORKER_PID" 2>/dev/null
+(echo go >&$TO) 2>/dev/null     # a subshell: a worker gone early is no SIGPIPE here
+read -t 60 -r ok2 maps2 key2 <&$FROM
+exec {TO}>&- {FROM}<&-
+kill "$WORKER" 2>/dev/null      # done, or stuck: the wait is bounded either way
+wait "$WORKER" 2>/dev/null
 is "$ok1 $maps1 $ok2 $maps2" "True 1 True 1" "a worker's Mount goes on with its restarted daemon, its pool mapped, only it"
 ok "... a new pool, not the old one ($key1, then $key2)" test "$key1" != "$key2" -a "$key2" != None
 done_testing
