@@ -64,15 +64,17 @@ round_trip("after")
 EOF
 # Two FIFOs, not a coproc: bash forgets a coproc's PID and descriptors as
 # soon as it ends, which the worker may do before its last line is read.
+# Opened read-write here: no open waits for the worker, and a worker gone
+# early is no SIGPIPE (the reads below are bounded).
 mkfifo "$T/to-worker" "$T/from-worker"
 PYTHONPATH="$SRC/contrib/python" $SYSPY "$T/restart.py" "$T/a" <"$T/to-worker" \
 	>"$T/from-worker" 2>&1 &
 WORKER=$!
-exec {TO}>"$T/to-worker" {FROM}<"$T/from-worker"
+exec {TO}<>"$T/to-worker" {FROM}<>"$T/from-worker"
 read -t 60 -r ok1 maps1 key1 <&$FROM
 stop_node a
 start_node a "$A_OPTS"
-(echo go >&$TO) 2>/dev/null     # a subshell: a worker gone early is no SIGPIPE here
+echo go >&$TO
 read -t 60 -r ok2 maps2 key2 <&$FROM
 exec {TO}>&- {FROM}<&-
 kill "$WORKER" 2>/dev/null      # done, or stuck: the wait is bounded either way
