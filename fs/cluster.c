@@ -16,9 +16,11 @@
 
 #include "lease.h"
 #include "ns.h"
+#include "owedlog.h"
 #include "stats.h"
 #include "subs.h"
 #include "../kvfmt/kvfmt.h"
+#include "../transport/auth.h"
 #include "../transport/clock.h"
 #include "../transport/pool.h"
 
@@ -52,6 +54,8 @@ struct cluster {
 	 * when it is up again: cleanups, complete reads; under lock. */
 	struct owed { struct owed *next; struct proto_msg m; } **owed;
 	unsigned *nowed;
+	struct owedlog *log;            /* the same, for a restart (state_dir) */
+	unsigned log_errors, loaded;
 	/* Peers whose objects on our edges we list again (relist_thread),
 	 * under lock. */
 	pthread_cond_t relist_cond;
@@ -1005,14 +1009,14 @@ void cluster_refresh(struct cluster *cl, const char *from, const char *to)
  * dropped (and said), so a peer gone for good costs bounded memory. */
 #define OWED_MAX 4096
 
-static void owe(struct cluster *cl, int peer, const struct proto_msg *m)
+/* Under the lock (or before any thread runs): m owed to peer, in memory. */
+static void owe_locked(struct cluster *cl, int peer, const struct proto_msg *m)
 {
 	struct owed *o = calloc(1, sizeof(*o)), **tail;
 
 	if (!o)
 		return;
 	o->m = *m;              /* CLEANUP, CONSUMED and REMOVE hold no pointer */
-	pthread_mutex_lock(&cl->lock);
 	for (tail = &cl->owed[peer]; *tail; tail = &(*tail)->next)
 		;
 	*tail = o;
@@ -1036,7 +1040,69 @@ static void owe(struct cluster *cl, int peer, const struct proto_msg *m)
 				(unsigned long long)old->m.u.consumed.oid);
 		free(old);
 	}
+}
+
+/* Said once: what is owed may not outlive this run. */
+static void log_failed(struct cluster *cl, int rc)
+{
+	if (!cl->log_errors++)
+		fprintf(stderr, "omnifs: the log of owed messages cannot be written (%s); "
+			"a restart of this node loses what is owed now\n", strerror(-rc));
+}
+
+static void log_rewrite(struct cluster *cl);
+
+static void owe(struct cluster *cl, int peer, const struct proto_msg *m)
+{
+	unsigned long owed = 0;
+	int rc;
+
+	pthread_mutex_lock(&cl->lock);
+	owe_locked(cl, peer, m);
+	for (size_t i = 0; i < cl->npeers; i++)
+		owed += cl->nowed[i];
+	if (cl->log && (rc = owedlog_add(cl->log, xport_peer_name(cl->x, peer), m)))
+		log_failed(cl, rc);
+	/* What OWED_MAX dropped, the file keeps until a peer is paid: a
+	 * peer down for good would grow it without end. */
+	else if (cl->log && owedlog_records(cl->log) > 2 * owed + 64)
+		log_rewrite(cl);
 	pthread_mutex_unlock(&cl->lock);
+}
+
+/* What an earlier run of this node owed, owed again (owedlog_open). */
+static void owed_loaded(void *arg, const char *peer, const struct proto_msg *m)
+{
+	struct cluster *cl = arg;
+	struct proto_msg c = *m;
+
+	if (c.type == PT_REMOVE) {      /* it carries none; m's body goes */
+		c.u.obj.data = c.u.obj.kvhdr = NULL;
+		c.u.obj.datalen = c.u.obj.kvhdrlen = 0;
+	}
+	for (size_t i = 0; i < cl->npeers; i++)
+		if (!strcmp(xport_peer_name(cl->x, (int)i), peer)) {
+			owe_locked(cl, (int)i, &c);
+			cl->loaded++;
+			return;
+		}
+	fprintf(stderr, "omnifs: a message owed to %s, no longer a node of the cluster, "
+		"is dropped\n", peer);
+}
+
+/* The log again, from what is owed now (after a peer was paid: what it
+ * heard is dropped).  Under the lock. */
+static void log_rewrite(struct cluster *cl)
+{
+	int rc = owedlog_begin(cl->log);
+
+	for (size_t i = 0; i < cl->npeers && !rc; i++)
+		for (struct owed *o = cl->owed[i]; o && !rc; o = o->next)
+			rc = owedlog_add(cl->log, xport_peer_name(cl->x, (int)i), &o->m);
+	if (!rc)
+		rc = owedlog_end(cl->log);
+	if (rc)
+		log_failed(cl, rc);
 }
 
 /* What peer missed, now that it is up; what it misses again stays owed. */
@@ -1055,6 +1121,10 @@ static void pay(struct cluster *cl, int peer)
 			owe(cl, peer, &o->m);
 		free(o);
 	}
+	pthread_mutex_lock(&cl->lock);
+	if (cl->log && owedlog_records(cl->log))
+		log_rewrite(cl);
+	pthread_mutex_unlock(&cl->lock);
 }
 
 int cluster_cleanup(struct cluster *cl, const char *id, uint64_t *removed, size_t *missed)
@@ -1166,14 +1236,24 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	cl->resync_hold_ms = test_ms("OMNIFS_TEST_RESYNC_HOLD_MS");
 	pthread_mutex_init(&cl->lock, NULL);
 	pthread_cond_init(&cl->relist_cond, NULL);
-	if ((rc = xport_create(&cl->x, &xc, &xops, cl, err, errlen))) {
-		pthread_cond_destroy(&cl->relist_cond);
-		pthread_mutex_destroy(&cl->lock);
-		goto fail;
+	if ((rc = xport_create(&cl->x, &xc, &xops, cl, err, errlen)))
+		goto destroy_locks;
+	if (c->state_dir && owedlog_open(&cl->log, c->state_dir, c->self, c->key, AUTH_KEY,
+					 owed_loaded, cl, err, errlen)) {
+		rc = -EINVAL;   /* the option names what cannot be: exit status 2 */
+		goto destroy_xport;
 	}
+	if (cl->loaded)
+		fprintf(stderr, "omnifs: %u messages that an earlier run owed its peers are "
+			"said again when they are up\n", cl->loaded);
 	free(pc);
 	*out = cl;
 	return 0;
+destroy_xport:
+	xport_destroy(cl->x);
+destroy_locks:
+	pthread_cond_destroy(&cl->relist_cond);
+	pthread_mutex_destroy(&cl->lock);
 fail:
 	if (cl) {
 		subs_free(cl->subs);
@@ -1216,7 +1296,8 @@ void cluster_destroy(struct cluster *cl)
 	if (!cl)
 		return;
 	relist_stop(cl);
-	xport_destroy(cl->x);
+	xport_destroy(cl->x);   /* what it fails to tell now is owed, and logged */
+	owedlog_close(cl->log);
 	leases_destroy(cl->leases);
 	subs_free(cl->subs);
 	pthread_cond_destroy(&cl->relist_cond);
@@ -1253,4 +1334,12 @@ size_t cluster_npeers(const struct cluster *cl) { return cl->npeers; }
 void cluster_peer(struct cluster *cl, size_t i, struct xport_peer_info *out)
 {
 	xport_peer_info(cl->x, (int)i, out);
+}
+
+unsigned cluster_owed(struct cluster *cl, size_t i)
+{
+	pthread_mutex_lock(&cl->lock);
+	unsigned n = cl->nowed[i];
+	pthread_mutex_unlock(&cl->lock);
+	return n;
 }

@@ -37,6 +37,7 @@ struct cluster_conf {
 	enum xport_mode mode;                   /* transport=tcp|auto|rdma */
 	struct pool *pool;                      /* what peers read of ours */
 	unsigned dead_ms;                       /* 0: the transport's default */
+	const char *state_dir;                  /* where what is owed is kept, or NULL */
 };
 
 /* Binds the peer port; -errno with a reason in err. */
@@ -97,5 +98,7 @@ size_t cluster_npeers(const struct cluster *cl);
  * only live ones; the counters' readers call it first. */
 void cluster_reap(struct cluster *cl);
 void cluster_peer(struct cluster *cl, size_t i, struct xport_peer_info *out);
+/* How many messages peer i is owed (said when it is back up). */
+unsigned cluster_owed(struct cluster *cl, size_t i);
 
 #endif

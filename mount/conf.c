@@ -41,6 +41,7 @@ void conf_free(struct conf *c)
 	free(c->rules);
 	free(c->config_file);
 	free(c->secret_file);
+	free(c->state_dir);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -178,6 +179,13 @@ int conf_set(struct conf *c, const char *key, const char *val, char *err, size_t
 		if (access(val, R_OK))
 			return ERR("option 'secret_file=%s': %s", val, strerror(errno));
 		return set_string(&c->secret_file, val);
+	}
+	if (!strcmp(key, "state_dir")) {
+		/* A daemon runs from /: a relative path would move. */
+		if (!val || val[0] != '/' || strlen(val) > 3000)
+			return ERR("option 'state_dir=%s': expected an absolute path",
+				   val ? val : "");
+		return set_string(&c->state_dir, val);
 	}
 	if (!strcmp(key, "allow_other")) {
 		if (val && strcmp(val, "1") && strcmp(val, "true"))
@@ -504,8 +512,8 @@ char *conf_render(const struct conf *c)
 		c->listen[0] ? c->listen : "(none)", conf_transport_name(c->transport));
 	fprintf(f, "wait_ms: %" PRId64 "\nreaders: %" PRId64 "\nttl_s: %" PRId64 "\n",
 		c->dflt.wait_ms, c->dflt.readers, c->dflt.ttl_s);
-	fprintf(f, "secret_file: %s\nallow_other: %s\nthreads: %u\nspin_us: %u\n",
-		c->secret_file ? c->secret_file : "(none)",
+	fprintf(f, "secret_file: %s\nstate_dir: %s\nallow_other: %s\nthreads: %u\nspin_us: %u\n",
+		c->secret_file ? c->secret_file : "(none)", c->state_dir ? c->state_dir : "(none)",
 		c->allow_other ? "true" : "false", c->threads, c->spin_us);
 	fprintf(f, "nodes:%s\n", c->nnodes ? "" : " {}");
 	for (size_t i = 0; i < c->nnodes; i++) {

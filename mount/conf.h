@@ -30,6 +30,7 @@ struct conf {
 	enum conf_transport transport;
 	struct ns_policy dflt;
 	char *secret_file;
+	char *state_dir;                /* what is owed to peers, kept for a restart */
 	int allow_other;
 	unsigned threads, spin_us;
 	struct ns_rule *rules;

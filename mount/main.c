@@ -46,7 +46,7 @@ static const struct fuse_opt opt_spec[] = {
 
 static const char *const our_keys[] = {
 	"config", "node", "pool", "listen", "transport", "wait_ms", "readers",
-	"ttl_s", "secret_file", "threads", "spin_us", "allow_other",
+	"ttl_s", "secret_file", "state_dir", "threads", "spin_us", "allow_other",
 };
 
 static int is_ours(const char *arg)
@@ -103,6 +103,7 @@ static void usage(void)
 	       "  readers=N         complete reads before an object is deleted (default 1)\n"
 	       "  ttl_s=N           delete unconsumed objects N s after publish (0: off)\n"
 	       "  secret_file=FILE  cluster secret\n"
+	       "  state_dir=DIR     keep what peers are owed there, for a restart (default: none)\n"
 	       "  threads=N         FUSE worker threads (default 4)\n"
 	       "  spin_us=N         how long an idle worker polls for the next request (default 200)\n"
 	       "  allow_other       let other users use the mount\n"
@@ -236,7 +237,8 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 		[TRANSPORT_AUTO] = XPORT_AUTO, [TRANSPORT_TCP] = XPORT_TCP, [TRANSPORT_RDMA] = XPORT_RDMA,
 	};
 	struct cluster_conf cc = { .self = c->node, .listen = c->listen, .key = key,
-				   .nnodes = c->nnodes, .mode = mode[c->transport] };
+				   .nnodes = c->nnodes, .mode = mode[c->transport],
+				   .state_dir = c->state_dir };
 	int rc = 1;
 
 	nofile_raise();

@@ -79,6 +79,13 @@ printf 'pool: [unclosed\n' >"$T/bad3.yaml"
 ok "YAML syntax error refused with file:line" refused "config=$T/bad3.yaml" "$T/bad3.yaml:"
 printf 'nodes:\n  a: { addr: 127.0.0.1:7070 }\n' >"$T/nodes.yaml"
 ok "a node missing from nodes refused" refused "config=$T/nodes.yaml,node=zzz" "node 'zzz' is not among its nodes"
+ok "a relative state_dir refused" refused state_dir=state "option 'state_dir=state': expected an absolute path"
+new_secret "$T/secret"
+read -r PA PB < <(free_ports 2)
+printf 'secret_file: %s\ntransport: tcp\nnodes:\n  a: { addr: 127.0.0.1:%s }\n  b: { addr: 127.0.0.1:%s }\n' \
+	"$T/secret" "$PA" "$PB" >"$T/two.yaml"
+ok "a state_dir that cannot be made refused" refused "config=$T/two.yaml,node=a,state_dir=/proc/omnifs" \
+	"option 'state_dir=/proc/omnifs': No such file or directory"
 
 "$B/omnifs" "$T/nonexistent-dir" >"$T/err" 2>&1
 is "$?" "2" "missing mount point: exit 2"

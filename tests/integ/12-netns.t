@@ -37,6 +37,7 @@ NET=10.78.$((S % 250))
 new_secret "$T/secret"
 cat >"$T/omni.yaml" <<YAML
 secret_file: $T/secret
+state_dir: $T/state
 pool: host:128MiB
 readers: 0
 nodes:
@@ -113,22 +114,43 @@ ok "a rejoins" wait_until 15 all_up
 # with its announce) and removes another of a's: both words go out on a
 # connection b still thinks up, and die with it.  Once the link is back, a
 # hears both (and counts the read once), and neither comes back on b.
-$SYSPY -c "
-import os
-for k in ('once', 'gone'):
+owe_a() {       # owe_a ONCE GONE: b's link cut, b reads ONCE and removes GONE
+	$SYSPY -c "
+import os, sys
+for k in sys.argv[1:]:
     with open('$T/a/0/1/' + k, 'wb') as f:
         os.setxattr(f.fileno(), 'user.omni.readers', b'1')
         f.write(b'one read\n')
-"
-ok "b hears of a's objects" wait_until 5 test -e "$T/b/0/1/once" -a -e "$T/b/0/1/gone"
-ip link set "o${S}bp" down
-is "$(cat "$T/b/0/1/once")" "one read" "b reads a's object of one read as its link is cut"
-ok "... and removes another of a's" rm "$T/b/0/1/gone"
-ok "b sees a down" wait_until 10 peers_up b 0
+" "$1" "$2"
+	ok "b hears of a's objects" wait_until 5 test -e "$T/b/0/1/$1" -a -e "$T/b/0/1/$2"
+	ip link set "o${S}bp" down
+	is "$(cat "$T/b/0/1/$1")" "one read" "b reads a's object of one read as its link is cut"
+	ok "... and removes another of a's" rm "$T/b/0/1/$2"
+	ok "b sees a down" wait_until 10 peers_up b 0
+}
+owe_a once gone
 ip link set "o${S}bp" up
 ok "b rejoins" wait_until 15 all_up
 ok "a hears of the read: its object is used up" wait_until 10 sh -c "! test -e '$T/a/0/1/once'"
 ok "a hears of the removal" wait_until 10 sh -c "! test -e '$T/a/0/1/gone'"
 ok "neither is listed on b again" wait_until 10 sh -c "! test -e '$T/b/0/1/once' -o -e '$T/b/0/1/gone'"
+
+# --- ... and outlive a restart of b ------------------------------------------
+# The same words, but b dies (kill -9) while its link is down: they are
+# kept in its state_dir, and its next run says them once a is back.
+owe_a once2 gone2
+owed_a() { [ "$(health b "[p['owed'] for p in d['peers'] if p['name'] == 'a'][0]")" = 2 ]; }
+ok "b's health says it owes a two messages" wait_until 5 owed_a
+ok "... and keeps them in its state_dir" test -s "$T/state/b.owed"
+kill -9 "${NODE_PID[b]}"
+stop_node b
+start_node b "config=$T/omni.yaml,node=b"
+ok "b's next run owes a the read and the removal" \
+   grep -q "omnifs: 2 messages that an earlier run owed its peers" "$T/b.log"
+ip link set "o${S}bp" up
+ok "b rejoins" wait_until 15 all_up
+ok "a hears of the read that b's earlier run made" wait_until 10 sh -c "! test -e '$T/a/0/1/once2'"
+ok "a hears of the removal" wait_until 10 sh -c "! test -e '$T/a/0/1/gone2'"
+ok "b owes nothing any more: its log is gone" wait_until 10 sh -c "! test -e '$T/state/b.owed'"
 
 done_testing

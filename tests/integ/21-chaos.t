@@ -14,6 +14,7 @@ SEED=${CHAOS_SEED:-$RANDOM}
 RANDOM=$SEED
 diag "chaos for $SECS s, seed $SEED"
 loopback_cluster 8000 a b c
+echo "state_dir: $T/state" >>"$T/omni.yaml"     # a killed node's next run pays its debts
 declare -A THREADS=() FDS=()
 node() { start_node "$1" "config=$T/omni.yaml,node=$1,pool=host:256MiB"; }
 up() { [ "$(health "$1" "sum(p['state'] == 'up' for p in d['peers'])")" = 2 ]; }

@@ -29,6 +29,8 @@ static void test_options(void)
 	is(set(&c, "listen", "[::1]:7070"), 0, "listen v6");
 	is(set(&c, "node", "a-1"), 0, "node");
 	ok(set(&c, "spin_us", "0") == 0 && c.spin_us == 0, "spin_us=0 turns polling off");
+	ok(set(&c, "state_dir", "/var/lib/omnifs") == 0 && !strcmp(c.state_dir, "/var/lib/omnifs"),
+	   "state_dir=/var/lib/omnifs");
 	struct { const char *k, *v, *needle; } bad[] = {
 		{ "pool", "host:1X", "pool=host:1X" }, { "pool", "ram:1G", "pool" },
 		{ "pool", "host:1000TiB", "does not fit in this machine's available memory" },
@@ -40,6 +42,8 @@ static void test_options(void)
 		{ "secret_file", "/nonexistent/s", "secret_file" }, { "bogus", "1", "bogus" },
 		{ "threads", "0", "threads" }, { "readers", NULL, "readers" },
 		{ "spin_us", "-1", "spin_us" }, { "spin_us", "100001", "spin_us" },
+		{ "state_dir", "var/lib/omnifs", "expected an absolute path" },
+		{ "state_dir", NULL, "state_dir" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
 		err[0] = 0;
