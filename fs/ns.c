@@ -1061,6 +1061,18 @@ static void *deadline_thread(void *arg)
 
 /* ---------------------------------------------------------------- lifecycle */
 
+/* The hash tables; one that never got its buckets (ns is zeroed) frees nothing. */
+static void tables_fini(struct ns *ns)
+{
+	htab_fini(&ns->byino);
+	htab_fini(&ns->byname);
+	htab_fini(&ns->waiters);
+	htab_fini(&ns->byoid);
+	htab_fini(&ns->bybase);
+	htab_fini(&ns->byreq);
+	htab_fini(&ns->gone_byoid);
+}
+
 int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	      const struct ns_settings *set)
 {
@@ -1118,13 +1130,7 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	return 0;
 
 free_tables:
-	htab_fini(&ns->byino);
-	htab_fini(&ns->byname);
-	htab_fini(&ns->waiters);
-	htab_fini(&ns->byoid);
-	htab_fini(&ns->bybase);
-	htab_fini(&ns->byreq);
-	htab_fini(&ns->gone_byoid);
+	tables_fini(ns);
 	free(ns->rules);
 free_ns:
 	free(ns);
@@ -1206,13 +1212,7 @@ void ns_destroy(struct ns *ns)
 		ns_release(ns, ns->handles.next);
 	if (ns->root)
 		node_free_tree(ns, ns->root);
-	htab_fini(&ns->byino);
-	htab_fini(&ns->byname);
-	htab_fini(&ns->waiters);
-	htab_fini(&ns->byoid);
-	htab_fini(&ns->bybase);
-	htab_fini(&ns->byreq);
-	htab_fini(&ns->gone_byoid);
+	tables_fini(ns);
 	timerq_fini(&ns->tq);
 	pthread_cond_destroy(&ns->fcond);
 	pthread_mutex_destroy(&ns->ev_lock);
