@@ -49,6 +49,7 @@ struct cluster {
 	unsigned gone_hold_ms;           /* tests: each GONE of an object served late */
 	unsigned peer_up_delay_ms;       /* tests: a new connection used before its resync */
 	unsigned resync_hold_ms;         /* tests: a resync's announces sent late */
+	unsigned told_hold_ms;           /* tests: each REMOVE and CONSUMED served late */
 	struct leases *leases;          /* peers' streamed reads of ours */
 	/* What each peer missed hearing (down or silent then) and must hear
 	 * when it is up again: cleanups, complete reads; under lock. */
@@ -56,6 +57,7 @@ struct cluster {
 	unsigned *nowed;
 	struct owedlog *log;            /* the same, for a restart (state_dir) */
 	unsigned log_errors, loaded;
+	unsigned paying;                /* owed messages told, not yet answered */
 	/* Peers whose objects on our edges we list again (relist_thread),
 	 * under lock. */
 	pthread_cond_t relist_cond;
@@ -196,7 +198,9 @@ static void hook_gone(void *ctx, const struct ns_objinfo *o)
  * a REMOVE of an oid removes nothing more, and a CONSUMED counts once by
  * its read's name.  0, or -EHOSTDOWN (not connected; connect: after
  * trying) and nothing owed. */
-struct told { struct cluster *cl; int peer; struct proto_msg m; };
+struct told { struct cluster *cl; int peer, paid; struct proto_msg m; };
+
+static void paid_end(struct cluster *cl);
 
 static void told_end(void *arg, int err)
 {
@@ -204,20 +208,37 @@ static void told_end(void *arg, int err)
 
 	if (err == -EIO)
 		owe(t->cl, t->peer, &t->m);
+	if (t->paid)
+		paid_end(t->cl);
 	free(t);
 }
 
-static int tell(struct cluster *cl, int peer, const struct proto_msg *m, int connect)
+/* paid: a message that was owed (pay), whose end the log waits for. */
+static int tell_as(struct cluster *cl, int peer, const struct proto_msg *m, int connect,
+		   int paid)
 {
 	struct told *t = malloc(sizeof(*t));
 	int rc = -ENOMEM;
 
-	if (t) {
-		*t = (struct told){ cl, peer, *m };
-		if ((rc = xport_tell(cl->x, peer, m, connect, told_end, t)))
-			free(t);
+	if (!t)
+		return rc;
+	*t = (struct told){ cl, peer, paid, *m };
+	if (paid) {
+		pthread_mutex_lock(&cl->lock);
+		cl->paying++;
+		pthread_mutex_unlock(&cl->lock);
+	}
+	if ((rc = xport_tell(cl->x, peer, m, connect, told_end, t))) {
+		if (paid)
+			paid_end(cl);
+		free(t);
 	}
 	return rc;
+}
+
+static int tell(struct cluster *cl, int peer, const struct proto_msg *m, int connect)
+{
+	return tell_as(cl, peer, m, connect, 0);
 }
 
 static void hook_consumed(void *ctx, int owner, uint64_t oid, const struct ns_cover *cv)
@@ -623,6 +644,9 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 		test_hold(cl->hold_ms, m->type == PT_CLAIM ? "CLAIM" : "ANNOUNCE", m->u.obj.key);
 	if (cl->gone_hold_ms && m->type == PT_GONE && m->u.obj.oid)
 		test_hold(cl->gone_hold_ms, "GONE", m->u.obj.key);
+	if (cl->told_hold_ms && (m->type == PT_REMOVE || m->type == PT_CONSUMED))
+		test_hold(cl->told_hold_ms, m->type == PT_REMOVE ? "REMOVE" : "CONSUMED",
+			  m->type == PT_REMOVE ? m->u.obj.key : "an object");
 	switch (m->type) {
 	case PT_ANNOUNCE:
 		o = from_proto(&m->u.obj);
@@ -1065,7 +1089,7 @@ static void owe(struct cluster *cl, int peer, const struct proto_msg *m)
 		log_failed(cl, rc);
 	/* What OWED_MAX dropped, the file keeps until a peer is paid: a
 	 * peer down for good would grow it without end. */
-	else if (cl->log && owedlog_records(cl->log) > 2 * owed + 64)
+	else if (cl->log && !cl->paying && owedlog_records(cl->log) > 2 * owed + 64)
 		log_rewrite(cl);
 	pthread_mutex_unlock(&cl->lock);
 }
@@ -1105,6 +1129,23 @@ static void log_rewrite(struct cluster *cl)
 		log_failed(cl, rc);
 }
 
+/* The log is rewritten only once every message a pay told has ended
+ * (heard, or owed again): until then it still holds them, so a restart
+ * meanwhile loses none.  Under the lock. */
+static void log_tidy(struct cluster *cl)
+{
+	if (cl->log && !cl->paying && owedlog_records(cl->log))
+		log_rewrite(cl);
+}
+
+static void paid_end(struct cluster *cl)
+{
+	pthread_mutex_lock(&cl->lock);
+	cl->paying--;
+	log_tidy(cl);
+	pthread_mutex_unlock(&cl->lock);
+}
+
 /* What peer missed, now that it is up; what it misses again stays owed. */
 static void pay(struct cluster *cl, int peer)
 {
@@ -1112,19 +1153,17 @@ static void pay(struct cluster *cl, int peer)
 	struct owed *o = cl->owed[peer], *next;
 	cl->owed[peer] = NULL;
 	cl->nowed[peer] = 0;
+	cl->paying++;           /* o, in no list now, stays in the log */
 	pthread_mutex_unlock(&cl->lock);
 	for (; o; o = next) {
 		struct ask a = { cl, peer, 0 };
 		next = o->next;
 		if (o->m.type == PT_CLEANUP ? xport_call(cl->x, peer, &o->m, cleaned_reply, &a)
-					    : tell(cl, peer, &o->m, 0))
+					    : tell_as(cl, peer, &o->m, 0, 1))
 			owe(cl, peer, &o->m);
 		free(o);
 	}
-	pthread_mutex_lock(&cl->lock);
-	if (cl->log && owedlog_records(cl->log))
-		log_rewrite(cl);
-	pthread_mutex_unlock(&cl->lock);
+	paid_end(cl);
 }
 
 int cluster_cleanup(struct cluster *cl, const char *id, uint64_t *removed, size_t *missed)
@@ -1234,6 +1273,7 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	cl->gone_hold_ms = test_ms("OMNIFS_TEST_GONE_HOLD_MS");
 	cl->peer_up_delay_ms = test_ms("OMNIFS_TEST_PEER_UP_DELAY_MS");
 	cl->resync_hold_ms = test_ms("OMNIFS_TEST_RESYNC_HOLD_MS");
+	cl->told_hold_ms = test_ms("OMNIFS_TEST_TOLD_HOLD_MS");
 	pthread_mutex_init(&cl->lock, NULL);
 	pthread_cond_init(&cl->relist_cond, NULL);
 	if ((rc = xport_create(&cl->x, &xc, &xops, cl, err, errlen)))

@@ -9,7 +9,8 @@
  * new run says them.  Told twice, each of them changes nothing more
  * (cluster.c, told), so the file may hold more than is still owed, never
  * less: a message is appended when it becomes owed, and the file is
- * rewritten from what is still owed once a peer has been paid.
+ * rewritten from what is still owed once what was said to a peer that
+ * came back has been answered (or is owed again).
  *
  * The file begins with a tag of the cluster's key: one left by another
  * cluster (another secret) is not said to this one's peers.  Appends are

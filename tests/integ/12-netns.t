@@ -47,7 +47,9 @@ nodes:
 YAML
 peers_up() { [ "$(health "$1" "sum(p['state'] == 'up' for p in d['peers'])")" = "$2" ]; }
 all_up() { local n; for n in a b c; do peers_up $n 2 || return 1; done; }
-OMNIFS_TEST_SERVE_DELAY_MS=40 start_node a "config=$T/omni.yaml,node=a"
+# a serves each removal and complete read it is told 0.4 s late, so that
+# the last section can look at b's log while a has not answered yet.
+OMNIFS_TEST_SERVE_DELAY_MS=40 OMNIFS_TEST_TOLD_HOLD_MS=400 start_node a "config=$T/omni.yaml,node=a"
 for n in b c; do start_node $n "config=$T/omni.yaml,node=$n"; done
 ok "every node sees its peers up across the bridge" wait_until 15 all_up
 
@@ -108,6 +110,10 @@ is "$(module_get "$T/b" cut2 ip link set "o${S}ap" down)" EIO \
 ok "b sees a down" wait_until 10 peers_up b 1
 ip link set "o${S}ap" up
 ok "a rejoins" wait_until 15 all_up
+# b's complete reads of a's objects, owed while a was cut off, are said and
+# answered: b's log of what it owes goes.
+b_owes_nothing() { ! test -e "$T/state/b.owed"; }
+ok "b has told a what it owed, and a has answered" wait_until 15 b_owes_nothing
 
 # --- words on a connection that dies before they arrive are told again --------
 # Just after b's link is cut, b reads a's object of one read (its bytes came
@@ -134,6 +140,7 @@ ok "b rejoins" wait_until 15 all_up
 ok "a hears of the read: its object is used up" wait_until 10 sh -c "! test -e '$T/a/0/1/once'"
 ok "a hears of the removal" wait_until 10 sh -c "! test -e '$T/a/0/1/gone'"
 ok "neither is listed on b again" wait_until 10 sh -c "! test -e '$T/b/0/1/once' -o -e '$T/b/0/1/gone'"
+ok "... and b's log of what it owes is gone" wait_until 15 b_owes_nothing
 
 # --- ... and outlive a restart of b ------------------------------------------
 # The same words, but b dies (kill -9) while its link is down: they are
@@ -142,15 +149,20 @@ owe_a once2 gone2
 owed_a() { [ "$(health b "[p['owed'] for p in d['peers'] if p['name'] == 'a'][0]")" = 2 ]; }
 ok "b's health says it owes a two messages" wait_until 5 owed_a
 ok "... and keeps them in its state_dir" test -s "$T/state/b.owed"
+disown "${NODE_PID[b]}"    # killed: no "Killed" from bash
 kill -9 "${NODE_PID[b]}"
 stop_node b
 start_node b "config=$T/omni.yaml,node=b"
 ok "b's next run owes a the read and the removal" \
    grep -q "omnifs: 2 messages that an earlier run owed its peers" "$T/b.log"
+held=$(grep -c "test: holding the" "$T/a.log")
 ip link set "o${S}bp" up
+ok "b says them to a, which holds the first" \
+   wait_until 15 sh -c "[ \$(grep -c 'test: holding the' '$T/a.log') -gt $held ]"
+ok "... and b's log keeps them until a has answered" test -s "$T/state/b.owed"
 ok "b rejoins" wait_until 15 all_up
 ok "a hears of the read that b's earlier run made" wait_until 10 sh -c "! test -e '$T/a/0/1/once2'"
 ok "a hears of the removal" wait_until 10 sh -c "! test -e '$T/a/0/1/gone2'"
-ok "b owes nothing any more: its log is gone" wait_until 10 sh -c "! test -e '$T/state/b.owed'"
+ok "b owes nothing any more: its log is gone" wait_until 15 b_owes_nothing
 
 done_testing
