@@ -7,6 +7,8 @@
  * body as it goes on the wire (transport/proto.c encodes and checks it).
  * Host byte order: the file never leaves the node.  A record cut short by
  * a crash in an append fails its hash; it and what follows are dropped.
+ * No open follows a symbolic link: in a state_dir others may write to, a
+ * planted one would make the daemon truncate what it points at.
  */
 #define _GNU_SOURCE
 #include "owedlog.h"
@@ -50,7 +52,7 @@ static int write_all(int fd, const void *buf, size_t len)
 /* A new file at path with its header; the descriptor, or -errno. */
 static int file_new(struct owedlog *l, const char *path)
 {
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 	int rc;
 
 	if (fd < 0)
@@ -131,7 +133,7 @@ unsigned long owedlog_records(const struct owedlog *l)
 /* Reads the whole file into *buf; 0 with *len 0 when there is none. */
 static int file_read(const char *path, uint8_t **buf, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	struct stat st;
 	int rc = 0;
 
@@ -241,7 +243,7 @@ int owedlog_open(struct owedlog **out, const char *dir, const char *node,
 			"is not a log of owed messages; it is replaced\n", l->path);
 	/* What it held is owed again (fn), and stays in it until a rewrite
 	 * keeps what is still owed then; appends go after its whole records. */
-	if (n > 0 && (l->fd = open(l->path, O_WRONLY | O_APPEND | O_CLOEXEC)) >= 0) {
+	if (n > 0 && (l->fd = open(l->path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW)) >= 0) {
 		if (ftruncate(l->fd, (off_t)good)) {
 			close(l->fd);
 			l->fd = -1;

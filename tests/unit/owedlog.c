@@ -113,6 +113,19 @@ int main(void)
 	is(reopen(&l, sub, other, &g), 0, "reopened");
 	ok(g.n == 1 && g.m[0].type == PT_CLEANUP, "... its own message alone");
 
+	/* A link planted in the directory is not followed: what it points
+	 * at is neither read nor truncated. */
+	char victim[96], tmp[96];
+	snprintf(victim, sizeof(victim), "%s/victim", dir);
+	snprintf(tmp, sizeof(tmp), "%s/b.owed.new", sub);
+	fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	ok(fd >= 0 && write(fd, "keep", 4) == 4, "a file elsewhere");
+	close(fd);
+	ok(!symlink(victim, tmp), "... and a link to it where a rewrite writes");
+	ok(owedlog_begin(l) < 0, "the rewrite refuses to follow it");
+	is(file_size(victim), 4, "... and the file it points at is whole");
+	unlink(tmp);
+	unlink(victim);
 	ok(owedlog_open(&l, "/proc/omnifs-no", "b", key, 32, take, &g, err, sizeof(err)) < 0 &&
 	   strstr(err, "option 'state_dir=/proc/omnifs-no'"), "a directory that cannot be made: "
 	   "an error that names the option");
