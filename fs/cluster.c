@@ -1120,12 +1120,14 @@ static void log_rewrite(struct cluster *cl)
 {
 	int rc = owedlog_begin(cl->log);
 
+	if (rc) {
+		log_failed(cl, rc);
+		return;
+	}
 	for (size_t i = 0; i < cl->npeers && !rc; i++)
 		for (struct owed *o = cl->owed[i]; o && !rc; o = o->next)
 			rc = owedlog_add(cl->log, xport_peer_name(cl->x, (int)i), &o->m);
-	if (!rc)
-		rc = owedlog_end(cl->log);
-	if (rc)
+	if ((rc = owedlog_end(cl->log, rc)))
 		log_failed(cl, rc);
 }
 

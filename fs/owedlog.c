@@ -109,18 +109,25 @@ int owedlog_begin(struct owedlog *l)
 	return 0;
 }
 
-int owedlog_end(struct owedlog *l)
+int owedlog_end(struct owedlog *l, int failed)
 {
-	int rc = 0;
+	int rc = failed;
 
-	if (!l->records) {              /* nothing owed: no file */
+	if (!rc && !l->records) {       /* nothing owed: no file */
 		close(l->fd);
 		l->fd = -1;
 		unlink(l->tmp);
 		if (unlink(l->path) && errno != ENOENT)
 			rc = -errno;
-	} else if (fsync(l->fd) || rename(l->tmp, l->path)) {
+		return rc;
+	}
+	if (!rc && (fsync(l->fd) || rename(l->tmp, l->path)))
 		rc = -errno;
+	if (rc) {       /* the old file stays, and appends go on at its end */
+		close(l->fd);
+		unlink(l->tmp);
+		l->fd = open(l->path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+		l->records = 1;         /* unknown: a later rewrite tries again */
 	}
 	return rc;
 }

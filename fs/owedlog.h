@@ -39,9 +39,10 @@ int owedlog_open(struct owedlog **out, const char *dir, const char *node,
 /* Appends one message owed to peer (CLEANUP, CONSUMED or REMOVE). */
 int owedlog_add(struct owedlog *l, const char *peer, const struct proto_msg *m);
 /* Rewrites the file: begin, owedlog_add for each message still owed,
- * end.  A file that would hold nothing is removed. */
+ * end (failed: an add's error, or 0).  A file that would hold nothing is
+ * removed; a rewrite that failed leaves the old file, appended to. */
 int owedlog_begin(struct owedlog *l);
-int owedlog_end(struct owedlog *l);
+int owedlog_end(struct owedlog *l, int failed);
 /* How many messages the file holds (some may be paid already). */
 unsigned long owedlog_records(const struct owedlog *l);
 void owedlog_close(struct owedlog *l);

@@ -95,14 +95,25 @@ int main(void)
 	is(g.n, 4, "... all four read back");
 
 	/* After a peer is paid, the log holds what is still owed. */
-	ok(!owedlog_begin(l) && !owedlog_add(l, "c", &r) && !owedlog_end(l),
+	ok(!owedlog_begin(l) && !owedlog_add(l, "c", &r) && !owedlog_end(l, 0),
 	   "rewritten with the one still owed");
 	is(reopen(&l, sub, key, &g), 0, "reopened");
 	ok(g.n == 1 && g.m[0].type == PT_REMOVE, "... it alone comes back");
-	ok(!owedlog_begin(l) && !owedlog_end(l), "rewritten with nothing owed");
+	ok(!owedlog_begin(l) && !owedlog_end(l, 0), "rewritten with nothing owed");
 	is(file_size(path), -1, "... the file is gone");
 	is(reopen(&l, sub, key, &g), 0, "reopened");
 	is(g.n, 0, "... nothing comes back");
+
+	/* A rewrite that fails half way (a full disk) leaves the old file,
+	 * and what is appended after it still lands there. */
+	is(owedlog_add(l, "a", &c), 0, "a read owed");
+	ok(!owedlog_begin(l) && !owedlog_add(l, "a", &c) && owedlog_end(l, -ENOSPC) == -ENOSPC,
+	   "a rewrite that failed");
+	is(owedlog_add(l, "a", &cl), 0, "... then a cleanup owed");
+	is(reopen(&l, sub, key, &g), 0, "reopened");
+	ok(g.n == 2 && g.m[0].type == PT_CONSUMED && g.m[1].type == PT_CLEANUP,
+	   "... the old file, with the cleanup after it");
+	ok(!owedlog_begin(l) && !owedlog_end(l, 0), "emptied");
 
 	/* Another cluster's log (another secret): said, not handed over. */
 	is(owedlog_add(l, "a", &c), 0, "a read owed");
