@@ -1076,20 +1076,27 @@ static void log_failed(struct cluster *cl, int rc)
 
 static void log_rewrite(struct cluster *cl);
 
+/* Under the lock: how many messages are owed, all peers together. */
+static unsigned long owed_total(const struct cluster *cl)
+{
+	unsigned long n = 0;
+
+	for (size_t i = 0; i < cl->npeers; i++)
+		n += cl->nowed[i];
+	return n;
+}
+
 static void owe(struct cluster *cl, int peer, const struct proto_msg *m)
 {
-	unsigned long owed = 0;
 	int rc;
 
 	pthread_mutex_lock(&cl->lock);
 	owe_locked(cl, peer, m);
-	for (size_t i = 0; i < cl->npeers; i++)
-		owed += cl->nowed[i];
 	if (cl->log && (rc = owedlog_add(cl->log, xport_peer_name(cl->x, peer), m)))
 		log_failed(cl, rc);
 	/* What OWED_MAX dropped, the file keeps until a peer is paid: a
 	 * peer down for good would grow it without end. */
-	else if (cl->log && !cl->paying && owedlog_records(cl->log) > 2 * owed + 64)
+	else if (cl->log && !cl->paying && owedlog_records(cl->log) > 2 * owed_total(cl) + 64)
 		log_rewrite(cl);
 	pthread_mutex_unlock(&cl->lock);
 }
@@ -1098,15 +1105,10 @@ static void owe(struct cluster *cl, int peer, const struct proto_msg *m)
 static void owed_loaded(void *arg, const char *peer, const struct proto_msg *m)
 {
 	struct cluster *cl = arg;
-	struct proto_msg c = *m;
 
-	if (c.type == PT_REMOVE) {      /* it carries none; m's body goes */
-		c.u.obj.data = c.u.obj.kvhdr = NULL;
-		c.u.obj.datalen = c.u.obj.kvhdrlen = 0;
-	}
 	for (size_t i = 0; i < cl->npeers; i++)
 		if (!strcmp(xport_peer_name(cl->x, (int)i), peer)) {
-			owe_locked(cl, (int)i, &c);
+			owe_locked(cl, (int)i, m);      /* decoded, it points into nothing */
 			cl->loaded++;
 			return;
 		}

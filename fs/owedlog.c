@@ -142,6 +142,7 @@ static int file_read(const char *path, uint8_t **buf, size_t *len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	struct stat st;
+	size_t got = 0;
 	int rc = 0;
 
 	*buf = NULL;
@@ -152,15 +153,14 @@ static int file_read(const char *path, uint8_t **buf, size_t *len)
 		rc = -errno;
 	else if (!S_ISREG(st.st_mode) || st.st_size > FILE_MAX)
 		rc = -EFBIG;
-	else if (!(*buf = malloc((size_t)st.st_size + 1)))
+	else if (st.st_size && !(*buf = malloc((size_t)st.st_size)))
 		rc = -ENOMEM;
-	for (size_t got = 0; !rc && got < (size_t)st.st_size; got += (size_t)rc, rc = 0) {
+	while (!rc && got < (size_t)st.st_size) {
 		ssize_t r = read(fd, *buf + got, (size_t)st.st_size - got);
-		if (r <= 0) {
-			rc = r < 0 ? -errno : -EIO;
-			break;
-		}
-		rc = (int)r;
+		if (r > 0)
+			got += (size_t)r;
+		else
+			rc = r < 0 ? -errno : -EIO;     /* shrank under us */
 	}
 	close(fd);
 	if (rc) {
