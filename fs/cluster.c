@@ -834,6 +834,7 @@ static void op_count(void *ctx, enum xport_count what, uint64_t n)
 		[XC_BAD_CHUNKS] = ST_CHECKSUM_FAILED, [XC_PULLED_TCP] = ST_BYTES_PULLED_TCP,
 		[XC_PULLED_RDMA] = ST_BYTES_PULLED_RDMA, [XC_RDMA_READS] = ST_RDMA_READS,
 		[XC_RDMA_ERRORS] = ST_RDMA_ERRORS, [XC_STRANGERS_CLOSED] = ST_PEER_STRANGERS_CLOSED,
+		[XC_RDMA_STAGED] = ST_BYTES_STAGED, [XC_RDMA_STAGE_FULL] = ST_RDMA_STAGE_FULL,
 	};
 	stat_add(cl->st, map[what], n);
 }
@@ -1268,6 +1269,12 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 				 .npeers = cl->npeers, .key = c->key, .mode = c->mode,
 				 .pool = c->pool ? pool_base(c->pool) : NULL, .pool_size = u.size,
 				 .dead_ms = c->dead_ms };
+	/* No RDMA device reads GPU memory here: its objects are READ from a
+	 * copy in the stage.  A test stages a host pool's alike. */
+	if (c->pool && c->rdma_stage && (!pool_cpu(c->pool) || getenv("OMNIFS_TEST_STAGE"))) {
+		xc.stage_from = c->pool;
+		xc.stage_size = c->rdma_stage < u.size ? c->rdma_stage : u.size;
+	}
 	cl->st = st;
 	cl->corrupt = getenv("OMNIFS_TEST_CORRUPT") != NULL;
 	cl->delay_ms = test_ms("OMNIFS_TEST_SERVE_DELAY_MS");
@@ -1371,6 +1378,11 @@ void cluster_buf_free(struct cluster *cl, void *buf)
 int cluster_rdma(const struct cluster *cl, const char **device, const char **grants)
 {
 	return xport_rdma(cl->x, device, grants);
+}
+
+int cluster_rdma_stage(const struct cluster *cl, uint64_t *size, uint64_t *used)
+{
+	return xport_rdma_stage(cl->x, size, used);
 }
 
 size_t cluster_npeers(const struct cluster *cl) { return cl->npeers; }

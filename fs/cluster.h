@@ -38,6 +38,7 @@ struct cluster_conf {
 	struct pool *pool;                      /* what peers read of ours */
 	unsigned dead_ms;                       /* 0: the transport's default */
 	const char *state_dir;                  /* where what is owed is kept, or NULL */
+	uint64_t rdma_stage;                    /* bytes: a GPU pool's copies for RDMA */
 };
 
 /* Binds the peer port; -errno with a reason in err. */
@@ -92,6 +93,8 @@ void *cluster_buf_alloc(struct cluster *cl, size_t size);
 void cluster_buf_free(struct cluster *cl, void *buf);
 /* This node's RDMA device and its kind of grant: 0, or -ENODEV. */
 int cluster_rdma(const struct cluster *cl, const char **device, const char **grants);
+/* Its RDMA stage (rdma_stage=): size and bytes in use.  0, or -ENODEV. */
+int cluster_rdma_stage(const struct cluster *cl, uint64_t *size, uint64_t *used);
 
 size_t cluster_npeers(const struct cluster *cl);
 /* Forgets peers' waits that have run out, so that peer_waits counts

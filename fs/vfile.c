@@ -74,6 +74,13 @@ static char *render_health(const struct vfile_ctx *c)
 		json_object_object_add(root, "rdma_device", json_object_new_string(dev));
 		json_object_object_add(root, "rdma_grants", json_object_new_string(grants));
 	}
+	uint64_t ssize, sused;
+	if (c->cl && !cluster_rdma_stage(c->cl, &ssize, &sused)) {
+		json_object *stage = json_object_new_object();
+		json_object_object_add(stage, "size", json_object_new_uint64(ssize));
+		json_object_object_add(stage, "used", json_object_new_uint64(sused));
+		json_object_object_add(root, "rdma_stage", stage);
+	}
 	json_object_object_add(root, "peers", render_peers(c));
 	json_object_object_add(root, "objects", json_object_new_uint64(objects));
 	json_object_object_add(root, "inflight", json_object_new_uint64(inflight));

@@ -31,6 +31,7 @@ void conf_defaults(struct conf *c)
 	c->dflt = (struct ns_policy){ .readers = 1, .wait_ms = 30000, .ttl_s = 0 };
 	c->threads = 4;
 	c->spin_us = 200;
+	c->rdma_stage = 256ull << 20;
 }
 
 void conf_free(struct conf *c)
@@ -186,6 +187,13 @@ int conf_set(struct conf *c, const char *key, const char *val, char *err, size_t
 			return ERR("option 'state_dir=%s': expected an absolute path",
 				   val ? val : "");
 		return set_string(&c->state_dir, val);
+	}
+	if (!strcmp(key, "rdma_stage")) {
+		uint64_t v = 0;
+		if (strcmp(val, "0") && parse_size(val, &v))
+			return ERR("option 'rdma_stage=%s': expected 0 or a SIZE like 256MiB", val);
+		c->rdma_stage = v;
+		return 0;
 	}
 	if (!strcmp(key, "allow_other")) {
 		if (val && strcmp(val, "1") && strcmp(val, "true"))
@@ -515,6 +523,7 @@ char *conf_render(const struct conf *c)
 	fprintf(f, "secret_file: %s\nstate_dir: %s\nallow_other: %s\nthreads: %u\nspin_us: %u\n",
 		c->secret_file ? c->secret_file : "(none)", c->state_dir ? c->state_dir : "(none)",
 		c->allow_other ? "true" : "false", c->threads, c->spin_us);
+	fprintf(f, "rdma_stage: %" PRIu64 "MiB\n", c->rdma_stage >> 20);
 	fprintf(f, "nodes:%s\n", c->nnodes ? "" : " {}");
 	for (size_t i = 0; i < c->nnodes; i++) {
 		fprintf(f, "  %s: { addr: %s, stages: [", c->nodes[i].name, c->nodes[i].addr);

@@ -47,6 +47,7 @@ static const struct fuse_opt opt_spec[] = {
 static const char *const our_keys[] = {
 	"config", "node", "pool", "listen", "transport", "wait_ms", "readers",
 	"ttl_s", "secret_file", "state_dir", "threads", "spin_us", "allow_other",
+	"rdma_stage",
 };
 
 static int is_ours(const char *arg)
@@ -106,6 +107,8 @@ static void usage(void)
 	       "  state_dir=DIR     keep what peers are owed there, for a restart (default: none)\n"
 	       "  threads=N         FUSE worker threads (default 4)\n"
 	       "  spin_us=N         how long an idle worker polls for the next request (default 200)\n"
+	       "  rdma_stage=SIZE   host memory that peers' RDMA READs of a cuda pool are\n"
+	       "                    copied into (no GPUDirect RDMA); 0: over tcp (default 256MiB)\n"
 	       "  allow_other       let other users use the mount\n"
 	       "  -f                stay in the foreground\n"
 	       "  -d                debug: foreground, log every request\n");
@@ -238,7 +241,7 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 	};
 	struct cluster_conf cc = { .self = c->node, .listen = c->listen, .key = key,
 				   .nnodes = c->nnodes, .mode = mode[c->transport],
-				   .state_dir = c->state_dir };
+				   .state_dir = c->state_dir, .rdma_stage = c->rdma_stage };
 	int rc = 1;
 
 	nofile_raise();

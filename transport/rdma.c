@@ -1,10 +1,13 @@
-/* rdma.c - the RDMA device: opened by address, the pool registered once,
- * rdma_cm's events, and memory that READs may land in.
+/* rdma.c - the RDMA device: opened by address, the pool (or the stage of a
+ * pool it cannot read) registered once, rdma_cm's events, and memory that
+ * READs may land in.
  *
  * The device is the one rdma_cm finds behind the node's listen address,
  * so an operator picks it as they pick the address peers reach.  The
  * whole pool is registered once at start: with windows, for binding them
- * (its own rkey then reads nothing); without, for remote READ.  One
+ * (its own rkey then reads nothing); without, for remote READ.  A GPU's
+ * memory is not (no GPUDirect RDMA here): its objects are copied into a
+ * stage of host memory, registered the same way, for peers to READ.  One
  * thread takes rdma_cm's events for every queue pair, ours and peers',
  * and hands each to the half it belongs to (rdma_read.c, rdma_grant.c).
  */
@@ -37,9 +40,21 @@
 const char *rdma_device(const struct rdma *rd) { return rd->dev; }
 const char *rdma_grants(const struct rdma *rd)
 {
-	return !rd->pool_mr ? "none" : rd->windows ? "window" : "pool";
+	return !rdma_serves(rd) ? "none" : rd->windows ? "window" : "pool";
 }
-int rdma_serves(const struct rdma *rd) { return rd->pool_mr != NULL; }
+int rdma_serves(const struct rdma *rd) { return rd->pool_mr || rd->stage_mr; }
+
+int rdma_stage(const struct rdma *rd, uint64_t *size, uint64_t *used)
+{
+	struct pool_usage u;
+
+	if (!rd->stage)
+		return 0;
+	pool_usage(rd->stage, &u);
+	*size = u.size;
+	*used = u.used;
+	return 1;
+}
 uint16_t rdma_port(const struct rdma *rd) { return rd->port; }
 
 static void wake_fd(int fd)
@@ -261,26 +276,46 @@ static unsigned env_uint(const char *name, unsigned dflt, unsigned lo, unsigned 
 	return n < lo ? lo : n > hi ? hi : (unsigned)n;
 }
 
-/* The pool, once: a failure here is nearly always the memlock limit. */
-static int register_pool(struct rdma *rd, char *err, size_t errlen)
+/* The pool or the stage, once: a failure here is nearly always the
+ * memlock limit. */
+static int register_mem(struct rdma *rd, const char *what, void *base, uint64_t size,
+			struct ibv_mr **mr, char *err, size_t errlen)
 {
 	int access = IBV_ACCESS_LOCAL_WRITE | (rd->windows ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_READ);
 	struct rlimit rl;
 	int e;
 
-	if ((rd->pool_mr = ibv_reg_mr(rd->pd, rd->c.pool, rd->c.pool_size, access)))
+	if ((*mr = ibv_reg_mr(rd->pd, base, size, access)))
 		return 0;
 	e = errno;
 	getrlimit(RLIMIT_MEMLOCK, &rl);
 	if (rl.rlim_cur == RLIM_INFINITY)
-		snprintf(err, errlen, "rdma: cannot register the %" PRIu64 " MiB pool with %s: %s",
-			 rd->c.pool_size >> 20, rd->dev, strerror(e));
+		snprintf(err, errlen, "rdma: cannot register the %" PRIu64 " MiB %s with %s: %s",
+			 size >> 20, what, rd->dev, strerror(e));
 	else
-		snprintf(err, errlen, "rdma: cannot register the %" PRIu64 " MiB pool with %s: %s; "
-			 "the memlock limit is %llu KiB (raise ulimit -l or LimitMEMLOCK= to the pool's size)",
-			 rd->c.pool_size >> 20, rd->dev, strerror(e),
-			 (unsigned long long)rl.rlim_cur >> 10);
+		snprintf(err, errlen, "rdma: cannot register the %" PRIu64 " MiB %s with %s: %s; "
+			 "the memlock limit is %llu KiB (raise ulimit -l or LimitMEMLOCK= to the "
+			 "pool's size%s)", size >> 20, what, rd->dev, strerror(e),
+			 (unsigned long long)rl.rlim_cur >> 10,
+			 rd->c.stage_size ? " and the stage's" : "");
 	return -e;
+}
+
+/* The stage: host memory the GPU's copy engine fills fastest (page-locked
+ * by CUDA) when the pool is a GPU's, plain host memory else (a test's). */
+static int open_stage(struct rdma *rd, char *err, size_t errlen)
+{
+	struct pool_spec ps = { .kind = pool_kind_of(rd->c.stage_from) == POOL_CUDA ? POOL_PINNED
+									 : POOL_HOST,
+				.size = rd->c.stage_size };
+	char why[192];
+	int rc;
+
+	if ((rc = pool_create(&rd->stage, &ps, why, sizeof(why)))) {
+		snprintf(err, errlen, "rdma: the %" PRIu64 " MiB stage: %s", ps.size >> 20, why);
+		return rc;
+	}
+	return register_mem(rd, "stage", pool_base(rd->stage), ps.size, &rd->stage_mr, err, errlen);
 }
 
 /* Protection domain, pool registration, completion queue, depths. */
@@ -294,7 +329,10 @@ static int open_verbs(struct rdma *rd, char *err, size_t errlen)
 		return -EIO;
 	}
 	rd->windows = windows_work(rd, &da);
-	if (rd->c.pool && (rc = register_pool(rd, err, errlen)))
+	if (rd->c.pool && (rc = register_mem(rd, "pool", rd->c.pool, rd->c.pool_size,
+					     &rd->pool_mr, err, errlen)))
+		return rc;
+	if (rd->c.stage_from && rd->c.stage_size && (rc = open_stage(rd, err, errlen)))
 		return rc;
 	/* Tunable for the benchmark that chose them (tests/bench/rdma.sh). */
 	rd->ring = env_uint("OMNIFS_TEST_RDMA_DEPTH", RDMA_RING, 1, 1024);
@@ -415,6 +453,9 @@ void rdma_close(struct rdma *rd)
 		ibv_destroy_comp_channel(rd->cch);
 	if (rd->pool_mr)
 		ibv_dereg_mr(rd->pool_mr);
+	if (rd->stage_mr)
+		ibv_dereg_mr(rd->stage_mr);
+	pool_destroy(rd->stage);
 	if (rd->pd)
 		ibv_dealloc_pd(rd->pd);
 	if (rd->ch)

@@ -33,6 +33,7 @@
 #include "proto.h"
 #include "xport.h"
 
+struct pool;
 struct rdma;
 struct rdma_srv;
 
@@ -40,6 +41,13 @@ struct rdma_conf {
 	const char *listen;             /* "host:port": the device its host resolves to */
 	void *pool;                     /* the pool, registered once; NULL: GPU memory */
 	uint64_t pool_size;
+	/* A pool no RDMA device reads (GPU memory, as no GPUDirect RDMA is
+	 * done here): a grant copies the object into a stage of stage_size
+	 * bytes of page-locked host memory, registered once, and the peer
+	 * READs the copy, which goes at the lease's RELEASE.  NULL or 0: no
+	 * stage. */
+	struct pool *stage_from;
+	uint64_t stage_size;
 	size_t npeers;
 	unsigned dead_ms;               /* READs that make no progress this long failed */
 	void *ctx;                      /* for the calls below */
@@ -58,14 +66,16 @@ struct rdma_conf {
  * pool with it.  0; -ENODEV (no RDMA device has that address) or another
  * -errno, with a one-line reason in err.  Without a pool the CPU
  * addresses (a GPU's memory, and no GPUDirect RDMA), this node reads its
- * peers' objects into buffers of rdma_buf_alloc() and serves none:
- * rdma_serves() says which. */
+ * peers' objects into buffers of rdma_buf_alloc() and serves them through
+ * its stage, or serves none: rdma_serves() says which. */
 int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t errlen);
 void rdma_close(struct rdma *rd);
 const char *rdma_device(const struct rdma *rd);         /* "rxe0" */
 const char *rdma_grants(const struct rdma *rd);         /* "window", "pool" or "none" */
 int rdma_serves(const struct rdma *rd);                 /* peers may READ our pool */
 uint16_t rdma_port(const struct rdma *rd);              /* rdma_cm's, host order */
+/* The stage's size and the bytes of it that grants hold; 0: no stage. */
+int rdma_stage(const struct rdma *rd, uint64_t *size, uint64_t *used);
 
 /* ---- the reader's side (rdma_read.c) ---- */
 
@@ -79,7 +89,8 @@ int rdma_link_up(struct rdma *rd, int peer, const struct sockaddr *ip, uint16_t 
  * (the owner let go of them with the connection). */
 void rdma_link_down(struct rdma *rd, int peer);
 /* xport_pull's RDMA path, same contract; -ENOTCONN (the pair is lost and
- * cannot be connected again) and -EIO also mean progress is never called. */
+ * cannot be connected again), -ENOBUFS (the owner's stage has no room for
+ * the object now) and -EIO also mean progress is never called. */
 int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 	      const struct iovec *dst, int ndst, unsigned flags,
 	      xport_progress_fn progress, void *arg);
@@ -100,9 +111,11 @@ struct rdma_srv *rdma_srv_new(struct rdma *rd, uint8_t token[PROTO_TOKEN]);
 /* The connection ended: its queue pair and windows go. */
 void rdma_srv_end(struct rdma_srv *s);
 /* Grants lease's reads of the n pool extents [off, off+len) in ext: out
- * gets each as an address, length and rkey the peer may READ.  Binds the
- * windows on the peer's queue pair (or reuses those already bound for
- * lease).  0, -ENOTCONN (the peer has not connected its queue pair), -EIO. */
+ * gets each as an address, length and rkey the peer may READ (with a
+ * stage: one, over the copy).  Binds the windows on the peer's queue pair
+ * (or reuses those already bound for lease).  The number of extents in
+ * out; -ENOTCONN (the peer has not connected its queue pair), -ENOBUFS
+ * (the stage has no room for the object now), -EIO. */
 int rdma_srv_grant(struct rdma_srv *s, uint64_t lease, const struct xport_extent *ext,
 		   uint32_t n, struct proto_extent *out);
 /* RELEASE of lease: its windows are invalidated before this returns. */

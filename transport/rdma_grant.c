@@ -7,9 +7,14 @@
  * A grant binds a type-2 memory window over each extent of the leased
  * object on that queue pair: its rkey reads those bytes, through that
  * pair only, until the lease's RELEASE invalidates it, or the connection
- * or the pair ends.  Binds and invalidations are posted on the pair and
- * waited for here, on the connection's serving thread, which serves its
- * requests one at a time; the pair's completion queue is its own.
+ * or the pair ends.  Where the pool is a GPU's, which no RDMA device reads
+ * here, the grant first copies the object into the stage (rdma.h) and the
+ * window is bound over the copy, which goes with the grant: a stage too
+ * full for it is -ENOBUFS, and the reader goes over TCP or fails (xport.c);
+ * waiting for room would hold up the connection's RELEASEs that make it.
+ * Binds and invalidations are posted on the pair and waited for here, on
+ * the connection's serving thread, which serves its requests one at a
+ * time; the pair's completion queue is its own.
  */
 #define _GNU_SOURCE
 #include "rdma_internal.h"
@@ -30,9 +35,11 @@ struct srv_grant {
 	struct srv_grant *next;
 	int listed;               /* in s->grants */
 	uint64_t lease;
-	uint32_t n;
+	uint32_t n, asked;              /* extents given; the pool's, asked for */
 	struct ibv_mw **mw;             /* windows: one per extent */
 	struct proto_extent *out;       /* what the peer was given */
+	struct pool *stage;             /* holds [staged, staged + staged_len) */
+	uint64_t staged, staged_len;
 };
 
 struct rdma_srv {
@@ -91,11 +98,15 @@ static void srv_put(struct rdma_srv *s)
 	free(s);
 }
 
+/* Its windows, then the copy they read: no READ reaches a stage's bytes
+ * once they may be another grant's. */
 static void grant_free(struct srv_grant *g)
 {
 	for (uint32_t i = 0; g->mw && i < g->n; i++)
 		if (g->mw[i])
 			ibv_dealloc_mw(g->mw[i]);
+	if (g->staged_len)
+		pool_free(g->stage, g->staged, g->staged_len);
 	free(g->mw);
 	free(g->out);
 	free(g);
@@ -271,7 +282,8 @@ static int bind_windows(struct rdma_srv *s, struct srv_grant *g)
 				.next = k + 1 < SRV_WR && i + 1 < g->n ? &wr[k + 1] : NULL,
 				.opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED,
 				.bind_mw = { .mw = g->mw[i], .rkey = g->out[i].rkey, .bind_info = {
-					.mr = rd->pool_mr, .addr = g->out[i].addr,
+					.mr = g->stage ? rd->stage_mr : rd->pool_mr,
+					.addr = g->out[i].addr,
 					.length = g->out[i].len,
 					.mw_access_flags = IBV_ACCESS_REMOTE_READ } },
 			};
@@ -282,28 +294,57 @@ static int bind_windows(struct rdma_srv *s, struct srv_grant *g)
 	return 0;
 }
 
-/* A grant for lease's extents: windows bound over them, or the pool's rkey. */
-static struct srv_grant *grant_make(struct rdma_srv *s, uint64_t lease,
-				    const struct xport_extent *ext, uint32_t n)
+/* The object's n extents of a pool no device reads, copied in order into
+ * one extent of the stage: g->out[0].  -ENOBUFS: no room for it now. */
+static int stage_in(struct rdma *rd, struct srv_grant *g, const struct xport_extent *ext,
+		    uint32_t n)
+{
+	uint8_t *base = pool_base(rd->stage);
+	uint64_t size = 0, at = 0, got;
+
+	for (uint32_t i = 0; i < n; i++)
+		size += ext[i].len;
+	if (pool_alloc(rd->stage, size, size, &g->staged, &got)) {
+		rdma_count(rd, XC_RDMA_STAGE_FULL, 1);
+		return -ENOBUFS;
+	}
+	g->stage = rd->stage;
+	g->staged_len = got;
+	for (uint32_t i = 0; i < n; at += ext[i].len, i++)
+		if (pool_read(rd->c.stage_from, ext[i].off, base + g->staged + at, ext[i].len))
+			return -EIO;
+	g->n = 1;
+	g->out[0] = (struct proto_extent){ (uintptr_t)base + g->staged, size, rd->stage_mr->rkey };
+	rdma_count(rd, XC_RDMA_STAGED, size);
+	return 0;
+}
+
+/* A grant for lease's extents: windows bound over them (or their copy in
+ * the stage), or the pool's (the stage's) rkey. */
+static int grant_make(struct rdma_srv *s, uint64_t lease, const struct xport_extent *ext,
+		      uint32_t n, struct srv_grant **out)
 {
 	struct rdma *rd = s->rd;
 	struct srv_grant *g = calloc(1, sizeof(*g));
+	int rc = -EIO;
 
 	if (!g || !(g->out = calloc(n ? n : 1, sizeof(*g->out))) ||
 	    (rd->windows && !(g->mw = calloc(n ? n : 1, sizeof(*g->mw)))))
 		goto fail;
 	g->lease = lease;
-	g->n = n;
-	for (uint32_t i = 0; i < n; i++)
-		g->out[i] = (struct proto_extent){ (uintptr_t)rd->c.pool + ext[i].off, ext[i].len,
-						   rd->pool_mr->rkey };
-	if (rd->windows && bind_windows(s, g))
+	g->n = g->asked = n;
+	rc = rd->stage && n ? stage_in(rd, g, ext, n) : 0;
+	for (uint32_t i = 0; !rd->stage && i < n; i++)  /* rdma_serves(): pool_mr */
+		g->out[i] = (struct proto_extent){ (uintptr_t)rd->c.pool + ext[i].off,
+						   ext[i].len, rd->pool_mr->rkey };
+	if (rc || (rd->windows && (rc = bind_windows(s, g))))
 		goto fail;
-	return g;
+	*out = g;
+	return 0;
 fail:
 	if (g)
 		grant_free(g);
-	return NULL;
+	return rc;
 }
 
 int rdma_srv_grant(struct rdma_srv *s, uint64_t lease, const struct xport_extent *ext,
@@ -317,17 +358,19 @@ int rdma_srv_grant(struct rdma_srv *s, uint64_t lease, const struct xport_extent
 		;
 	if (!s->id) {
 		rc = -ENOTCONN;
-	} else if (g && g->n != n) {
+	} else if (g && g->asked != n) {
 		rc = -EINVAL;   /* a lease names one object, whose extents stay */
-	} else if (!g && !(g = grant_make(s, lease, ext, n))) {
-		rc = -EIO;
+	} else if (!g && (rc = grant_make(s, lease, ext, n, &g))) {
+		/* rc says why */
 	} else if (!g->listed) {
 		g->listed = 1;
 		g->next = s->grants;
 		s->grants = g;
 	}
-	if (!rc)
-		memcpy(out, g->out, n * sizeof(*out));
+	if (!rc) {
+		memcpy(out, g->out, g->n * sizeof(*out));
+		rc = (int)g->n;
+	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }

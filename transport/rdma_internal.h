@@ -16,6 +16,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "pool.h"
 #include "rdma.h"
 
 #define RDMA_CONNECT_MS 2000    /* to connect a queue pair, all steps */
@@ -66,6 +67,8 @@ struct rdma {
 	struct ibv_context *verbs;      /* the listening id's */
 	struct ibv_pd *pd;
 	struct ibv_mr *pool_mr;
+	struct pool *stage;             /* conf.stage_from's objects are READ from here */
+	struct ibv_mr *stage_mr;
 	struct ibv_comp_channel *cch;   /* the readers' completions */
 	struct ibv_cq *cq;
 	int windows;                    /* grants bind type-2 memory windows */

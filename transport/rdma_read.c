@@ -632,7 +632,10 @@ int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 		pull_free(p);
 		return rc;
 	}
-	if ((rc = lease_grant(rd, l, r, checks, &p->ls, &p->g))) {
+	if ((rc = lease_grant(rd, l, r, checks, &p->ls, &p->g)) == -ENOBUFS) {
+		pull_free(p);   /* the owner's stage is full: the caller chooses */
+		return rc;
+	} else if (rc) {
 		/* The owner's answer (ENOENT: gone) reaches the caller as a
 		 * TCP pull's would: through progress, from the thread. */
 		pthread_mutex_lock(&rd->lock);

@@ -117,6 +117,7 @@ struct peer {
 	struct ratelog bad_frames;      /* its connections to us */
 	struct ratelog refused, unread; /* its pulls we refused; reads of it we
 					   did not make (transport=rdma) */
+	struct ratelog full;            /* its stage had no room for a read */
 };
 
 struct xport {
@@ -1115,6 +1116,13 @@ static int pull_other(struct xport *x, int peer, int xp, const struct xport_rang
 	if (rc == -ENOTCONN) {  /* its pair cannot be had again: choose anew */
 		peer_down(x, peer, "its RDMA queue pair failed and does not reconnect");
 		rc = -EHOSTDOWN;
+	} else if (rc == -ENOBUFS && x->c.mode == XPORT_RDMA) {
+		log_limited(x, &p->full, "peer %s: its RDMA stage has no room for an object: "
+			    "EIO, not read over tcp (transport=rdma)", p->name);
+		rc = -EIO;
+	} else if (rc == -ENOBUFS) {
+		log_limited(x, &p->full, "peer %s: its RDMA stage has no room for an object: "
+			    "read over tcp", p->name);
 	}
 	return rc;
 }
@@ -1142,10 +1150,13 @@ int xport_pull(struct xport *x, int peer, const struct xport_range *r,
 	pthread_mutex_lock(&x->lock);
 	xp = x->peers[peer].xp;
 	pthread_mutex_unlock(&x->lock);
-	if (xp != XP_TCP) {
+	/* An owner whose stage is full serves this one over TCP (auto). */
+	if (xp != XP_TCP &&
+	    (rc = pull_other(x, peer, xp, r, dst, ndst, flags, progress, arg)) != -ENOBUFS) {
 		conn_unref(x, c);
-		return pull_other(x, peer, xp, r, dst, ndst, flags, progress, arg);
+		return rc;
 	}
+	rc = -ENOMEM;
 	p = calloc(1, sizeof(*p));
 	if (!p || !(p->dst = malloc((size_t)ndst * sizeof(*dst))))
 		goto fail;
@@ -1290,10 +1301,10 @@ static void serve_grant(struct xport *x, struct xport_conn *c, uint64_t reqid,
 				   m->u.grant.first, m->u.grant.n, &g);
 	if (!rc)
 		rc = rdma_srv_grant(c->srv, m->u.grant.lease, g.ext, g.next, pe);
-	if (!rc)
+	if (rc >= 0)    /* its extents: g's, or the one of their copy */
 		rc = conn_send_body(c, PT_GRANTED, reqid, body,
-				    proto_encode_granted(g.size, g.first, g.hash, g.nhash, pe, g.next,
-							 body, GRANTED_MAX)) ? 1 : 0;
+				    proto_encode_granted(g.size, g.first, g.hash, g.nhash, pe,
+							 (uint32_t)rc, body, GRANTED_MAX)) ? 1 : 0;
 status:
 	if (rc < 0)
 		reply_status(c, reqid, -rc);
@@ -1912,6 +1923,7 @@ static int open_rdma(struct xport *x, char *err, size_t errlen)
 {
 	struct rdma_conf rc = {
 		.listen = x->c.listen, .pool = x->c.pool, .pool_size = x->c.pool_size,
+		.stage_from = x->c.stage_from, .stage_size = x->c.stage_size,
 		.npeers = x->npeers, .dead_ms = x->c.dead_ms, .ctx = x,
 		.grant = rdma_grant_call, .release = rdma_release_call, .count = rdma_count_call,
 		.peer_name = rdma_name_call,
@@ -1937,8 +1949,16 @@ static int open_rdma(struct xport *x, char *err, size_t errlen)
 		/* Device memory: a peer's READ of it needs GPUDirect RDMA (a
 		 * dmabuf registration), which this build does not do. */
 		fprintf(stderr, "omnifs: rdma: %s; the pool is GPU memory, which no RDMA device "
-			"reads here (no GPUDirect RDMA): this node reads its peers' objects by RDMA "
-			"into host memory, and its own go to peers over tcp\n", rdma_device(x->rdma));
+			"reads here (no GPUDirect RDMA), and rdma_stage=0: this node reads its "
+			"peers' objects by RDMA into host memory, and its own go to peers over "
+			"tcp\n", rdma_device(x->rdma));
+	else if (x->c.stage_from)
+		fprintf(stderr, "omnifs: rdma: %s; %s: a peer's read of it is copied into a "
+			"%llu MiB stage of host memory and READ from there (grants by %s, "
+			"rdma_cm port %u)\n", rdma_device(x->rdma), x->c.pool ? "OMNIFS_TEST_STAGE"
+			: "the pool is GPU memory, which no RDMA device reads here (no GPUDirect RDMA)",
+			(unsigned long long)(x->c.stage_size >> 20), rdma_grants(x->rdma),
+			rdma_port(x->rdma));
 	else
 		fprintf(stderr, "omnifs: rdma: %s, the %llu MiB pool registered, grants by %s, "
 			"rdma_cm port %u\n", rdma_device(x->rdma),
@@ -2076,6 +2096,11 @@ int xport_rdma(const struct xport *x, const char **device, const char **grants)
 	*device = rdma_device(x->rdma);
 	*grants = rdma_grants(x->rdma);
 	return 0;
+}
+
+int xport_rdma_stage(const struct xport *x, uint64_t *size, uint64_t *used)
+{
+	return x->rdma && rdma_stage(x->rdma, size, used) ? 0 : -ENODEV;
 }
 
 void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out)

@@ -31,6 +31,7 @@
 #include "auth.h"
 #include "proto.h"
 
+struct pool;
 struct xport;
 struct xport_conn;
 
@@ -49,14 +50,16 @@ struct xport_conf {
 	const uint8_t *key;                     /* AUTH_KEY bytes */
 	enum xport_mode mode;
 	void *pool;                             /* what peers read from, and we into; NULL
-						 * with a pool_size: GPU memory, no RDMA */
+						 * with a pool_size: GPU memory */
 	uint64_t pool_size;
+	struct pool *stage_from;                /* a pool no RDMA device reads: its objects */
+	uint64_t stage_size;                    /* are READ from a copy (rdma.h), or NULL */
 	unsigned ping_ms, dead_ms, call_ms;     /* 0: 500, 3000, 5000 */
 };
 
 enum xport_count { XC_AUTH_FAILED, XC_BAD_FRAMES, XC_PULLED, XC_SERVED, XC_BAD_CHUNKS,
 		   XC_PULLED_TCP, XC_PULLED_RDMA, XC_RDMA_READS, XC_RDMA_ERRORS,
-		   XC_STRANGERS_CLOSED };
+		   XC_STRANGERS_CLOSED, XC_RDMA_STAGED, XC_RDMA_STAGE_FULL };
 
 /* What a peer may read of one object directly (ops->grant fills it): its
  * size, its extents in the pool in order (room for PROTO_GRANT_EXTENTS),
@@ -118,6 +121,9 @@ int xport_peer_up(struct xport *x, int peer);
 /* This node's RDMA device and how it grants reads ("window" or "pool"):
  * 0, or -ENODEV if it moves no byte by RDMA. */
 int xport_rdma(const struct xport *x, const char **device, const char **grants);
+/* The RDMA stage of a pool no device reads (rdma.h): its size and the
+ * bytes grants hold.  0, or -ENODEV without one. */
+int xport_rdma_stage(const struct xport *x, uint64_t *size, uint64_t *used);
 
 /* A one-way message on our connection to peer: 0, or -EHOSTDOWN. */
 int xport_send(struct xport *x, int peer, const struct proto_msg *m);

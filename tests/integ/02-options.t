@@ -80,6 +80,7 @@ ok "YAML syntax error refused with file:line" refused "config=$T/bad3.yaml" "$T/
 printf 'nodes:\n  a: { addr: 127.0.0.1:7070 }\n' >"$T/nodes.yaml"
 ok "a node missing from nodes refused" refused "config=$T/nodes.yaml,node=zzz" "node 'zzz' is not among its nodes"
 ok "a relative state_dir refused" refused state_dir=state "option 'state_dir=state': expected an absolute path"
+ok "a bad rdma_stage refused" refused rdma_stage=lots "option 'rdma_stage=lots': expected 0 or a SIZE like 256MiB"
 new_secret "$T/secret"
 read -r PA PB < <(free_ports 2)
 printf 'secret_file: %s\ntransport: tcp\nnodes:\n  a: { addr: 127.0.0.1:%s }\n  b: { addr: 127.0.0.1:%s }\n' \

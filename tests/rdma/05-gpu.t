@@ -3,8 +3,10 @@
 # README "GPU pools"): no RDMA device reads GPU memory here (no GPUDirect
 # RDMA), so that node reads its peers' objects by RDMA READs into
 # registered host memory and copies them into its pool, whole or streamed,
-# and its own objects go to peers over TCP; its log says so.  Needs a CUDA
-# device in the guest: elsewhere SKIP.
+# and its own objects are copied into its stage (page-locked host memory)
+# for its peers' READs, or go over TCP with rdma_stage=0; its log says
+# which.  Needs a CUDA device in the guest: elsewhere SKIP.  06-stage.t
+# runs the stage on every machine, with a host pool.
 . "$(dirname "$0")/lib.sh"
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU 0'; then
 	echo "1..0 # SKIP no CUDA device"
@@ -16,12 +18,12 @@ pool: host:256MiB
 readers: 0
 EOF
 node a
-node b pool=cuda:0:256MiB
+node b pool=cuda:0:256MiB,rdma_stage=64MiB
 ok "b reads a's objects by rdma" wait_until 20 peer_is b a rdma
-ok "a reads b's over tcp" wait_until 20 peer_is a b tcp
-ok "b's log says why" grep -q "the pool is GPU memory, which no RDMA device reads here" "$T/b.log"
-is "$(health b "d.get('rdma_grants'), d['pool']['gpudirect']")" "none False" \
-   "b's health: it grants no RDMA reads, no GPUDirect"
+ok "a reads b's by rdma too" wait_until 20 peer_is a b rdma
+ok "b's log says how" grep -q "the pool is GPU memory, which no RDMA device reads here (no GPUDirect RDMA): a peer's read of it is copied into a 64 MiB stage" "$T/b.log"
+is "$(health b "d.get('rdma_grants'), d['pool']['gpudirect'], d['rdma_stage']['size']")" \
+   "window False 67108864" "b's health: it grants windows over its stage, no GPUDirect"
 
 head -c 20000001 /dev/urandom >"$T/x"
 cp "$T/x" "$T/a/0/1/x"
@@ -36,6 +38,17 @@ is "$(stat_of b bytes_pulled_tcp)" 0 "... by RDMA too"
 head -c 3000007 /dev/urandom >"$T/z"
 cp "$T/z" "$T/b/1/0/z"
 ok "b's object reads byte-exact on a" cmp "$T/z" "$T/a/1/0/z"
+is "$(stat_of a bytes_pulled_rdma) $(stat_of a bytes_pulled_tcp)" "3000007 0" "... by RDMA"
+is "$(stat_of b bytes_staged)" 3000007 "... from its copy in b's stage"
+stage_used() { [ "$(health b "d['rdma_stage']['used']")" = 0 ]; }
+ok "... which goes with the read's lease" wait_until 10 stage_used
+
+stop_node b
+node b pool=cuda:0:256MiB,rdma_stage=0
+ok "with rdma_stage=0, a reads b's over tcp" wait_until 20 peer_is a b tcp
+ok "... and b's log says why" grep -q "no GPUDirect RDMA), and rdma_stage=0" "$T/b.log"
+cp "$T/z" "$T/b/1/0/z2"
+ok "b's object reads byte-exact on a" cmp "$T/z" "$T/a/1/0/z2"
 is "$(stat_of a bytes_pulled_tcp)" 3000007 "... over TCP"
 
 done_testing

@@ -31,6 +31,9 @@ static void test_options(void)
 	ok(set(&c, "spin_us", "0") == 0 && c.spin_us == 0, "spin_us=0 turns polling off");
 	ok(set(&c, "state_dir", "/var/lib/omnifs") == 0 && !strcmp(c.state_dir, "/var/lib/omnifs"),
 	   "state_dir=/var/lib/omnifs");
+	ok(c.rdma_stage == 256ull << 20, "rdma_stage is 256 MiB by default");
+	ok(set(&c, "rdma_stage", "1GiB") == 0 && c.rdma_stage == 1ull << 30, "rdma_stage=1GiB");
+	ok(set(&c, "rdma_stage", "0") == 0 && c.rdma_stage == 0, "rdma_stage=0: no stage");
 	struct { const char *k, *v, *needle; } bad[] = {
 		{ "pool", "host:1X", "pool=host:1X" }, { "pool", "ram:1G", "pool" },
 		{ "pool", "host:1000TiB", "does not fit in this machine's available memory" },
@@ -44,6 +47,8 @@ static void test_options(void)
 		{ "spin_us", "-1", "spin_us" }, { "spin_us", "100001", "spin_us" },
 		{ "state_dir", "var/lib/omnifs", "expected an absolute path" },
 		{ "state_dir", NULL, "state_dir" },
+		{ "rdma_stage", "-1", "expected 0 or a SIZE" },
+		{ "rdma_stage", "lots", "rdma_stage" }, { "rdma_stage", NULL, "rdma_stage" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
 		err[0] = 0;
@@ -53,6 +58,7 @@ static void test_options(void)
 	}
 	is(c.dflt.wait_ms, 250, "a rejected value changes nothing");
 	is(c.pool.size, 512 << 20, "a rejected pool changes nothing");
+	ok(c.rdma_stage == 0, "a rejected rdma_stage changes nothing");
 	conf_free(&c);
 }
 

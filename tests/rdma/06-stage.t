@@ -1,0 +1,98 @@
+#!/bin/bash
+# 06-stage.t - the RDMA stage (README "GPU pools", rdma_stage=): a pool that
+# no RDMA device reads (GPU memory, without GPUDirect RDMA) has its
+# objects copied, at a peer's grant, into registered host memory, and the
+# peer READs the copy; the copy goes at the lease's end.  Here a host pool
+# is staged as a GPU pool would be (OMNIFS_TEST_STAGE), so that every
+# step but the GPU's own copy runs on the guest's real verbs: byte-exact
+# reads, whole and streamed, the stage emptied after each, an object the
+# stage has no room for read over TCP (transport=auto) or refused with EIO
+# (transport=rdma), both kinds of grant.
+. "$(dirname "$0")/lib.sh"
+
+cluster a:'"0"' b:'"1", "2"' <<EOF
+pool: host:256MiB
+wait_ms: 20000
+edges:
+  "0->2": { readers: 0 }
+EOF
+OMNIFS_TEST_STAGE=1 node a rdma_stage=32MiB
+node b
+ok "b reads a by rdma" wait_until 20 peer_is b a rdma
+ok "a's log says its objects are READ from a 32 MiB stage" \
+   grep -q "rdma: rxe0; OMNIFS_TEST_STAGE: a peer's read of it is copied into a 32 MiB stage" "$T/a.log"
+is "$(health a "d['rdma_grants'], d['rdma_stage']")" "window {'size': 33554432, 'used': 0}" \
+   "a's health: grants by window, the stage's size, none of it used"
+is "$(health b "'rdma_stage' in d")" False "b, whose pool the device reads, has no stage"
+
+head -c 5000001 /dev/urandom >"$T/x"
+cp "$T/x" "$T/a/0/1/x"
+ok "a 5 MB object of a reads byte-exact on b" cmp "$T/x" "$T/b/0/1/x"
+is "$(stat_of b bytes_pulled_rdma) $(stat_of b bytes_pulled_tcp)" "5000001 0" \
+   "... by RDMA, none of it over TCP"
+is "$(stat_of a bytes_staged)" 5000001 "... READ from its copy in a's stage"
+stage_used() { [ "$(health a "d['rdma_stage']['used']")" = "$1" ]; }
+ok "the copy goes when the read's lease ends" wait_until 10 stage_used 0
+
+head -c 3000007 /dev/urandom >"$T/k"
+cp "$T/k" "$T/a/0/2/k"
+ok "a kept object reads right" cmp "$T/k" "$T/b/0/2/k"
+ok "... and right again" cmp "$T/k" "$T/b/0/2/k"
+is "$(stat_of a bytes_staged)" "$(stat_of b bytes_pulled_rdma)" \
+   "... every byte b READ came from a copy in a's stage"
+ok "... and the stage is empty after" wait_until 10 stage_used 0
+
+# --- no room --------------------------------------------------------------
+head -c $((40 << 20)) /dev/urandom >"$T/big"
+cp "$T/big" "$T/a/0/2/big"
+tcp=$(stat_of b bytes_pulled_tcp)
+ok "an object larger than the stage reads byte-exact on b" cmp "$T/big" "$T/b/0/2/big"
+is "$(( $(stat_of b bytes_pulled_tcp) - tcp ))" $((40 << 20)) "... over TCP"
+ok "... a counts the grant it had no room for" test "$(stat_of a rdma_stage_full)" -ge 1
+ok "... b's log says why" grep -q "peer a: its RDMA stage has no room for an object: read over tcp" "$T/b.log"
+
+# Two 20 MiB reads at once: the stage holds one copy; the other waits for
+# no one, it goes over TCP.
+head -c $((20 << 20)) /dev/urandom >"$T/p"
+head -c $((20 << 20)) /dev/urandom >"$T/q"
+cp "$T/p" "$T/a/0/2/p"
+cp "$T/q" "$T/a/0/2/q"
+before=$(( $(stat_of b bytes_pulled_rdma) + $(stat_of b bytes_pulled_tcp) ))
+{ timeout -s KILL 120 cmp "$T/p" "$T/b/0/2/p" && echo same || echo differs; } >"$T/p.out" 2>&1 &
+P1=$!
+{ timeout -s KILL 120 cmp "$T/q" "$T/b/0/2/q" && echo same || echo differs; } >"$T/q.out" 2>&1 &
+P2=$!
+wait_until 60 all_gone "$P1" "$P2" || kill -9 "$P1" "$P2"
+wait "$P1" "$P2"
+is "$(cat "$T/p.out") $(cat "$T/q.out")" "same same" "two reads at once, one stage: both byte-exact"
+is "$(( $(stat_of b bytes_pulled_rdma) + $(stat_of b bytes_pulled_tcp) - before ))" $((40 << 20)) \
+   "... each byte pulled once, by RDMA or over TCP"
+is "$(stat_of a bytes_staged)" "$(stat_of b bytes_pulled_rdma)" "... the RDMA ones from the stage"
+ok "... and the stage is empty after" wait_until 10 stage_used 0
+
+# --- transport=rdma: no room is EIO, never TCP --------------------------------
+stop_node b
+node b transport=rdma
+ok "b (transport=rdma) reads a by rdma" wait_until 20 peer_is b a rdma
+is "$(M="$T/b" pyerr "open(M + '/0/2/big', 'rb').read()")" EIO \
+   "with no room in a's stage for it, a read is EIO, not TCP"
+is "$(stat_of b bytes_pulled_tcp)" 0 "... no byte came over TCP"
+ok "... b's log says so" \
+   grep -q "peer a: its RDMA stage has no room for an object: EIO, not read over tcp (transport=rdma)" "$T/b.log"
+ok "one that fits still reads, by RDMA" cmp "$T/k" "$T/b/0/2/k"
+
+# --- a stream through the stage, with pool grants --------------------------------
+stop_node b
+stop_node a
+OMNIFS_TEST_STAGE=1 OMNIFS_TEST_RDMA_GRANTS=pool node a rdma_stage=96MiB
+node b pool=host:40MiB
+ok "b reads a by rdma again" wait_until 20 peer_is b a rdma
+is "$(health a "d['rdma_grants']")" pool "a grants the stage's rkey (no windows)"
+head -c $((80 << 20)) /dev/urandom >"$T/s"
+cp "$T/s" "$T/a/0/2/s"
+ok "an 80 MiB object streams to b (its pool is 40 MiB) byte-exact" cmp "$T/s" "$T/b/0/2/s"
+is "$(stat_of b bytes_pulled_tcp)" 0 "... by RDMA"
+is "$(stat_of a bytes_staged)" $((80 << 20)) "... from one copy, staged once for the read's many grants"
+ok "... and the stage is empty after" wait_until 10 stage_used 0
+
+done_testing
