@@ -90,7 +90,8 @@ int rdma_link_up(struct rdma *rd, int peer, const struct sockaddr *ip, uint16_t 
 void rdma_link_down(struct rdma *rd, int peer);
 /* xport_pull's RDMA path, same contract; -ENOTCONN (the pair is lost and
  * cannot be connected again), -ENOBUFS (the owner's stage has no room for
- * the object now) and -EIO also mean progress is never called. */
+ * the object now), -EFBIG (nor ever) and -EIO also mean progress is never
+ * called. */
 int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 	      const struct iovec *dst, int ndst, unsigned flags,
 	      xport_progress_fn progress, void *arg);
@@ -115,7 +116,8 @@ void rdma_srv_end(struct rdma_srv *s);
  * stage: one, over the copy).  Binds the windows on the peer's queue pair
  * (or reuses those already bound for lease).  The number of extents in
  * out; -ENOTCONN (the peer has not connected its queue pair), -ENOBUFS
- * (the stage has no room for the object now), -EIO. */
+ * (the stage has no room for the object now), -EFBIG (it is larger than
+ * the stage), -EIO. */
 int rdma_srv_grant(struct rdma_srv *s, uint64_t lease, const struct xport_extent *ext,
 		   uint32_t n, struct proto_extent *out);
 /* RELEASE of lease: its windows are invalidated before this returns. */

@@ -10,8 +10,9 @@
  * or the pair ends.  Where the pool is a GPU's, which no RDMA device reads
  * here, the grant first copies the object into the stage (rdma.h) and the
  * window is bound over the copy, which goes with the grant: a stage too
- * full for it is -ENOBUFS, and the reader goes over TCP or fails (xport.c);
- * waiting for room would hold up the connection's RELEASEs that make it.
+ * full for it is -ENOBUFS, and the reader goes over TCP or asks again
+ * (xport.c): waiting here for room would hold up the RELEASEs of this
+ * connection that make it.
  * Binds and invalidations are posted on the pair and waited for here, on
  * the connection's serving thread, which serves its requests one at a
  * time; the pair's completion queue is its own.
@@ -295,7 +296,8 @@ static int bind_windows(struct rdma_srv *s, struct srv_grant *g)
 }
 
 /* The object's n extents of a pool no device reads, copied in order into
- * one extent of the stage: g->out[0].  -ENOBUFS: no room for it now. */
+ * one extent of the stage: g->out[0].  -ENOBUFS: no room for it now;
+ * -EFBIG: it is larger than the stage. */
 static int stage_in(struct rdma *rd, struct srv_grant *g, const struct xport_extent *ext,
 		    uint32_t n)
 {
@@ -306,7 +308,7 @@ static int stage_in(struct rdma *rd, struct srv_grant *g, const struct xport_ext
 		size += ext[i].len;
 	if (pool_alloc(rd->stage, size, size, &g->staged, &got)) {
 		rdma_count(rd, XC_RDMA_STAGE_FULL, 1);
-		return -ENOBUFS;
+		return size > rd->c.stage_size ? -EFBIG : -ENOBUFS;
 	}
 	g->stage = rd->stage;
 	g->staged_len = got;

@@ -632,7 +632,7 @@ int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 		pull_free(p);
 		return rc;
 	}
-	if ((rc = lease_grant(rd, l, r, checks, &p->ls, &p->g)) == -ENOBUFS) {
+	if ((rc = lease_grant(rd, l, r, checks, &p->ls, &p->g)) == -ENOBUFS || rc == -EFBIG) {
 		pull_free(p);   /* the owner's stage is full: the caller chooses */
 		return rc;
 	} else if (rc) {

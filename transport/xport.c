@@ -1112,17 +1112,31 @@ static int pull_other(struct xport *x, int peer, int xp, const struct xport_rang
 			    p->name, p->why);
 		return -EIO;
 	}
-	rc = rdma_pull(x->rdma, peer, r, dst, ndst, flags, progress, arg);
+	/* The owner's stage full (rdma.h): with transport=rdma ask again as
+	 * its reads end and make room; with auto the caller moves the bytes
+	 * over TCP now.  A third of dead_ms at most: this may be the thread
+	 * that serves the owner's connection (a fetch that an announce
+	 * starts), and the owner must not find it dead meanwhile. */
+	uint64_t until = clock_mono_ns() + (uint64_t)x->c.dead_ms * 1000000u / 3;
+	for (unsigned nap_us = 500;; nap_us = nap_us < 32000 ? nap_us * 2 : nap_us) {
+		rc = rdma_pull(x->rdma, peer, r, dst, ndst, flags, progress, arg);
+		if (rc != -ENOBUFS || x->c.mode != XPORT_RDMA || clock_mono_ns() >= until)
+			break;
+		usleep(nap_us);
+	}
 	if (rc == -ENOTCONN) {  /* its pair cannot be had again: choose anew */
 		peer_down(x, peer, "its RDMA queue pair failed and does not reconnect");
 		rc = -EHOSTDOWN;
-	} else if (rc == -ENOBUFS && x->c.mode == XPORT_RDMA) {
-		log_limited(x, &p->full, "peer %s: its RDMA stage has no room for an object: "
-			    "EIO, not read over tcp (transport=rdma)", p->name);
+	} else if ((rc == -ENOBUFS || rc == -EFBIG) && x->c.mode == XPORT_RDMA) {
+		log_limited(x, &p->full, "peer %s: %s: EIO, not read over tcp (transport=rdma)",
+			    p->name, rc == -EFBIG ? "an object is larger than its RDMA stage"
+			    : "its RDMA stage had no room for an object in time");
 		rc = -EIO;
-	} else if (rc == -ENOBUFS) {
-		log_limited(x, &p->full, "peer %s: its RDMA stage has no room for an object: "
-			    "read over tcp", p->name);
+	} else if (rc == -ENOBUFS || rc == -EFBIG) {
+		log_limited(x, &p->full, "peer %s: %s: read over tcp", p->name, rc == -EFBIG ?
+			    "an object is larger than its RDMA stage" :
+			    "its RDMA stage has no room for an object now");
+		rc = -ENOBUFS;
 	}
 	return rc;
 }

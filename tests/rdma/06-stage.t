@@ -6,8 +6,9 @@
 # is staged as a GPU pool would be (OMNIFS_TEST_STAGE), so that every
 # step but the GPU's own copy runs on the guest's real verbs: byte-exact
 # reads, whole and streamed, the stage emptied after each, an object the
-# stage has no room for read over TCP (transport=auto) or refused with EIO
-# (transport=rdma), both kinds of grant.
+# stage has no room for read over TCP (transport=auto), or waited for, and
+# refused with EIO only if it can never fit (transport=rdma); both kinds
+# of grant.
 . "$(dirname "$0")/lib.sh"
 
 cluster a:'"0"' b:'"1", "2"' <<EOF
@@ -49,7 +50,7 @@ tcp=$(stat_of b bytes_pulled_tcp)
 ok "an object larger than the stage reads byte-exact on b" cmp "$T/big" "$T/b/0/2/big"
 is "$(( $(stat_of b bytes_pulled_tcp) - tcp ))" $((40 << 20)) "... over TCP"
 ok "... a counts the grant it had no room for" test "$(stat_of a rdma_stage_full)" -ge 1
-ok "... b's log says why" grep -q "peer a: its RDMA stage has no room for an object: read over tcp" "$T/b.log"
+ok "... b's log says why" grep -q "peer a: an object is larger than its RDMA stage: read over tcp" "$T/b.log"
 
 # Two 20 MiB reads at once: the stage holds one copy; the other waits for
 # no one, it goes over TCP.
@@ -70,22 +71,38 @@ is "$(( $(stat_of b bytes_pulled_rdma) + $(stat_of b bytes_pulled_tcp) - before 
 is "$(stat_of a bytes_staged)" "$(stat_of b bytes_pulled_rdma)" "... the RDMA ones from the stage"
 ok "... and the stage is empty after" wait_until 10 stage_used 0
 
-# --- transport=rdma: no room is EIO, never TCP --------------------------------
+# --- transport=rdma: never TCP; a read waits for room, or fails -----------------
 stop_node b
 node b transport=rdma
 ok "b (transport=rdma) reads a by rdma" wait_until 20 peer_is b a rdma
 is "$(M="$T/b" pyerr "open(M + '/0/2/big', 'rb').read()")" EIO \
-   "with no room in a's stage for it, a read is EIO, not TCP"
+   "an object larger than a's stage: its read is EIO, not TCP"
 is "$(stat_of b bytes_pulled_tcp)" 0 "... no byte came over TCP"
 ok "... b's log says so" \
-   grep -q "peer a: its RDMA stage has no room for an object: EIO, not read over tcp (transport=rdma)" "$T/b.log"
+   grep -q "peer a: an object is larger than its RDMA stage: EIO, not read over tcp (transport=rdma)" "$T/b.log"
 ok "one that fits still reads, by RDMA" cmp "$T/k" "$T/b/0/2/k"
+head -c $((20 << 20)) /dev/urandom >"$T/u"
+cp "$T/u" "$T/a/0/2/u"
+full=$(stat_of a rdma_stage_full)
+i=0
+for o in p q u; do
+	i=$((i + 1))
+	{ timeout -s KILL 120 cmp "$T/$o" "$T/b/0/2/$o" && echo same || echo differs; } >"$T/r$i.out" 2>&1 &
+	R[$i]=$!
+done
+wait_until 60 all_gone "${R[@]}" || kill -9 "${R[@]}"
+wait "${R[@]}"
+is "$(cat "$T"/r[123].out | tr '\n' ' ')" "same same same " \
+   "three reads at once of 20 MiB objects, stage room for one: each waits its turn, byte-exact"
+is "$(stat_of b bytes_pulled_tcp)" 0 "... none over TCP"
+diag "grants a had no room for meanwhile: $(( $(stat_of a rdma_stage_full) - full ))"
+ok "... and the stage is empty after" wait_until 10 stage_used 0
 
 # --- a stream through the stage, with pool grants --------------------------------
 stop_node b
 stop_node a
 OMNIFS_TEST_STAGE=1 OMNIFS_TEST_RDMA_GRANTS=pool node a rdma_stage=96MiB
-node b pool=host:40MiB
+node b pool=host:40MiB,transport=rdma
 ok "b reads a by rdma again" wait_until 20 peer_is b a rdma
 is "$(health a "d['rdma_grants']")" pool "a grants the stage's rkey (no windows)"
 head -c $((80 << 20)) /dev/urandom >"$T/s"
@@ -93,6 +110,30 @@ cp "$T/s" "$T/a/0/2/s"
 ok "an 80 MiB object streams to b (its pool is 40 MiB) byte-exact" cmp "$T/s" "$T/b/0/2/s"
 is "$(stat_of b bytes_pulled_tcp)" 0 "... by RDMA"
 is "$(stat_of a bytes_staged)" $((80 << 20)) "... from one copy, staged once for the read's many grants"
+ok "... and the stage is empty after" wait_until 10 stage_used 0
+
+# A streamed read holds its copy until it closes: the stage has no room
+# for a 20 MiB one meanwhile, and b (transport=rdma) gives up in time.
+head -c $((20 << 20)) /dev/urandom >"$T/w"
+cp "$T/w" "$T/a/0/2/w"
+mkfifo "$T/go"
+timeout -s KILL 120 $PY - "$T/b/0/2/s" "$T/held" "$T/go" <<'PYEOF' &
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.read(fd, 1 << 20)
+open(sys.argv[2], "w").close()
+open(sys.argv[3]).read()            # until the test says go
+PYEOF
+HOLD=$!
+ok "a streamed read of the 80 MiB object holds its copy" wait_until 30 test -e "$T/held"
+is "$(M="$T/b" pyerr "open(M + '/0/2/w', 'rb').read()")" EIO \
+   "a 20 MiB read finds no room while it lasts: EIO, after asking again for a while"
+ok "... b's log says so" \
+   grep -q "peer a: its RDMA stage had no room for an object in time: EIO, not read over tcp (transport=rdma)" "$T/b.log"
+echo >"$T/go"
+wait "$HOLD"
+ok "once the streamed read ends, the 20 MiB one reads byte-exact" cmp "$T/w" "$T/b/0/2/w"
+is "$(stat_of b bytes_pulled_tcp)" 0 "... and no byte ever came over TCP"
 ok "... and the stage is empty after" wait_until 10 stage_used 0
 
 done_testing
