@@ -34,7 +34,6 @@
 
 struct srv_grant {
 	struct srv_grant *next;
-	int listed;               /* in s->grants */
 	uint64_t lease;
 	uint32_t n, asked;              /* extents given; the pool's, asked for */
 	struct ibv_mw **mw;             /* windows: one per extent */
@@ -321,12 +320,11 @@ static int stage_in(struct rdma *rd, struct srv_grant *g, const struct xport_ext
 	return 0;
 }
 
-/* A grant for lease's extents: windows bound over them (or their copy in
- * the stage), or the pool's (the stage's) rkey. */
-static int grant_make(struct rdma_srv *s, uint64_t lease, const struct xport_extent *ext,
-		      uint32_t n, struct srv_grant **out)
+/* A new grant for lease's extents, not yet bound: the pool's addresses
+ * and rkey, or those of their copy in the stage. */
+static int grant_new(struct rdma *rd, uint64_t lease, const struct xport_extent *ext,
+		     uint32_t n, struct srv_grant **out)
 {
-	struct rdma *rd = s->rd;
 	struct srv_grant *g = calloc(1, sizeof(*g));
 	int rc = -EIO;
 
@@ -339,7 +337,7 @@ static int grant_make(struct rdma_srv *s, uint64_t lease, const struct xport_ext
 	for (uint32_t i = 0; !rd->stage && i < n; i++)  /* rdma_serves(): pool_mr */
 		g->out[i] = (struct proto_extent){ (uintptr_t)rd->c.pool + ext[i].off,
 						   ext[i].len, rd->pool_mr->rkey };
-	if (rc || (rd->windows && (rc = bind_windows(s, g))))
+	if (rc)
 		goto fail;
 	*out = g;
 	return 0;
@@ -349,31 +347,50 @@ fail:
 	return rc;
 }
 
+static struct srv_grant *grant_find(struct rdma_srv *s, uint64_t lease)
+{
+	struct srv_grant *g = s->grants;
+
+	while (g && g->lease != lease)
+		g = g->next;
+	return g;
+}
+
 int rdma_srv_grant(struct rdma_srv *s, uint64_t lease, const struct xport_extent *ext,
 		   uint32_t n, struct proto_extent *out)
 {
-	struct srv_grant *g;
+	struct srv_grant *g, *ng = NULL;
 	int rc = 0;
 
+	/* A new grant is made without the lock, which the cm thread takes
+	 * for every pair's events: a copy into the stage takes a while.  This
+	 * connection's requests come one at a time, so no other grant of
+	 * lease is made meanwhile. */
 	pthread_mutex_lock(&s->lock);
-	for (g = s->grants; g && g->lease != lease; g = g->next)
-		;
+	g = grant_find(s, lease);
+	pthread_mutex_unlock(&s->lock);
+	if (!g && (rc = grant_new(s->rd, lease, ext, n, &ng)))
+		return rc;
+	pthread_mutex_lock(&s->lock);
+	g = grant_find(s, lease);
 	if (!s->id) {
 		rc = -ENOTCONN;
 	} else if (g && g->asked != n) {
 		rc = -EINVAL;   /* a lease names one object, whose extents stay */
-	} else if (!g && (rc = grant_make(s, lease, ext, n, &g))) {
-		/* rc says why */
-	} else if (!g->listed) {
-		g->listed = 1;
-		g->next = s->grants;
-		s->grants = g;
+	} else if (!g && !ng) {
+		rc = -EIO;      /* it went with its pair meanwhile */
+	} else if (!g && !(s->rd->windows && (rc = bind_windows(s, ng)))) {
+		ng->next = s->grants;
+		s->grants = g = ng;
+		ng = NULL;
 	}
 	if (!rc) {
 		memcpy(out, g->out, g->n * sizeof(*out));
 		rc = (int)g->n;
 	}
 	pthread_mutex_unlock(&s->lock);
+	if (ng)
+		grant_free(ng);
 	return rc;
 }
 
