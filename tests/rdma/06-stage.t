@@ -8,7 +8,7 @@
 # reads, whole and streamed, the stage emptied after each, an object the
 # stage has no room for read over TCP (transport=auto), or waited for, and
 # refused with EIO only if it can never fit (transport=rdma); both kinds
-# of grant.
+# of grant; and a reader killed mid-read, whose copy goes with it.
 . "$(dirname "$0")/lib.sh"
 
 cluster a:'"0"' b:'"1", "2"' <<EOF
@@ -135,5 +135,22 @@ wait "$HOLD"
 ok "once the streamed read ends, the 20 MiB one reads byte-exact" cmp "$T/w" "$T/b/0/2/w"
 is "$(stat_of b bytes_pulled_tcp)" 0 "... and no byte ever came over TCP"
 ok "... and the stage is empty after" wait_until 10 stage_used 0
+
+# A reader's node that dies mid-read: the copy goes with its connection.
+timeout -s KILL 120 $PY - "$T/b/0/2/s" "$T/held2" "$T/go" <<'PYEOF' &
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.read(fd, 1 << 20)
+open(sys.argv[2], "w").close()
+open(sys.argv[3]).read()
+PYEOF
+HOLD=$!
+ok "another streamed read holds its copy" wait_until 30 test -e "$T/held2"
+is "$(health a "d['rdma_stage']['used']")" $((80 << 20)) "... 80 MiB of a's stage"
+kill -9 "${NODE_PID[b]}"
+ok "b killed with -9 mid-read: a's stage is empty again" wait_until 20 stage_used 0
+kill -9 "$HOLD" 2>/dev/null
+wait "$HOLD" 2>/dev/null
+ok "... and a goes on serving its mount" cp "$T/w" "$T/a/0/2/w2"
 
 done_testing
