@@ -139,23 +139,38 @@ $(FUZZ_DIR)/kvseeds: tests/fuzz/kvseeds.c $(KV_SRCS) kvfmt/kvfmt.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -Wall -Wextra -Werror tests/fuzz/kvseeds.c $(KV_SRCS) $(FUZZ_KV_LIBS) -o $@
 
+# The owed log's reader: the file a crash or a full disk left in state_dir.
+OWED_SRCS := tests/fuzz/owed.c fs/owedlog.c transport/proto.c
+$(FUZZ_DIR)/owed: $(OWED_SRCS) fs/owedlog.h transport/proto.h
+	@mkdir -p $(dir $@)
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		$(OWED_SRCS) -lxxhash -o $@
+$(FUZZ_DIR)/owedseeds: tests/fuzz/owedseeds.c fs/owedlog.c transport/proto.c fs/owedlog.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -Wall -Wextra -Werror tests/fuzz/owedseeds.c fs/owedlog.c \
+		transport/proto.c -lxxhash -o $@
+
 # Runs each fuzz target for FUZZ_SECS seconds from its seeds; a crash, a
 # leak or a hang fails it and leaves the input in $(FUZZ_DIR).  Then a peer
 # that holds the secret misbehaves as long each way against a live daemon:
 # hostile requests to its port, hostile answers to its requests
 # (tests/integ/15-peerfuzz.t; under SAN=1 the daemon is sanitized).
 fuzz: $(FUZZ_DIR)/frame $(FUZZ_DIR)/seeds $(FUZZ_DIR)/kv $(FUZZ_DIR)/kvseeds \
-      $(BUILD)/omnifs $(BUILD)/tools/peerfuzz
-	@rm -rf $(FUZZ_DIR)/corpus $(FUZZ_DIR)/kvcorpus
-	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/kvcorpus
+      $(FUZZ_DIR)/owed $(FUZZ_DIR)/owedseeds $(BUILD)/omnifs $(BUILD)/tools/peerfuzz
+	@rm -rf $(FUZZ_DIR)/corpus $(FUZZ_DIR)/kvcorpus $(FUZZ_DIR)/owedcorpus
+	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/kvcorpus $(FUZZ_DIR)/owedcorpus
 	@$(FUZZ_DIR)/seeds $(FUZZ_DIR)/corpus
 	@$(FUZZ_DIR)/kvseeds $(FUZZ_DIR)/kvcorpus
+	@$(FUZZ_DIR)/owedseeds $(FUZZ_DIR)/owedcorpus
 	@cd $(FUZZ_DIR) && ./frame -max_total_time=$(FUZZ_SECS) -max_len=70000 -timeout=5 \
 		-print_final_stats=1 corpus 2>fuzz.log || { tail -40 fuzz.log; exit 1; }
 	@grep -E '^stat::number_of_executed_units' $(FUZZ_DIR)/fuzz.log | sed 's/^/fuzz: frame decoder: /'
 	@cd $(FUZZ_DIR) && ./kv -max_total_time=$(FUZZ_SECS) -max_len=65536 -timeout=5 \
 		-print_final_stats=1 kvcorpus 2>kvfuzz.log || { tail -40 kvfuzz.log; exit 1; }
 	@grep -E '^stat::number_of_executed_units' $(FUZZ_DIR)/kvfuzz.log | sed 's/^/fuzz: kvfmt parsers: /'
+	@cd $(FUZZ_DIR) && ./owed -max_total_time=$(FUZZ_SECS) -max_len=16384 -timeout=5 \
+		-print_final_stats=1 owedcorpus 2>owedfuzz.log || { tail -40 owedfuzz.log; exit 1; }
+	@grep -E '^stat::number_of_executed_units' $(FUZZ_DIR)/owedfuzz.log | sed 's/^/fuzz: owed log: /'
 	@# ... and a live daemon's peer port, by a peer that holds the secret.
 	@out=$$(OMNIFS_BUILD=$(abspath $(BUILD)) PEERFUZZ_SECS=$(FUZZ_SECS) \
 		tests/integ/15-peerfuzz.t 2>&1) || { echo "$$out"; exit 1; }; \
