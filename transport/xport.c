@@ -1099,7 +1099,29 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 	return to.rc;
 }
 
-/* A pull from a peer whose bytes move by RDMA, or by nothing at all. */
+/* rdma_pull, asked again while the owner's stage has no room (rdma.h)
+ * and transport=rdma forbids TCP: its reads make room as they end.  For
+ * a third of dead_ms at most: this may be the thread that serves the
+ * owner's connection (a fetch that an announce starts), and the owner
+ * must not find it dead meanwhile.  With auto the caller moves the bytes
+ * over TCP at once. */
+static int pull_rdma(struct xport *x, int peer, const struct xport_range *r,
+		     const struct iovec *dst, int ndst, unsigned flags,
+		     xport_progress_fn progress, void *arg)
+{
+	uint64_t until = clock_mono_ns() + (uint64_t)x->c.dead_ms * 1000000u / 3;
+	int rc;
+
+	for (unsigned nap_us = 500;; nap_us = nap_us < 32000 ? nap_us * 2 : nap_us) {
+		rc = rdma_pull(x->rdma, peer, r, dst, ndst, flags, progress, arg);
+		if (rc != -ENOBUFS || x->c.mode != XPORT_RDMA || clock_mono_ns() >= until)
+			return rc;
+		usleep(nap_us);
+	}
+}
+
+/* A pull from a peer whose bytes move by RDMA, or by nothing at all;
+ * -ENOBUFS: its stage has no room, pull it over TCP. */
 static int pull_other(struct xport *x, int peer, int xp, const struct xport_range *r,
 		      const struct iovec *dst, int ndst, unsigned flags,
 		      xport_progress_fn progress, void *arg)
@@ -1112,33 +1134,23 @@ static int pull_other(struct xport *x, int peer, int xp, const struct xport_rang
 			    p->name, p->why);
 		return -EIO;
 	}
-	/* The owner's stage full (rdma.h): with transport=rdma ask again as
-	 * its reads end and make room; with auto the caller moves the bytes
-	 * over TCP now.  A third of dead_ms at most: this may be the thread
-	 * that serves the owner's connection (a fetch that an announce
-	 * starts), and the owner must not find it dead meanwhile. */
-	uint64_t until = clock_mono_ns() + (uint64_t)x->c.dead_ms * 1000000u / 3;
-	for (unsigned nap_us = 500;; nap_us = nap_us < 32000 ? nap_us * 2 : nap_us) {
-		rc = rdma_pull(x->rdma, peer, r, dst, ndst, flags, progress, arg);
-		if (rc != -ENOBUFS || x->c.mode != XPORT_RDMA || clock_mono_ns() >= until)
-			break;
-		usleep(nap_us);
-	}
+	rc = pull_rdma(x, peer, r, dst, ndst, flags, progress, arg);
 	if (rc == -ENOTCONN) {  /* its pair cannot be had again: choose anew */
 		peer_down(x, peer, "its RDMA queue pair failed and does not reconnect");
-		rc = -EHOSTDOWN;
-	} else if ((rc == -ENOBUFS || rc == -EFBIG) && x->c.mode == XPORT_RDMA) {
-		log_limited(x, &p->full, "peer %s: %s: EIO, not read over tcp (transport=rdma)",
-			    p->name, rc == -EFBIG ? "an object is larger than its RDMA stage"
-			    : "its RDMA stage had no room for an object in time");
-		rc = -EIO;
-	} else if (rc == -ENOBUFS || rc == -EFBIG) {
-		log_limited(x, &p->full, "peer %s: %s: read over tcp", p->name, rc == -EFBIG ?
-			    "an object is larger than its RDMA stage" :
-			    "its RDMA stage has no room for an object now");
-		rc = -ENOBUFS;
+		return -EHOSTDOWN;
 	}
-	return rc;
+	if (rc != -ENOBUFS && rc != -EFBIG)
+		return rc;
+	const char *why = rc == -EFBIG ? "an object is larger than its RDMA stage" :
+		x->c.mode == XPORT_RDMA ? "its RDMA stage had no room for an object in time" :
+		"its RDMA stage has no room for an object now";
+	if (x->c.mode == XPORT_RDMA) {
+		log_limited(x, &p->full, "peer %s: %s: EIO, not read over tcp (transport=rdma)",
+			    p->name, why);
+		return -EIO;
+	}
+	log_limited(x, &p->full, "peer %s: %s: read over tcp", p->name, why);
+	return -ENOBUFS;
 }
 
 int xport_pull(struct xport *x, int peer, const struct xport_range *r,
