@@ -302,20 +302,30 @@ static int register_mem(struct rdma *rd, const char *what, void *base, uint64_t 
 }
 
 /* The stage: host memory the GPU's copy engine fills fastest (page-locked
- * by CUDA) when the pool is a GPU's, plain host memory else (a test's). */
-static int open_stage(struct rdma *rd, char *err, size_t errlen)
+ * by CUDA) when the pool is a GPU's, plain host memory else (a test's).
+ * Without it the device still serves this node's reads of its peers, so
+ * a failure is said (rdma_stage_why) and not fatal here. */
+static void open_stage(struct rdma *rd)
 {
 	struct pool_spec ps = { .kind = pool_kind_of(rd->c.stage_from) == POOL_CUDA ? POOL_PINNED
 									 : POOL_HOST,
 				.size = rd->c.stage_size };
 	char why[192];
-	int rc;
 
-	if ((rc = pool_create(&rd->stage, &ps, why, sizeof(why)))) {
-		snprintf(err, errlen, "rdma: the %" PRIu64 " MiB stage: %s", ps.size >> 20, why);
-		return rc;
+	if (pool_create(&rd->stage, &ps, why, sizeof(why))) {
+		snprintf(rd->stage_why, sizeof(rd->stage_why), "rdma: the %" PRIu64 " MiB stage: %s",
+			 ps.size >> 20, why);
+		rd->stage = NULL;
+	} else if (register_mem(rd, "stage", pool_base(rd->stage), ps.size, &rd->stage_mr,
+				rd->stage_why, sizeof(rd->stage_why))) {
+		pool_destroy(rd->stage);
+		rd->stage = NULL;
 	}
-	return register_mem(rd, "stage", pool_base(rd->stage), ps.size, &rd->stage_mr, err, errlen);
+}
+
+const char *rdma_stage_why(const struct rdma *rd)
+{
+	return rd->stage_why[0] ? rd->stage_why : NULL;
 }
 
 /* Protection domain, pool registration, completion queue, depths. */
@@ -332,8 +342,8 @@ static int open_verbs(struct rdma *rd, char *err, size_t errlen)
 	if (rd->c.pool && (rc = register_mem(rd, "pool", rd->c.pool, rd->c.pool_size,
 					     &rd->pool_mr, err, errlen)))
 		return rc;
-	if (rd->c.stage_from && rd->c.stage_size && (rc = open_stage(rd, err, errlen)))
-		return rc;
+	if (rd->c.stage_from && rd->c.stage_size)
+		open_stage(rd);
 	/* Tunable for the benchmark that chose them (tests/bench/rdma.sh). */
 	rd->ring = env_uint("OMNIFS_TEST_RDMA_DEPTH", RDMA_RING, 1, 1024);
 	rd->wr_max = env_uint("OMNIFS_TEST_RDMA_READ_KIB", RDMA_WR_MAX >> 10, 4, 65536) << 10;

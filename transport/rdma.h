@@ -76,6 +76,8 @@ int rdma_serves(const struct rdma *rd);                 /* peers may READ our po
 uint16_t rdma_port(const struct rdma *rd);              /* rdma_cm's, host order */
 /* The stage's size and the bytes of it that grants hold; 0: no stage. */
 int rdma_stage(const struct rdma *rd, uint64_t *size, uint64_t *used);
+/* Why the stage conf asked for could not be made (one line), or NULL. */
+const char *rdma_stage_why(const struct rdma *rd);
 
 /* ---- the reader's side (rdma_read.c) ---- */
 

@@ -69,6 +69,7 @@ struct rdma {
 	struct ibv_mr *pool_mr;
 	struct pool *stage;             /* conf.stage_from's objects are READ from here */
 	struct ibv_mr *stage_mr;
+	char stage_why[384];            /* why the stage asked for is not there */
 	struct ibv_comp_channel *cch;   /* the readers' completions */
 	struct ibv_cq *cq;
 	int windows;                    /* grants bind type-2 memory windows */

@@ -1943,6 +1943,36 @@ static const char *rdma_name_call(void *ctx, int peer)
 	return xport_peer_name(ctx, peer);
 }
 
+/* The log's line at start: what peers READ of this node, if anything. */
+static void rdma_said(struct xport *x)
+{
+	const char *dev = rdma_device(x->rdma), *swhy = rdma_stage_why(x->rdma);
+	uint64_t size, used;
+
+	if (!rdma_serves(x->rdma)) {
+		/* Device memory: a peer's READ of it needs GPUDirect RDMA (a
+		 * dmabuf registration), which this build does not do. */
+		fprintf(stderr, "omnifs: rdma: %s; the pool is GPU memory, which no RDMA device "
+			"reads here (no GPUDirect RDMA), and there is no stage (%s): this node "
+			"reads its peers' objects by RDMA into host memory, and its own go to "
+			"peers over tcp\n", dev, swhy ? swhy : "rdma_stage=0");
+		return;
+	}
+	if (rdma_stage(x->rdma, &size, &used)) {
+		fprintf(stderr, "omnifs: rdma: %s; %s: a peer's read of it is copied into a "
+			"%llu MiB stage of host memory and READ from there (grants by %s, "
+			"rdma_cm port %u)\n", dev, x->c.pool ? "OMNIFS_TEST_STAGE"
+			: "the pool is GPU memory, which no RDMA device reads here (no GPUDirect RDMA)",
+			(unsigned long long)(size >> 20), rdma_grants(x->rdma), rdma_port(x->rdma));
+		return;
+	}
+	if (swhy)               /* OMNIFS_TEST_STAGE's, on a host pool */
+		fprintf(stderr, "omnifs: %s; peers READ the pool itself\n", swhy);
+	fprintf(stderr, "omnifs: rdma: %s, the %llu MiB pool registered, grants by %s, "
+		"rdma_cm port %u\n", dev, (unsigned long long)(x->c.pool_size >> 20),
+		rdma_grants(x->rdma), rdma_port(x->rdma));
+}
+
 /* transport=auto and rdma open the device behind the listen address;
  * auto goes on without one, saying so, and rdma fails. */
 static int open_rdma(struct xport *x, char *err, size_t errlen)
@@ -1970,26 +2000,15 @@ static int open_rdma(struct xport *x, char *err, size_t errlen)
 		fprintf(stderr, "omnifs: %s; every peer's bytes move over tcp\n", why);
 		return 0;
 	}
+	if (x->c.mode == XPORT_RDMA && !rdma_serves(x->rdma) && rdma_stage_why(x->rdma)) {
+		/* asked for, and peers would read nothing of ours: say so now */
+		snprintf(err, errlen, "transport=rdma: %s", rdma_stage_why(x->rdma));
+		rdma_close(x->rdma);
+		x->rdma = NULL;
+		return -ENOMEM;
+	}
 	x->caps |= PROTO_CAP_RDMA;
-	if (!rdma_serves(x->rdma))
-		/* Device memory: a peer's READ of it needs GPUDirect RDMA (a
-		 * dmabuf registration), which this build does not do. */
-		fprintf(stderr, "omnifs: rdma: %s; the pool is GPU memory, which no RDMA device "
-			"reads here (no GPUDirect RDMA), and rdma_stage=0: this node reads its "
-			"peers' objects by RDMA into host memory, and its own go to peers over "
-			"tcp\n", rdma_device(x->rdma));
-	else if (x->c.stage_from)
-		fprintf(stderr, "omnifs: rdma: %s; %s: a peer's read of it is copied into a "
-			"%llu MiB stage of host memory and READ from there (grants by %s, "
-			"rdma_cm port %u)\n", rdma_device(x->rdma), x->c.pool ? "OMNIFS_TEST_STAGE"
-			: "the pool is GPU memory, which no RDMA device reads here (no GPUDirect RDMA)",
-			(unsigned long long)(x->c.stage_size >> 20), rdma_grants(x->rdma),
-			rdma_port(x->rdma));
-	else
-		fprintf(stderr, "omnifs: rdma: %s, the %llu MiB pool registered, grants by %s, "
-			"rdma_cm port %u\n", rdma_device(x->rdma),
-			(unsigned long long)(x->c.pool_size >> 20), rdma_grants(x->rdma),
-			rdma_port(x->rdma));
+	rdma_said(x);
 	return 0;
 }
 

@@ -66,4 +66,28 @@ cp "$T/x" "$T/a/0/1/x"
 ok "a's object reads byte-exact on b, into its GPU pool" cmp "$T/x" "$T/b/0/1/x"
 is "$(stat_of b bytes_pulled_rdma)" 5000011 "... by RDMA"
 
+# A stage that cannot be made (the memlock limit, which the stage's
+# registration counts and GPU memory does not): with auto b mounts, says
+# why, and its objects go over TCP; with transport=rdma it does not mount.
+stop_node b
+nocap() {       # nocap KIB CMD...: CMD without CAP_IPC_LOCK, under memlock KIB
+	local kib=$1; shift
+	setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock -- \
+		bash -c "ulimit -l $kib; exec \"\$@\"" -- "$@"
+}
+nocap 16384 "$B/omnifs" -f -o "config=$T/omni.yaml,node=b,pool=cuda:0:512MiB,rdma_stage=64MiB" \
+	"$T/b" >"$T/b.log" 2>&1 &
+NODE_PID[b]=$!
+wait_until 60 is_mounted "$T/b" || bail "b did not mount"
+ok "b without its stage mounts, and a reads b's over tcp" wait_until 20 peer_is a b tcp
+ok "... b's log says why" grep -q "and there is no stage (rdma: cannot register the 64 MiB stage" "$T/b.log"
+stop_node b
+nocap 16384 "$B/omnifs" -f -o \
+	"config=$T/omni.yaml,node=b,pool=cuda:0:512MiB,rdma_stage=64MiB,transport=rdma" \
+	"$T/b" >"$T/m.out" 2>&1
+rc=$?
+ok "with transport=rdma it does not mount (status $rc)" test $rc -ne 0
+is "$(grep -c . "$T/m.out")" 1 "... with one line"
+ok "... that names the stage" grep -q "transport=rdma: rdma: cannot register the 64 MiB stage" "$T/m.out"
+
 done_testing

@@ -46,7 +46,7 @@ ok "... which goes with the read's lease" wait_until 10 stage_used
 stop_node b
 node b pool=cuda:0:256MiB,rdma_stage=0
 ok "with rdma_stage=0, a reads b's over tcp" wait_until 20 peer_is a b tcp
-ok "... and b's log says why" grep -q "no GPUDirect RDMA), and rdma_stage=0" "$T/b.log"
+ok "... and b's log says why" grep -q "no GPUDirect RDMA), and there is no stage (rdma_stage=0)" "$T/b.log"
 cp "$T/z" "$T/b/1/0/z2"
 ok "b's object reads byte-exact on a" cmp "$T/z" "$T/a/1/0/z2"
 is "$(stat_of a bytes_pulled_tcp)" 3000007 "... over TCP"
