@@ -79,6 +79,14 @@ start_node() {
 	wait_until "$MOUNT_WAIT_S" is_mounted "$T/$name" || { cat "$T/$name.log"; bail "node $name did not mount"; }
 }
 
+# nocap KIB CMD...: runs CMD without CAP_IPC_LOCK, under a memlock limit of
+# KIB, so that what it locks and registers counts against the limit.
+nocap() {
+	local kib=$1; shift
+	setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock -- \
+		bash -c "ulimit -l $kib; exec \"\$@\"" -- "$@"
+}
+
 stop_node() {
 	local name=$1 pid=${NODE_PID[$1]:-}
 	fusermount3 -u "$T/$name" 2>/dev/null || umount -l "$T/$name" 2>/dev/null

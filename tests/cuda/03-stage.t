@@ -70,11 +70,6 @@ is "$(stat_of b bytes_pulled_rdma)" 5000011 "... by RDMA"
 # registration counts and GPU memory does not): with auto b mounts, says
 # why, and its objects go over TCP; with transport=rdma it does not mount.
 stop_node b
-nocap() {       # nocap KIB CMD...: CMD without CAP_IPC_LOCK, under memlock KIB
-	local kib=$1; shift
-	setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock -- \
-		bash -c "ulimit -l $kib; exec \"\$@\"" -- "$@"
-}
 nocap 16384 "$B/omnifs" -f -o "config=$T/omni.yaml,node=b,pool=cuda:0:512MiB,rdma_stage=64MiB" \
 	"$T/b" >"$T/b.log" 2>&1 &
 NODE_PID[b]=$!

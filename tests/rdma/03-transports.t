@@ -100,14 +100,13 @@ ok "auto there mounts, and says every peer moves over tcp" \
 stop_node l
 
 # The memlock limit: without CAP_IPC_LOCK the pool's registration counts.
-nocap() { setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock -- bash -c "ulimit -l 1024; exec \"\$@\"" -- "$@"; }
 mkdir -p "$T/a"
-nocap "$B/omnifs" -f -o "config=$T/omni.yaml,node=a,transport=rdma" "$T/a" >"$T/m.out" 2>&1
+nocap 1024 "$B/omnifs" -f -o "config=$T/omni.yaml,node=a,transport=rdma" "$T/a" >"$T/m.out" 2>&1
 rc=$?
 ok "transport=rdma with memlock 1 MiB and a 64 MiB pool: the mount fails (status $rc)" test $rc -ne 0
 is "$(grep -c . "$T/m.out")" 1 "... with one line"
 ok "... that names the limit" grep -q "the memlock limit is 1024 KiB (raise ulimit -l or LimitMEMLOCK= to the pool's size)" "$T/m.out"
-nocap "$B/omnifs" -f -o "config=$T/omni.yaml,node=a" "$T/a" >"$T/a.log" 2>&1 &
+nocap 1024 "$B/omnifs" -f -o "config=$T/omni.yaml,node=a" "$T/a" >"$T/a.log" 2>&1 &
 NODE_PID[a]=$!
 wait_until 20 is_mounted "$T/a" || bail "a did not mount"
 ok "auto with that limit mounts, says why, and reads b over tcp" wait_until 20 peer_is a b tcp

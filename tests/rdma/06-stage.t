@@ -162,11 +162,6 @@ ok "... and a goes on serving its mount" cp "$T/w" "$T/a/0/2/w2"
 # limit; the stage's 64 MiB more do not.
 stop_node b
 stop_node a
-nocap() {       # nocap KIB CMD...: CMD without CAP_IPC_LOCK, under memlock KIB
-	local kib=$1; shift
-	setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock -- \
-		bash -c "ulimit -l $kib; exec \"\$@\"" -- "$@"
-}
 OMNIFS_TEST_STAGE=1 nocap 81920 "$B/omnifs" -f -o \
 	"config=$T/omni.yaml,node=a,pool=host:64MiB,rdma_stage=64MiB" "$T/a" >"$T/a.log" 2>&1 &
 NODE_PID[a]=$!
