@@ -1946,23 +1946,23 @@ static const char *rdma_name_call(void *ctx, int peer)
 /* The log's line at start: what peers READ of this node, if anything. */
 static void rdma_said(struct xport *x)
 {
+	/* Device memory: a peer's READ of it needs GPUDirect RDMA (a dmabuf
+	 * registration), which this build does not do. */
+	static const char gpu[] = "the pool is GPU memory, which no RDMA device reads here "
+				  "(no GPUDirect RDMA)";
 	const char *dev = rdma_device(x->rdma), *swhy = rdma_stage_why(x->rdma);
 	uint64_t size, used;
 
 	if (!rdma_serves(x->rdma)) {
-		/* Device memory: a peer's READ of it needs GPUDirect RDMA (a
-		 * dmabuf registration), which this build does not do. */
-		fprintf(stderr, "omnifs: rdma: %s; the pool is GPU memory, which no RDMA device "
-			"reads here (no GPUDirect RDMA), and there is no stage (%s): this node "
+		fprintf(stderr, "omnifs: rdma: %s; %s, and there is no stage (%s): this node "
 			"reads its peers' objects by RDMA into host memory, and its own go to "
-			"peers over tcp\n", dev, swhy ? swhy : "rdma_stage=0");
+			"peers over tcp\n", dev, gpu, swhy ? swhy : "rdma_stage=0");
 		return;
 	}
 	if (rdma_stage(x->rdma, &size, &used)) {
 		fprintf(stderr, "omnifs: rdma: %s; %s: a peer's read of it is copied into a "
 			"%llu MiB stage of host memory and READ from there (grants by %s, "
-			"rdma_cm port %u)\n", dev, x->c.pool ? "OMNIFS_TEST_STAGE"
-			: "the pool is GPU memory, which no RDMA device reads here (no GPUDirect RDMA)",
+			"rdma_cm port %u)\n", dev, x->c.pool ? "OMNIFS_TEST_STAGE" : gpu,
 			(unsigned long long)(size >> 20), rdma_grants(x->rdma), rdma_port(x->rdma));
 		return;
 	}

@@ -118,6 +118,9 @@ ok "... and the stage is empty after" wait_until 10 stage_used 0
 head -c $((20 << 20)) /dev/urandom >"$T/w"
 cp "$T/w" "$T/a/0/2/w"
 mkfifo "$T/go"
+# go: lets the holder end; bounded, as an open of a FIFO with no reader
+# (a holder that died) would wait for good.
+go() { timeout 10 bash -c 'echo >"$1"' -- "$T/go"; }
 timeout -s KILL 120 $PY - "$T/b/0/2/s" "$T/held" "$T/go" <<'PYEOF' &
 import os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
@@ -131,7 +134,7 @@ is "$(M="$T/b" pyerr "open(M + '/0/2/w', 'rb').read()")" EIO \
    "a 20 MiB read finds no room while it lasts: EIO, after asking again for a while"
 ok "... b's log says so" \
    grep -q "peer a: its RDMA stage had no room for an object in time: EIO, not read over tcp (transport=rdma)" "$T/b.log"
-echo >"$T/go"
+go
 wait "$HOLD"
 ok "once the streamed read ends, the 20 MiB one reads byte-exact" cmp "$T/w" "$T/b/0/2/w"
 is "$(stat_of b bytes_pulled_tcp)" 0 "... and no byte ever came over TCP"
@@ -151,7 +154,7 @@ is "$(health a "d['rdma_stage']['used']")" $((80 << 20)) "... 80 MiB of a's stag
 disown "${NODE_PID[b]}"        # no word from bash of its death
 kill -9 "${NODE_PID[b]}"
 ok "b killed with -9 mid-read: a's stage is empty again" wait_until 20 stage_used 0
-echo >"$T/go"           # its read of a dead mount fails; it goes
+go                      # its read of a dead mount fails; it goes
 wait "$HOLD" 2>/dev/null
 ok "... and a goes on serving its mount" cp "$T/w" "$T/a/0/2/w2"
 
