@@ -835,6 +835,7 @@ static void op_count(void *ctx, enum xport_count what, uint64_t n)
 		[XC_PULLED_RDMA] = ST_BYTES_PULLED_RDMA, [XC_RDMA_READS] = ST_RDMA_READS,
 		[XC_RDMA_ERRORS] = ST_RDMA_ERRORS, [XC_STRANGERS_CLOSED] = ST_PEER_STRANGERS_CLOSED,
 		[XC_RDMA_STAGED] = ST_BYTES_STAGED, [XC_RDMA_STAGE_FULL] = ST_RDMA_STAGE_FULL,
+		[XC_RDMA_STAGE_STEPS] = ST_RDMA_STAGE_STEPS,
 	};
 	stat_add(cl->st, map[what], n);
 }

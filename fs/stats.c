@@ -46,6 +46,8 @@ static const struct {
 		"Bytes of the GPU pool copied into the RDMA stage for peers' READs", 0 },
 	[ST_RDMA_STAGE_FULL] = { "rdma_stage_full",
 		"Peers' RDMA grants the stage had no room for (those reads go over TCP, or fail with transport=rdma)", 0 },
+	[ST_RDMA_STAGE_STEPS] = { "rdma_stage_steps",
+		"Copies into the RDMA stage, each a step of a peer's read that its READs of the step before overlap", 0 },
 	[ST_DIRECT_GETS] = { "direct_gets", "Objects a process on this node copied out itself (OMNIFS_IOC_WHERE)", 0 },
 	[ST_DIRECT_PUTS] = { "direct_puts", "Objects a process on this node copied in itself (OMNIFS_IOC_PLACE)", 0 },
 	[ST_SMALL_GETS] = { "small_gets", "Small objects waited for and read in one request (OMNIFS_IOC_GET)", 0 },

@@ -260,9 +260,11 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		put_le(&w, m->u.grant.lease, 8);
 		put_le(&w, m->u.grant.first, 8);
 		put_le(&w, m->u.grant.n, 4);
+		put_le(&w, m->u.grant.upto, 8);
 		break;
 	case PT_GRANTED:
 		put_le(&w, m->u.granted.size, 8);
+		put_le(&w, m->u.granted.ready, 8);
 		put_le(&w, m->u.granted.first, 8);
 		put_le(&w, m->u.granted.nhash, 4);
 		put(&w, m->u.granted.hash, (size_t)m->u.granted.nhash * 8);
@@ -333,16 +335,17 @@ struct proto_extent proto_granted_ext(const struct proto_msg *m, uint32_t i)
 	return (struct proto_extent){ le_at(e, 8), le_at(e + 8, 8), (uint32_t)le_at(e + 16, 4) };
 }
 
-/* The hashes are of chunks inside the object, and the extents cover it
- * exactly, each of them non-empty and not wrapping around. */
+/* Ready is within the object, the hashes are of chunks inside it, and
+ * the extents cover it exactly, each of them non-empty and not wrapping around. */
 static void get_granted(struct rd *r, struct proto_msg *m)
 {
 	uint64_t size = m->u.granted.size = get_le(r, 8), sum = 0;
 	uint64_t chunks = size / PROTO_CHUNK + (size % PROTO_CHUNK != 0);
 
+	m->u.granted.ready = get_le(r, 8);
 	m->u.granted.first = get_le(r, 8);
 	m->u.granted.nhash = (uint32_t)get_le(r, 4);
-	if (r->err || size > (UINT64_MAX >> 2) || m->u.granted.nhash > PROTO_GRANT_HASHES ||
+	if (r->err || size > (UINT64_MAX >> 2) || m->u.granted.ready > size || m->u.granted.nhash > PROTO_GRANT_HASHES ||
 	    m->u.granted.first > chunks || m->u.granted.nhash > chunks - m->u.granted.first) {
 		r->err = 1;
 		return;
@@ -364,12 +367,14 @@ static void get_granted(struct rd *r, struct proto_msg *m)
 		r->err = 1;
 }
 
-int proto_encode_granted(uint64_t size, uint64_t first, const uint64_t *hash, uint32_t nhash,
-			 const struct proto_extent *ext, uint32_t next, uint8_t *buf, size_t cap)
+int proto_encode_granted(uint64_t size, uint64_t ready, uint64_t first, const uint64_t *hash,
+			 uint32_t nhash, const struct proto_extent *ext, uint32_t next,
+			 uint8_t *buf, size_t cap)
 {
 	struct wr w = { buf, 0, cap, 0 };
 
 	put_le(&w, size, 8);
+	put_le(&w, ready, 8);
 	put_le(&w, first, 8);
 	put_le(&w, nhash, 4);
 	for (uint32_t i = 0; i < nhash; i++)
@@ -470,6 +475,7 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		m->u.grant.lease = get_le(&r, 8);
 		m->u.grant.first = get_le(&r, 8);
 		m->u.grant.n = (uint32_t)get_le(&r, 4);
+		m->u.grant.upto = get_le(&r, 8);
 		if (!m->u.grant.lease || m->u.grant.n > PROTO_GRANT_HASHES ||
 		    m->u.grant.first > (UINT64_MAX >> 24))
 			r.err = 1;

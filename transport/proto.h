@@ -21,13 +21,15 @@
 #define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
 #define PROTO_KEY_MAX    255            /* a key */
 #define PROTO_MAGIC      0x4d4fu
-#define PROTO_VERSION    9              /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
+#define PROTO_VERSION    10             /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
 					   4: OBJECT carries a small object's bytes;
 					   5: CLEANUP; 6: EXISTS; 7: CLAIM; 8: GONE of
 					   all ends a resync: what a new connection
 					   did not announce again is gone; 9:
 					   CONSUMED names its read, REMOVE and
-					   CONSUMED are acknowledged by ACKS */
+					   CONSUMED are acknowledged by ACKS; 10:
+					   GRANT's upto, GRANTED's ready (a stage
+					   filled a step at a time) */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -138,13 +140,15 @@ struct proto_msg {
 		struct { uint64_t off, xxh3; uint32_t len; } data;
 		/* A grant of oid under lease (never 0), with the hashes of
 		 * chunks [first, first+n) (n may be 0: the reader checks the
-		 * bytes itself). */
-		struct { uint64_t oid, lease, first; uint32_t n; } grant;
-		/* The object's size, nhash hashes of chunks from first on, and
-		 * next extents that cover [0, size) in order: little-endian
-		 * arrays in the body (read them with proto_granted_*), valid
-		 * as long as the body is. */
-		struct { uint64_t size, first; uint32_t nhash, next;
+		 * bytes itself), and [0, upto) of the object readable now
+		 * (an owner that copies it into a stage copies that far). */
+		struct { uint64_t oid, lease, first; uint32_t n; uint64_t upto; } grant;
+		/* The object's size, how much of it [0, ready) READs may read
+		 * now, nhash hashes of chunks from first on, and next extents
+		 * that cover [0, size) in order: little-endian arrays in the
+		 * body (read them with proto_granted_*), valid as long as the
+		 * body is. */
+		struct { uint64_t size, ready, first; uint32_t nhash, next;
 			 const uint8_t *hash, *ext; } granted;
 	} u;
 };
@@ -154,8 +158,9 @@ struct proto_extent { uint64_t addr, len; uint32_t rkey; };
 uint64_t proto_granted_hash(const struct proto_msg *m, uint32_t i);
 struct proto_extent proto_granted_ext(const struct proto_msg *m, uint32_t i);
 /* Encodes a GRANTED from arrays: the body's length, or -EMSGSIZE. */
-int proto_encode_granted(uint64_t size, uint64_t first, const uint64_t *hash, uint32_t nhash,
-			 const struct proto_extent *ext, uint32_t next, uint8_t *buf, size_t cap);
+int proto_encode_granted(uint64_t size, uint64_t ready, uint64_t first, const uint64_t *hash,
+			 uint32_t nhash, const struct proto_extent *ext, uint32_t next,
+			 uint8_t *buf, size_t cap);
 
 /* Encodes and decodes a frame header.  proto_frame_check: 0, or -EPROTO
  * (bad magic or type), -EPROTONOSUPPORT (our magic, another version: h's

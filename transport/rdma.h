@@ -43,19 +43,21 @@ struct rdma_conf {
 	uint64_t pool_size;
 	/* A pool no RDMA device reads (GPU memory, as no GPUDirect RDMA is
 	 * done here): a grant copies the object into a stage of stage_size
-	 * bytes of page-locked host memory, registered once, and the peer
-	 * READs the copy, which goes at the lease's RELEASE.  NULL or 0: no
-	 * stage. */
+	 * bytes of page-locked host memory, registered once, as far as the
+	 * reader asks (a step at a time), and the peer READs the copy,
+	 * which goes at the lease's RELEASE.  NULL or 0: no stage. */
 	struct pool *stage_from;
 	uint64_t stage_size;
 	size_t npeers;
 	unsigned dead_ms;               /* READs that make no progress this long failed */
 	void *ctx;                      /* for the calls below */
 	/* Asks peer, on the control connection, for a grant of oid under
-	 * lease with the hashes of chunks [first, first+n); got() sees the
-	 * GRANTED.  0, or -errno (the owner's, or -ETIMEDOUT, -EHOSTDOWN). */
+	 * lease with the hashes of chunks [first, first+n), and [0, upto)
+	 * of it readable; got() sees the GRANTED.  0, or -errno (the
+	 * owner's, or -ETIMEDOUT, -EHOSTDOWN). */
 	int (*grant)(void *ctx, int peer, uint64_t oid, uint64_t lease, uint64_t first,
-		     uint32_t n, void (*got)(void *arg, const struct proto_msg *m), void *arg);
+		     uint32_t n, uint64_t upto,
+		     void (*got)(void *arg, const struct proto_msg *m), void *arg);
 	/* Sends peer the RELEASE of lease, now that no READ under it is in flight. */
 	void (*release)(void *ctx, int peer, uint64_t lease);
 	void (*count)(void *ctx, enum xport_count what, uint64_t n);
@@ -115,13 +117,15 @@ struct rdma_srv *rdma_srv_new(struct rdma *rd, uint8_t token[PROTO_TOKEN]);
 void rdma_srv_end(struct rdma_srv *s);
 /* Grants lease's reads of the n pool extents [off, off+len) in ext: out
  * gets each as an address, length and rkey the peer may READ (with a
- * stage: one, over the copy).  Binds the windows on the peer's queue pair
- * (or reuses those already bound for lease).  The number of extents in
- * out; -ENOTCONN (the peer has not connected its queue pair), -ENOBUFS
- * (the stage has no room for the object now), -EFBIG (it is larger than
- * the stage), -EIO. */
+ * stage: one, over the object's room there), and ready how much of the
+ * object it may READ now: all of it, or with a stage, what has been copied
+ * in, which this call takes to upto at least.  Binds the windows on the
+ * peer's queue pair (or reuses those already bound for lease).  The
+ * number of extents in out; -ENOTCONN (the peer has not connected its
+ * queue pair), -ENOBUFS (the stage has no room for the object now),
+ * -EFBIG (it is larger than the stage), -EIO. */
 int rdma_srv_grant(struct rdma_srv *s, uint64_t lease, const struct xport_extent *ext,
-		   uint32_t n, struct proto_extent *out);
+		   uint32_t n, uint64_t upto, struct proto_extent *out, uint64_t *ready);
 /* RELEASE of lease: its windows are invalidated before this returns. */
 void rdma_srv_release(struct rdma_srv *s, uint64_t lease);
 

@@ -8,11 +8,14 @@
  * object on that queue pair: its rkey reads those bytes, through that
  * pair only, until the lease's RELEASE invalidates it, or the connection
  * or the pair ends.  Where the pool is a GPU's, which no RDMA device reads
- * here, the grant first copies the object into the stage (rdma.h) and the
- * window is bound over the copy, which goes with the grant: a stage too
- * full for it is -ENOBUFS, and the reader goes over TCP or asks again
- * (xport.c): waiting here for room would hold up the RELEASEs of this
- * connection that make it.
+ * here, the grant takes room in the stage (rdma.h) for the whole object,
+ * copies in what the reader asked for (upto), and binds the window over
+ * the room; the reader's GRANTs again under the lease copy the rest a
+ * step at a time, so its READs of one step overlap the copy of the next.
+ * The room goes with the grant.  A stage too full for the object is
+ * -ENOBUFS, and the reader goes over TCP or asks again (xport.c): waiting
+ * here for room would hold up the RELEASEs of this connection that make
+ * it.
  * Binds and invalidations are posted on the pair and waited for here, on
  * the connection's serving thread, which serves its requests one at a
  * time; the pair's completion queue is its own.
@@ -40,6 +43,8 @@ struct srv_grant {
 	struct proto_extent *out;       /* what the peer was given */
 	struct pool *stage;             /* holds [staged, staged + staged_len) */
 	uint64_t staged, staged_len;
+	uint64_t size, ready;           /* the object's; [0, ready) of it may be read */
+	int filling, dropped;           /* copied into unlocked; gone meanwhile */
 };
 
 struct rdma_srv {
@@ -112,13 +117,17 @@ static void grant_free(struct srv_grant *g)
 	free(g);
 }
 
-/* Under s->lock: the pair is gone or replaced, and its windows with it. */
+/* Under s->lock: the pair is gone or replaced, and its windows with it.
+ * One being copied into goes when the copy ends (rdma_srv_grant). */
 static void grants_drop(struct rdma_srv *s)
 {
 	while (s->grants) {
 		struct srv_grant *g = s->grants;
 		s->grants = g->next;
-		grant_free(g);
+		if (g->filling)
+			g->dropped = 1;
+		else
+			grant_free(g);
 	}
 }
 
@@ -294,36 +303,53 @@ static int bind_windows(struct rdma_srv *s, struct srv_grant *g)
 	return 0;
 }
 
-/* The object's n extents of a pool no device reads, copied in order into
- * one extent of the stage: g->out[0].  -ENOBUFS: no room for it now;
+/* Room in the stage for the object's n extents, which are copied into
+ * it in order by stage_fill: g->out[0].  -ENOBUFS: no room for it now;
  * -EFBIG: it is larger than the stage. */
-static int stage_in(struct rdma *rd, struct srv_grant *g, const struct xport_extent *ext,
-		    uint32_t n)
+static int stage_room(struct rdma *rd, struct srv_grant *g)
 {
-	uint8_t *base = pool_base(rd->stage);
-	uint64_t size = 0, at = 0, got;
+	uint64_t got;
 
-	for (uint32_t i = 0; i < n; i++)
-		size += ext[i].len;
-	if (pool_alloc(rd->stage, size, size, &g->staged, &got)) {
+	if (pool_alloc(rd->stage, g->size, g->size, &g->staged, &got)) {
 		rdma_count(rd, XC_RDMA_STAGE_FULL, 1);
-		return size > rd->c.stage_size ? -EFBIG : -ENOBUFS;
+		return g->size > rd->c.stage_size ? -EFBIG : -ENOBUFS;
 	}
 	g->stage = rd->stage;
 	g->staged_len = got;
-	for (uint32_t i = 0; i < n; at += ext[i].len, i++)
-		if (pool_read(rd->c.stage_from, ext[i].off, base + g->staged + at, ext[i].len))
-			return -EIO;
 	g->n = 1;
-	g->out[0] = (struct proto_extent){ (uintptr_t)base + g->staged, size, rd->stage_mr->rkey };
-	rdma_count(rd, XC_RDMA_STAGED, size);
+	g->out[0] = (struct proto_extent){ (uintptr_t)pool_base(rd->stage) + g->staged, g->size,
+					   rd->stage_mr->rkey };
+	return 0;
+}
+
+/* [g->ready, upto) of the object, from its n extents of the pool no
+ * device reads into its room in the stage. */
+static int stage_fill(struct rdma *rd, struct srv_grant *g, const struct xport_extent *ext,
+		      uint32_t n, uint64_t upto)
+{
+	uint8_t *room = (uint8_t *)pool_base(rd->stage) + g->staged;
+	uint64_t from = g->ready, at = 0;
+
+	if (upto > g->size)
+		upto = g->size;
+	for (uint32_t i = 0; i < n && at < upto; at += ext[i++].len) {
+		uint64_t lo = from > at ? from : at;
+		uint64_t hi = upto < at + ext[i].len ? upto : at + ext[i].len;
+		if (lo < hi && pool_read(rd->c.stage_from, ext[i].off + (lo - at), room + lo, hi - lo))
+			return -EIO;
+	}
+	if (upto > from) {
+		rdma_count(rd, XC_RDMA_STAGED, upto - from);
+		rdma_count(rd, XC_RDMA_STAGE_STEPS, 1);
+		g->ready = upto;
+	}
 	return 0;
 }
 
 /* A new grant for lease's extents, not yet bound: the pool's addresses
- * and rkey, or those of their copy in the stage. */
+ * and rkey, or those of their room in the stage, filled upto. */
 static int grant_new(struct rdma *rd, uint64_t lease, const struct xport_extent *ext,
-		     uint32_t n, struct srv_grant **out)
+		     uint32_t n, uint64_t upto, struct srv_grant **out)
 {
 	struct srv_grant *g = calloc(1, sizeof(*g));
 	int rc = -EIO;
@@ -333,10 +359,18 @@ static int grant_new(struct rdma *rd, uint64_t lease, const struct xport_extent 
 		goto fail;
 	g->lease = lease;
 	g->n = g->asked = n;
-	rc = rd->stage && n ? stage_in(rd, g, ext, n) : 0;
-	for (uint32_t i = 0; !rd->stage && i < n; i++)  /* rdma_serves(): pool_mr */
-		g->out[i] = (struct proto_extent){ (uintptr_t)rd->c.pool + ext[i].off,
-						   ext[i].len, rd->pool_mr->rkey };
+	for (uint32_t i = 0; i < n; i++)
+		g->size += ext[i].len;
+	if (rd->stage && n) {
+		if (!(rc = stage_room(rd, g)))
+			rc = stage_fill(rd, g, ext, n, upto);
+	} else {                /* rdma_serves(): pool_mr */
+		for (uint32_t i = 0; i < n; i++)
+			g->out[i] = (struct proto_extent){ (uintptr_t)rd->c.pool + ext[i].off,
+							   ext[i].len, rd->pool_mr->rkey };
+		g->ready = g->size;
+		rc = 0;
+	}
 	if (rc)
 		goto fail;
 	*out = g;
@@ -356,38 +390,60 @@ static struct srv_grant *grant_find(struct rdma_srv *s, uint64_t lease)
 	return g;
 }
 
+/* Under s->lock: lease's grant, *ng if none is bound yet (then it is,
+ * and *ng is ours), for out and ready. */
+static int grant_settle(struct rdma_srv *s, uint64_t lease, uint32_t n, struct srv_grant **ng,
+			struct proto_extent *out, uint64_t *ready)
+{
+	struct srv_grant *g = grant_find(s, lease);
+	int rc = 0;
+
+	if (!s->id)
+		return -ENOTCONN;
+	if (g && g->asked != n)
+		return -EINVAL;         /* a lease names one object, whose extents stay */
+	if (!g && !*ng)
+		return -EIO;            /* it went with its pair meanwhile */
+	if (!g && !(s->rd->windows && (rc = bind_windows(s, *ng)))) {
+		g = *ng;
+		g->next = s->grants;
+		s->grants = g;
+		*ng = NULL;
+	}
+	if (rc)
+		return rc;
+	memcpy(out, g->out, g->n * sizeof(*out));
+	*ready = g->ready;
+	return (int)g->n;
+}
+
 int rdma_srv_grant(struct rdma_srv *s, uint64_t lease, const struct xport_extent *ext,
-		   uint32_t n, struct proto_extent *out)
+		   uint32_t n, uint64_t upto, struct proto_extent *out, uint64_t *ready)
 {
 	struct srv_grant *g, *ng = NULL;
 	int rc = 0;
 
-	/* A new grant is made without the lock, which the cm thread takes
-	 * for every pair's events: a copy into the stage takes a while.  This
+	/* Copies into the stage are made without the lock, which the cm
+	 * thread takes for every pair's events: they take a while.  This
 	 * connection's requests come one at a time, so no other grant of
-	 * lease is made meanwhile. */
+	 * lease is made or filled meanwhile; one that the pair's end drops
+	 * meanwhile is left to us (filling). */
 	pthread_mutex_lock(&s->lock);
-	g = grant_find(s, lease);
+	if ((g = grant_find(s, lease)) && g->asked == n && g->stage)
+		g->filling = 1;
 	pthread_mutex_unlock(&s->lock);
-	if (!g && (rc = grant_new(s->rd, lease, ext, n, &ng)))
-		return rc;
+	if (!g)
+		rc = grant_new(s->rd, lease, ext, n, upto, &ng);
+	else if (g->filling)
+		rc = stage_fill(s->rd, g, ext, n, upto);
 	pthread_mutex_lock(&s->lock);
-	g = grant_find(s, lease);
-	if (!s->id) {
-		rc = -ENOTCONN;
-	} else if (g && g->asked != n) {
-		rc = -EINVAL;   /* a lease names one object, whose extents stay */
-	} else if (!g && !ng) {
-		rc = -EIO;      /* it went with its pair meanwhile */
-	} else if (!g && !(s->rd->windows && (rc = bind_windows(s, ng)))) {
-		ng->next = s->grants;
-		s->grants = g = ng;
-		ng = NULL;
+	if (g && g->filling) {
+		g->filling = 0;
+		if (g->dropped)
+			grant_free(g);
 	}
-	if (!rc) {
-		memcpy(out, g->out, g->n * sizeof(*out));
-		rc = (int)g->n;
-	}
+	if (!rc)
+		rc = grant_settle(s, lease, n, &ng, out, ready);
 	pthread_mutex_unlock(&s->lock);
 	if (ng)
 		grant_free(ng);

@@ -15,6 +15,11 @@
  * the posting it overlaps the device's work (with soft-RoCE, that work
  * runs on the CPU of the thread that posts).
  *
+ * An owner whose pool the device cannot read copies the object into a
+ * stage as far as its grant's upto asks (rdma.h): a pull then asks again,
+ * a step at a time, while the READs of the step before run, and posts
+ * none beyond what the latest grant says is ready.
+ *
  * A pull ends only when none of its READs is in flight, so the caller may
  * reuse its buffer at once; a pair that fails is put in the error state,
  * which flushes every READ on it, and connected again by the next pull.
@@ -40,11 +45,18 @@
 
 #include "clock.h"
 
-/* One GRANTED, as the owner sent it; never changed once made. */
+/* What a pull asks the owner to copy into its stage at a time: long
+ * against the GRANT's round trip, short against a large object's READs,
+ * which overlap the next step's copy. */
+#define STAGE_STEP (8u << 20)
+
+/* One GRANTED, as the owner sent it; never changed once made but for
+ * ready, which later GRANTs of its lease on its connection move on (under
+ * the lock). */
 struct rgrant {
 	unsigned refs;                  /* its lease's, and each pull's */
 	unsigned gen;                   /* the pair's connection it is for */
-	uint64_t size, first;
+	uint64_t size, ready, first;
 	uint32_t nhash, next;
 	uint64_t *hash;
 	struct proto_extent *ext;
@@ -66,6 +78,8 @@ struct rpull {
 	struct rlease *ls;
 	struct rgrant *g;
 	uint64_t off, len, stride, total;
+	uint64_t end, limit;            /* in the object: past its last byte; readable */
+	int growing;                    /* pull_grow asks for more: it must not end */
 	int checks;                     /* chunks checked against the grant's hashes */
 	uint64_t posted, landed, verified;      /* positions in the pull's stream */
 	unsigned inflight;              /* READs posted, not completed */
@@ -101,6 +115,7 @@ static void grant_got(void *arg, const struct proto_msg *m)
 		return;
 	g->refs = 1;
 	g->size = m->u.granted.size;
+	g->ready = m->u.granted.ready;
 	g->first = m->u.granted.first;
 	g->nhash = nh;
 	g->next = ne;
@@ -189,7 +204,7 @@ static int pull_chunks(const struct xport_range *r, int checks, uint64_t *first,
  * use: cached, or asked for (the lock is dropped meanwhile).  Both the
  * lease and the grant are held for the pull. */
 static int lease_grant(struct rdma *rd, struct rlink *l, const struct xport_range *r, int checks,
-		       struct rlease **lsp, struct rgrant **gp)
+		       uint64_t upto, struct rlease **lsp, struct rgrant **gp)
 {
 	uint64_t first = 0, last = 0;
 	int want = pull_chunks(r, checks, &first, &last);
@@ -221,7 +236,7 @@ static int lease_grant(struct rdma *rd, struct rlink *l, const struct xport_rang
 	}
 	pthread_mutex_unlock(&rd->lock);
 	rc = rd->c.grant(rd->c.ctx, l->peer, r->oid, r->lease, first,
-			 want ? PROTO_GRANT_HASHES : 0, grant_got, &ng);
+			 want ? PROTO_GRANT_HASHES : 0, upto, grant_got, &ng);
 	pthread_mutex_lock(&rd->lock);
 	if (!rc && (!ng || l->gen != gen || l->state != L_UP))
 		rc = -EIO;      /* no answer we can use, or the pair reconnected */
@@ -471,16 +486,35 @@ static void touch(struct rdma *rd, struct rpull *p)
 	pthread_cond_signal(&rd->chk_cond);
 }
 
+/* Where p's next READ starts in the object. */
+static uint64_t pull_at(const struct rpull *p)
+{
+	return p->off + p->posted / p->len * p->stride + p->posted % p->len;
+}
+
+/* Under the lock: p joins l's queue if it has READs it may post now. */
+static void enqueue(struct rlink *l, struct rpull *p)
+{
+	if (p->queued || p->posted == p->total || pull_at(p) >= p->limit)
+		return;
+	p->queued = 1;
+	p->qnext = NULL;
+	*(l->q_tail ? &l->q_tail->qnext : &l->q_head) = p;
+	l->q_tail = p;
+}
+
 /* p's next READ into wr: at most wr_max bytes, within one piece of the
- * range, one extent of the owner's and one buffer of ours. */
+ * range, what is readable, one extent of the owner's and one buffer of
+ * ours. */
 static void next_read(struct rdma *rd, struct rlink *l, struct rpull *p,
 		      struct ibv_send_wr *wr, struct ibv_sge *sge)
 {
-	uint64_t k = p->posted / p->len, in = p->posted % p->len;
-	uint64_t obj = p->off + k * p->stride + in, n = p->len - in;
+	uint64_t obj = pull_at(p), n = p->len - p->posted % p->len;
 	uint32_t e = ext_find(p->g, obj);
 	uint64_t ein = obj - p->g->lstart[e];
 
+	if (n > p->limit - obj)
+		n = p->limit - obj;
 	if (n > p->g->ext[e].len - ein)
 		n = p->g->ext[e].len - ein;
 	if (n > p->dst[p->di].iov_len - p->dskip)
@@ -499,8 +533,8 @@ static void next_read(struct rdma *rd, struct rlink *l, struct rpull *p,
 	}
 	p->inflight++;
 	ring_push(rd, l, p, (uint32_t)n);
-	if (p->posted == p->total)
-		dequeue(l, p);
+	if (p->posted == p->total || pull_at(p) >= p->limit)
+		dequeue(l, p);  /* all posted, or what is readable yet */
 }
 
 /* Under the lock: posts what the queued pulls have left, as far as the
@@ -587,6 +621,7 @@ static struct rpull *pull_new(struct rdma *rd, const struct xport_range *r,
 	p->len = r->len;
 	p->stride = r->count > 1 ? r->stride : r->len;
 	p->total = r->len * r->count;
+	p->end = p->off + (r->count - 1) * p->stride + p->len;
 	p->checks = checks;
 	pthread_mutex_lock(&rd->lock);
 	for (int i = 0; i < ndst; i++) {
@@ -611,6 +646,46 @@ static void pull_free(struct rpull *p)
 	free(p);
 }
 
+/* The owner copies the object into its stage as far as asked: p asks
+ * for the next step while the READs of the last one run, until all of
+ * its range is readable.  A step goes past p's range where the object
+ * does, for the next pull of a stream.  p does not end meanwhile
+ * (growing), and a failure ends it as a failed READ would. */
+static void pull_grow(struct rdma *rd, struct rlink *l, struct rpull *p,
+		      const struct xport_range *r)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&rd->lock);
+	while (!rc && !p->err && p->limit < p->end) {
+		uint64_t upto = p->g->size - p->limit > STAGE_STEP ? p->limit + STAGE_STEP
+								  : p->g->size;
+		unsigned gen = p->g->gen;
+		struct rgrant *ng = NULL;
+		pthread_mutex_unlock(&rd->lock);
+		rc = rd->c.grant(rd->c.ctx, l->peer, r->oid, r->lease, 0, 0, upto, grant_got, &ng);
+		pthread_mutex_lock(&rd->lock);
+		if (!rc && (!ng || l->gen != gen || l->state != L_UP || ng->size != p->g->size ||
+			    ng->ready < upto))
+			rc = -EIO;      /* the pair reconnected, or the owner did not copy it */
+		if (!rc && ng->ready > p->g->ready)
+			p->g->ready = ng->ready;
+		grant_put(ng);
+		if (!rc) {
+			p->limit = p->g->ready;
+			enqueue(l, p);
+			link_fill(rd, l);
+		}
+	}
+	if (rc && !p->err) {
+		p->err = rc == -ENOENT ? -ENOENT : -EIO;
+		dequeue(l, p);
+	}
+	p->growing = 0;
+	touch(rd, p);           /* the checker ends it, if that is all */
+	pthread_mutex_unlock(&rd->lock);
+}
+
 int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 	      const struct iovec *dst, int ndst, unsigned flags,
 	      xport_progress_fn progress, void *arg)
@@ -632,7 +707,8 @@ int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 		pull_free(p);
 		return rc;
 	}
-	if ((rc = lease_grant(rd, l, r, checks, &p->ls, &p->g)) == -ENOBUFS || rc == -EFBIG) {
+	uint64_t upto = p->off + STAGE_STEP;    /* the owner copies no more than there is */
+	if ((rc = lease_grant(rd, l, r, checks, upto, &p->ls, &p->g)) == -ENOBUFS || rc == -EFBIG) {
 		pull_free(p);   /* the owner's stage is full: the caller chooses */
 		return rc;
 	} else if (rc) {
@@ -656,11 +732,13 @@ int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 	}
 	if (l->stale.armed)
 		post_stale(rd, l);
-	p->queued = 1;
-	*(l->q_tail ? &l->q_tail->qnext : &l->q_head) = p;
-	l->q_tail = p;
+	p->limit = p->g->ready;
+	int grow = p->growing = p->limit < p->end;
+	enqueue(l, p);
 	link_fill(rd, l);
 	pthread_mutex_unlock(&rd->lock);
+	if (grow)
+		pull_grow(rd, l, p, r);
 	return 0;
 }
 
@@ -748,7 +826,8 @@ static void pull_advance(struct rdma *rd, struct rpull *p)
 		dequeue(p->l, p);
 	}
 	/* Queued again meanwhile (its last READ landed): its next turn ends it. */
-	int end = !p->queued && !p->inflight && !p->touched && (p->err || p->verified == p->total);
+	int end = !p->queued && !p->inflight && !p->touched && !p->growing &&
+		  (p->err || p->verified == p->total);
 	pthread_mutex_unlock(&rd->lock);
 	if (end)
 		pull_end(rd, p);

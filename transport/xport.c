@@ -1306,12 +1306,13 @@ static int reply_status(struct xport_conn *c, uint64_t reqid, int err)
 /* A GRANT: the object's extents and hashes from ops->grant, readable by
  * the peer's queue pair (windows bound by rdma_srv_grant).  A connection
  * that was offered no RDMA gets EPROTONOSUPPORT. */
-#define GRANTED_MAX (28 + 8 * PROTO_GRANT_HASHES + PROTO_GRANT_EXT * PROTO_GRANT_EXTENTS)
+#define GRANTED_MAX (36 + 8 * PROTO_GRANT_HASHES + PROTO_GRANT_EXT * PROTO_GRANT_EXTENTS)
 static void serve_grant(struct xport *x, struct xport_conn *c, uint64_t reqid,
 			const struct proto_msg *m)
 {
 	struct xport_grant g = { 0 };
 	struct proto_extent *pe = NULL;
+	uint64_t ready = 0;
 	uint8_t *body = NULL;
 	int rc = -EPROTONOSUPPORT;
 
@@ -1326,10 +1327,11 @@ static void serve_grant(struct xport *x, struct xport_conn *c, uint64_t reqid,
 		rc = x->ops->grant(x->ctx, c, c->peer, m->u.grant.oid, m->u.grant.lease,
 				   m->u.grant.first, m->u.grant.n, &g);
 	if (!rc)
-		rc = rdma_srv_grant(c->srv, m->u.grant.lease, g.ext, g.next, pe);
-	if (rc >= 0)    /* its extents: g's, or the one of their copy */
+		rc = rdma_srv_grant(c->srv, m->u.grant.lease, g.ext, g.next, m->u.grant.upto, pe,
+				    &ready);
+	if (rc >= 0)    /* its extents: g's, or the one of their room in the stage */
 		rc = conn_send_body(c, PT_GRANTED, reqid, body,
-				    proto_encode_granted(g.size, g.first, g.hash, g.nhash, pe,
+				    proto_encode_granted(g.size, ready, g.first, g.hash, g.nhash, pe,
 							 (uint32_t)rc, body, GRANTED_MAX)) ? 1 : 0;
 status:
 	if (rc < 0)
@@ -1918,9 +1920,10 @@ static int grant_reply(void *arg, const struct proto_msg *m)
 }
 
 static int rdma_grant_call(void *ctx, int peer, uint64_t oid, uint64_t lease, uint64_t first,
-			   uint32_t n, void (*got)(void *arg, const struct proto_msg *m), void *arg)
+			   uint32_t n, uint64_t upto,
+			   void (*got)(void *arg, const struct proto_msg *m), void *arg)
 {
-	struct proto_msg m = { .type = PT_GRANT, .u.grant = { oid, lease, first, n } };
+	struct proto_msg m = { .type = PT_GRANT, .u.grant = { oid, lease, first, n, upto } };
 	struct grant_call g = { got, arg };
 
 	return xport_call(ctx, peer, &m, grant_reply, &g);

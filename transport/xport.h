@@ -59,7 +59,8 @@ struct xport_conf {
 
 enum xport_count { XC_AUTH_FAILED, XC_BAD_FRAMES, XC_PULLED, XC_SERVED, XC_BAD_CHUNKS,
 		   XC_PULLED_TCP, XC_PULLED_RDMA, XC_RDMA_READS, XC_RDMA_ERRORS,
-		   XC_STRANGERS_CLOSED, XC_RDMA_STAGED, XC_RDMA_STAGE_FULL };
+		   XC_STRANGERS_CLOSED, XC_RDMA_STAGED, XC_RDMA_STAGE_FULL,
+		   XC_RDMA_STAGE_STEPS };
 
 /* What a peer may read of one object directly (ops->grant fills it): its
  * size, its extents in the pool in order (room for PROTO_GRANT_EXTENTS),

@@ -55,11 +55,11 @@ int main(int argc, char **argv)
 		if (t == PT_PULL)       /* one piece of one byte */
 			m.u.pull = (typeof(m.u.pull)){ 1, 0, 1, 1, 1, 0 };
 		if (t == PT_GRANT)
-			m.u.grant = (typeof(m.u.grant)){ 1, 2, 0, 1 };
+			m.u.grant = (typeof(m.u.grant)){ 1, 2, 0, 1, 100 };
 		if (t == PT_GRANTED) {  /* 100 bytes: one hash, one extent at 0x1000 */
 			static const uint8_t hash[8] = { 1 }, ext[PROTO_GRANT_EXT] = {
 				0, 0x10, 0, 0, 0, 0, 0, 0, 100, 0, 0, 0, 0, 0, 0, 0, 7 };
-			m.u.granted = (typeof(m.u.granted)){ 100, 0, 1, 1, hash, ext };
+			m.u.granted = (typeof(m.u.granted)){ 100, 100, 0, 1, 1, hash, ext };
 		}
 		rc |= put(argv[1], &m, t == PT_DATA ? 8 : 0);
 	}

@@ -5,7 +5,8 @@
 # peer READs the copy; the copy goes at the lease's end.  Here a host pool
 # is staged as a GPU pool would be (OMNIFS_TEST_STAGE), so that every
 # step but the GPU's own copy runs on the guest's real verbs: byte-exact
-# reads, whole and streamed, the stage emptied after each, an object the
+# reads, whole and streamed, copied a step at a time as the reader asks,
+# the stage emptied after each, an object the
 # stage has no room for read over TCP (transport=auto), or waited for, and
 # refused with EIO only if it can never fit (transport=rdma); both kinds
 # of grant; a reader killed mid-read, whose copy goes with it; and a
@@ -35,6 +36,16 @@ is "$(stat_of b bytes_pulled_rdma) $(stat_of b bytes_pulled_tcp)" "5000001 0" \
 is "$(stat_of a bytes_staged)" 5000001 "... READ from its copy in a's stage"
 stage_used() { [ "$(health a "d['rdma_stage']['used']")" = "$1" ]; }
 ok "the copy goes when the read's lease ends" wait_until 10 stage_used 0
+
+# The copy is made a step (8 MiB) at a time, as the reader asks for it,
+# so that its READs of one step overlap the copy of the next.
+head -c 20000003 /dev/urandom >"$T/m"
+cp "$T/m" "$T/a/0/1/m"
+steps=$(stat_of a rdma_stage_steps) staged=$(stat_of a bytes_staged)
+ok "a 20 MB object of a reads byte-exact on b" cmp "$T/m" "$T/b/0/1/m"
+is "$(( $(stat_of a rdma_stage_steps) - steps )) $(( $(stat_of a bytes_staged) - staged ))" \
+   "3 20000003" "... copied into the stage in 3 steps of at most 8 MiB, each byte once"
+ok "... and the stage is empty after" wait_until 10 stage_used 0
 
 head -c 3000007 /dev/urandom >"$T/k"
 cp "$T/k" "$T/a/0/2/k"

@@ -195,24 +195,25 @@ static void test_messages(void)
 	is(proto_decode(PT_PING, buf, 1, &r), -EPROTO, "a PING with a body: refused");
 }
 
-/* A GRANTED of a 3 MiB + 5 object in two extents, with the hashes of
- * chunks 1..3; the body's length. */
+/* A GRANTED of a 3 MiB + 5 object in two extents, [0, 2 MiB) of it
+ * ready, with the hashes of chunks 1..3; the body's length. */
 static int granted(uint64_t size, uint64_t first, uint32_t nhash, uint64_t len0)
 {
 	static const uint64_t hash[4] = { 11, 22, 33, 44 };
 	struct proto_extent ext[2] = { { 0x7f0000001000ull, len0, 0x1234 },
 				       { 0x7f0000900000ull, size - len0, 0x5678 } };
 
-	return proto_encode_granted(size, first, hash, nhash, ext, 2, buf, sizeof(buf));
+	return proto_encode_granted(size, 2u << 20, first, hash, nhash, ext, 2, buf, sizeof(buf));
 }
 
 static void test_grants(void)
 {
 	const uint64_t size = (3u << 20) + 5;
-	struct proto_msg g = { .type = PT_GRANT, .u.grant = { 7, 99, 1, 3 } }, r;
+	struct proto_msg g = { .type = PT_GRANT, .u.grant = { 7, 99, 1, 3, 8u << 20 } }, r;
 
 	ok(roundtrip(&g, &r) > 0 && r.u.grant.oid == 7 && r.u.grant.lease == 99 &&
-	   r.u.grant.first == 1 && r.u.grant.n == 3, "GRANT round-trips");
+	   r.u.grant.first == 1 && r.u.grant.n == 3 && r.u.grant.upto == 8u << 20,
+	   "GRANT round-trips");
 	g.u.grant.lease = 0;
 	is(roundtrip(&g, &r), -EPROTO, "a GRANT under no lease: refused");
 	g.u.grant.lease = 99;
@@ -222,7 +223,8 @@ static void test_grants(void)
 	int len = granted(size, 1, 3, 1u << 20);
 	ok(len > 0 && !proto_decode(PT_GRANTED, buf, (size_t)len, &r), "GRANTED decodes");
 	struct proto_extent e = proto_granted_ext(&r, 1);
-	ok(r.u.granted.size == size && r.u.granted.first == 1 && r.u.granted.nhash == 3 &&
+	ok(r.u.granted.size == size && r.u.granted.ready == 2u << 20 && r.u.granted.first == 1 &&
+	   r.u.granted.nhash == 3 &&
 	   r.u.granted.next == 2 && proto_granted_hash(&r, 2) == 33 &&
 	   e.addr == 0x7f0000900000ull && e.len == size - (1u << 20) && e.rkey == 0x5678,
 	   "... every field, hashes and extents");
@@ -240,9 +242,16 @@ static void test_grants(void)
 	len = granted(size, 0, 0, 1u << 20);
 	is(proto_decode(PT_GRANTED, buf, (size_t)len - 1, &r), -EPROTO, "a GRANTED cut short: refused");
 	struct proto_extent wrap = { UINT64_MAX - 10, 100, 1 };
-	len = proto_encode_granted(100, 0, NULL, 0, &wrap, 1, buf, sizeof(buf));
+	len = proto_encode_granted(100, 100, 0, NULL, 0, &wrap, 1, buf, sizeof(buf));
 	is(proto_decode(PT_GRANTED, buf, (size_t)len, &r), -EPROTO,
 	   "an extent that wraps around the address space: refused");
+	struct proto_extent one = { 0x1000, 100, 1 };
+	len = proto_encode_granted(100, 100, 0, NULL, 0, &one, 1, buf, sizeof(buf));
+	ok(!proto_decode(PT_GRANTED, buf, (size_t)len, &r) && r.u.granted.ready == 100,
+	   "a GRANTED all of whose object is ready decodes");
+	len = proto_encode_granted(100, 101, 0, NULL, 0, &one, 1, buf, sizeof(buf));
+	is(proto_decode(PT_GRANTED, buf, (size_t)len, &r), -EPROTO,
+	   "more ready than the object holds: refused");
 
 	struct proto_msg w = { .type = PT_WELCOME };
 	strcpy(w.u.welcome.name, "b");
