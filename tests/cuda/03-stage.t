@@ -54,6 +54,9 @@ for size in 1 4097 70001 3000007 $(( (40 << 20) + 3 )); do
 done
 is "$(stat_of a bytes_pulled_rdma) $(stat_of a bytes_pulled_tcp)" "$total 0" "... all by RDMA"
 is "$(stat_of b bytes_staged)" "$total" "... each from its copy in b's stage"
+# 70001 B and 3000007 B in one step each, 40 MiB + 3 in six of at most 8 MiB
+ok "... copied in steps of at most 8 MiB, which the READs overlap" \
+   test "$(stat_of b rdma_stage_steps)" -ge 8
 stage_used() { [ "$(health b "d['rdma_stage']['used']")" = 0 ]; }
 ok "... and the stage is empty after" wait_until 10 stage_used
 
