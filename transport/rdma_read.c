@@ -492,15 +492,22 @@ static uint64_t pull_at(const struct rpull *p)
 	return p->off + p->posted / p->len * p->stride + p->posted % p->len;
 }
 
-/* Under the lock: p joins l's queue if it has READs it may post now. */
-static void enqueue(struct rlink *l, struct rpull *p)
+/* Under the lock: p joins the end of l's queue, unless it is in it. */
+static void queue_push(struct rlink *l, struct rpull *p)
 {
-	if (p->queued || p->posted == p->total || pull_at(p) >= p->limit)
+	if (p->queued)
 		return;
 	p->queued = 1;
 	p->qnext = NULL;
 	*(l->q_tail ? &l->q_tail->qnext : &l->q_head) = p;
 	l->q_tail = p;
+}
+
+/* Under the lock: p joins l's queue if it has READs it may post now. */
+static void enqueue(struct rlink *l, struct rpull *p)
+{
+	if (p->posted < p->total && pull_at(p) < p->limit)
+		queue_push(l, p);
 }
 
 /* p's next READ into wr: at most wr_max bytes, within one piece of the
@@ -562,12 +569,7 @@ static void link_fill(struct rdma *rd, struct rlink *l)
 			l->count--;
 			p->inflight--;
 			p->err = -EIO;
-			if (!p->queued) {
-				p->queued = 1;
-				p->qnext = NULL;
-				*(l->q_tail ? &l->q_tail->qnext : &l->q_head) = p;
-				l->q_tail = p;
-			}
+			queue_push(l, p);
 		}
 		link_break(rd, l, "posting a READ failed");
 	}
@@ -593,7 +595,7 @@ static void post_stale(struct rdma *rd, struct rlink *l)
 
 static int pull_check_range(const struct rpull *p, const struct rgrant *g)
 {
-	uint64_t last = p->off + (p->total / p->len - 1) * p->stride;
+	uint64_t last = p->end - p->len;       /* where its last piece starts */
 
 	if (p->off >= g->size || last > g->size || p->len > g->size - last)
 		return -EINVAL;
