@@ -1313,6 +1313,15 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct ns_attr *out)
 }
 
 /* Lists what holds published objects (and .omni under the root). */
+/* Whether readdir shows c: control files, views, and what holds a
+ * published object. */
+static int dirent_listed(const struct node *c)
+{
+	if (c->kind != NK_CTL && c->kind != NK_VFILE && !c->npub)
+		return 0;
+	return c->kind != NK_KEY || (c->obj && c->obj->state == OS_PUBLISHED);
+}
+
 int ns_readdir(struct ns *ns, uint64_t ino, struct ns_dirent **ents, size_t *count)
 {
 	int rc = 0;
@@ -1323,18 +1332,27 @@ int ns_readdir(struct ns *ns, uint64_t ino, struct ns_dirent **ents, size_t *cou
 		rc = d ? -ENOTDIR : -ENOENT;
 		goto unlock;
 	}
-	struct ns_dirent *v = calloc(d->nchild + 1, sizeof(*v));
-	size_t n = 0;
+	/* One allocation: the entries, then their names.  An edge of 100k
+	 * keys is a few MiB, not a name's maximum for each. */
+	size_t n = 0, names = 0;
+	for (struct node *c = d->child; c; c = c->next)
+		if (dirent_listed(c)) {
+			n++;
+			names += strlen(c->name) + 1;
+		}
+	struct ns_dirent *v = malloc((n + 1) * sizeof(*v) + names);
 	if (!v) {
 		rc = -ENOMEM;
 		goto unlock;
 	}
+	char *name = (char *)(v + n + 1);
+	n = 0;
 	for (struct node *c = d->child; c; c = c->next) {
-		if (c->kind != NK_CTL && c->kind != NK_VFILE && !c->npub)
+		if (!dirent_listed(c))
 			continue;
-		if (c->kind == NK_KEY && (!c->obj || c->obj->state != OS_PUBLISHED))
-			continue;
-		snprintf(v[n].name, sizeof(v[n].name), "%s", c->name);
+		size_t len = strlen(c->name) + 1;
+		v[n].name = memcpy(name, c->name, len);
+		name += len;
 		v[n].ino = c->ino;
 		v[n].mode = c->kind == NK_KEY || c->kind == NK_VFILE ? S_IFREG : S_IFDIR;
 		n++;

@@ -166,7 +166,7 @@ struct ns_attr {
 };
 
 struct ns_dirent {
-	char name[NAME_KEY_MAX + 1];
+	const char *name;               /* in the same allocation */
 	uint64_t ino;
 	uint32_t mode;
 };

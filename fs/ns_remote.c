@@ -676,6 +676,16 @@ uint64_t ns_cleanup(struct ns *ns, const char *id, const uint8_t *told)
 	return c.n;
 }
 
+/* What a peer is told of o, but its names. */
+static void objinfo_of(const struct object *o, struct ns_objinfo *out)
+{
+	*out = (struct ns_objinfo){
+		.oid = o->oid, .size = o->size, .xxh3 = o->xxh3, .reads = o->reads,
+		.published_ns = o->published_ns, .readers = o->readers, .uid = o->uid,
+		.gid = o->gid, .owner = o->owner, .kvhdr_len = o->kvhdr_len,
+	};
+}
+
 static void objinfo(const struct object *o, struct ns_objinfo *out, char names[3][256])
 {
 	struct node *k = o->node;
@@ -683,12 +693,10 @@ static void objinfo(const struct object *o, struct ns_objinfo *out, char names[3
 	snprintf(names[0], 256, "%s", k->parent->parent->name);
 	snprintf(names[1], 256, "%s", k->parent->name);
 	snprintf(names[2], 256, "%s", k->name);
-	*out = (struct ns_objinfo){
-		.from = names[0], .to = names[1], .key = names[2], .oid = o->oid,
-		.size = o->size, .xxh3 = o->xxh3, .reads = o->reads,
-		.published_ns = o->published_ns, .readers = o->readers, .uid = o->uid,
-		.gid = o->gid, .owner = o->owner, .kvhdr_len = o->kvhdr_len,
-	};
+	objinfo_of(o, out);
+	out->from = names[0];
+	out->to = names[1];
+	out->key = names[2];
 }
 
 int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
@@ -730,15 +738,40 @@ int ns_exists(struct ns *ns, const char *from, const char *to, const char *key)
 	return rc;
 }
 
-struct own { struct ns_objinfo info; char names[3][256]; int went; };
+/* An object of ours as collected; its names are at name in the names
+ * collected with it (from, to and key, each ending in a NUL): a listing
+ * of 100k objects is one small copy each, not three fixed arrays. */
+struct own { struct ns_objinfo info; size_t name; int went; };
+struct owns { struct own *v; size_t n, cap; char *names; size_t len, size; };
 
-/* Our published objects in the scope, copied under the lock. */
-static struct own *own_collect(struct ns *ns, const char *from, const char *to, int kvhdr,
-			       size_t *np)
+/* Appends the names of k's object to w->names: 0, or -ENOMEM. */
+static int own_names(struct owns *w, const struct node *k)
 {
-	struct own *v = NULL;
-	size_t n = 0, cap = 0;
+	const char *name[3] = { k->parent->parent->name, k->parent->name, k->name };
+	size_t len[3], all = 0;
 
+	for (int i = 0; i < 3; i++)
+		all += (len[i] = strlen(name[i]) + 1);
+	if (w->len + all > w->size) {
+		size_t size = w->size ? 2 * w->size : 4096;
+		char *nn = realloc(w->names, size += all);
+		if (!nn)
+			return -ENOMEM;
+		w->names = nn;
+		w->size = size;
+	}
+	for (int i = 0; i < 3; i++) {
+		memcpy(w->names + w->len, name[i], len[i]);
+		w->len += len[i];
+	}
+	return 0;
+}
+
+/* Our published objects in the scope, copied under the lock (as many as
+ * memory allows). */
+static void own_collect(struct ns *ns, const char *from, const char *to, int kvhdr,
+			struct owns *w)
+{
 	for (struct node *s = ns->root->child; s; s = s->next) {
 		if (s->kind != NK_STAGE || (*from && strcmp(from, s->name)))
 			continue;
@@ -749,25 +782,28 @@ static struct own *own_collect(struct ns *ns, const char *from, const char *to, 
 				struct object *o = k->obj;
 				if (!o || o->owner >= 0 || o->state != OS_PUBLISHED)
 					continue;
-				if (n == cap) {
-					struct own *nv = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof(*v));
+				if (w->n == w->cap) {
+					size_t cap = w->cap ? 2 * w->cap : 64;
+					struct own *nv = realloc(w->v, cap * sizeof(*nv));
 					if (!nv)
-						goto out;
-					v = nv;
+						return;
+					w->v = nv;
+					w->cap = cap;
 				}
-				objinfo(o, &v[n].info, v[n].names);
-				v[n].went = 0;
-				if (kvhdr && o->kvhdr && (v[n].info.kvhdr = malloc(o->kvhdr_len)))
-					memcpy((void *)v[n].info.kvhdr, o->kvhdr, o->kvhdr_len);
+				struct own *v = &w->v[w->n];
+				v->name = w->len;
+				if (own_names(w, k))
+					return;
+				objinfo_of(o, &v->info);
+				v->went = 0;
+				if (kvhdr && o->kvhdr && (v->info.kvhdr = malloc(o->kvhdr_len)))
+					memcpy((void *)v->info.kvhdr, o->kvhdr, o->kvhdr_len);
 				else
-					v[n].info.kvhdr_len = 0;
-				n++;
+					v->info.kvhdr_len = 0;
+				w->n++;
 			}
 		}
 	}
-out:
-	*np = n;
-	return v;
 }
 
 /* Still ours and published, as it was when collected? */
@@ -783,15 +819,17 @@ void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
 		    void (*fn)(void *arg, const struct ns_objinfo *o),
 		    void (*gone)(void *arg, const struct ns_objinfo *o), void *arg)
 {
-	size_t n;
+	struct owns w = { 0 };
 
 	pthread_mutex_lock(&ns->lock);
-	struct own *v = own_collect(ns, from, to, kvhdr, &n);
+	own_collect(ns, from, to, kvhdr, &w);
 	pthread_mutex_unlock(&ns->lock);
+	struct own *v = w.v;
+	size_t n = w.n;
 	for (size_t i = 0; i < n; i++) {
-		v[i].info.from = v[i].names[0];  /* the array moved while growing */
-		v[i].info.to = v[i].names[1];
-		v[i].info.key = v[i].names[2];
+		v[i].info.from = w.names + v[i].name;   /* they moved while growing */
+		v[i].info.to = v[i].info.from + strlen(v[i].info.from) + 1;
+		v[i].info.key = v[i].info.to + strlen(v[i].info.to) + 1;
 		fn(arg, &v[i].info);
 		free((void *)v[i].info.kvhdr);
 		v[i].info.kvhdr = NULL;
@@ -808,6 +846,7 @@ void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
 			if (v[i].went)
 				gone(arg, &v[i].info);
 	}
+	free(w.names);
 	free(v);
 }
 
