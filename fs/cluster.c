@@ -181,7 +181,9 @@ static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
 	return cluster_exists(cl, o->from, o->to, o->key) ? -EEXIST : rc;
 }
 
-/* Every peer may have learnt of it (by asking), so every peer hears. */
+/* Every peer may have learnt of it (by asking), so every peer hears;
+ * held for the next, as a REMOVE is (an rm of many, here or asked by a
+ * peer, says them in a few segments). */
 static void hook_gone(void *ctx, const struct ns_objinfo *o)
 {
 	struct cluster *cl = ctx;
@@ -189,15 +191,15 @@ static void hook_gone(void *ctx, const struct ns_objinfo *o)
 
 	to_proto(o, &m.u.obj);
 	for (size_t i = 0; i < cl->npeers; i++)
-		xport_send(cl->x, (int)i, &m);
+		xport_hold(cl->x, (int)i, &m);
 }
 
 /* A message its peer must act on once, whatever becomes of the connection
  * it goes on: told, and owed again (op_peer_up) where the connection went
  * before the answer came, for the peer may not have seen it.  Told twice,
  * a REMOVE of an oid removes nothing more, and a CONSUMED counts once by
- * its read's name.  0, or -EHOSTDOWN (not connected; connect: after
- * trying) and nothing owed. */
+ * its read's name.  how: xport_tell's.  0, or -EHOSTDOWN (not
+ * connected; XPORT_CONNECT: after trying) and nothing owed. */
 struct told { struct cluster *cl; int peer, paid; struct proto_msg m; };
 
 static void paid_end(struct cluster *cl);
@@ -214,7 +216,7 @@ static void told_end(void *arg, int err)
 }
 
 /* paid: a message that was owed (pay), whose end the log waits for. */
-static int tell_as(struct cluster *cl, int peer, const struct proto_msg *m, int connect,
+static int tell_as(struct cluster *cl, int peer, const struct proto_msg *m, unsigned how,
 		   int paid)
 {
 	struct told *t = malloc(sizeof(*t));
@@ -228,7 +230,7 @@ static int tell_as(struct cluster *cl, int peer, const struct proto_msg *m, int 
 		cl->paying++;
 		pthread_mutex_unlock(&cl->lock);
 	}
-	if ((rc = xport_tell(cl->x, peer, m, connect, told_end, t))) {
+	if ((rc = xport_tell(cl->x, peer, m, how, told_end, t))) {
 		if (paid)
 			paid_end(cl);
 		free(t);
@@ -236,9 +238,9 @@ static int tell_as(struct cluster *cl, int peer, const struct proto_msg *m, int 
 	return rc;
 }
 
-static int tell(struct cluster *cl, int peer, const struct proto_msg *m, int connect)
+static int tell(struct cluster *cl, int peer, const struct proto_msg *m, unsigned how)
 {
-	return tell_as(cl, peer, m, connect, 0);
+	return tell_as(cl, peer, m, how, 0);
 }
 
 static void hook_consumed(void *ctx, int owner, uint64_t oid, const struct ns_cover *cv)
@@ -424,7 +426,9 @@ static int hook_remove(void *ctx, const struct ns_objinfo *o)
 	to_proto(o, &m.u.obj);
 	m.u.obj.kvhdr = NULL;   /* a REMOVE carries names and oid; it may be kept */
 	m.u.obj.kvhdrlen = 0;
-	return tell(cl, o->owner, &m, 1) ? -EIO : 0;
+	/* Held for the next: an rm of many names tells in a few segments
+	 * (cluster_flush, when the requests stop). */
+	return tell(cl, o->owner, &m, XPORT_CONNECT | XPORT_HOLD) ? -EIO : 0;
 }
 
 static const char *hook_peer_name(void *ctx, int owner)
@@ -1384,6 +1388,12 @@ int cluster_rdma(const struct cluster *cl, const char **device, const char **gra
 int cluster_rdma_stage(const struct cluster *cl, uint64_t *size, uint64_t *used)
 {
 	return xport_rdma_stage(cl->x, size, used);
+}
+
+void cluster_flush(struct cluster *cl, int all)
+{
+	if (cl)
+		xport_flush(cl->x, all);
 }
 
 size_t cluster_npeers(const struct cluster *cl) { return cl->npeers; }

@@ -96,6 +96,11 @@ int cluster_rdma(const struct cluster *cl, const char **device, const char **gra
 /* Its RDMA stage (rdma_stage=): size and bytes in use.  0, or -ENODEV. */
 int cluster_rdma_stage(const struct cluster *cl, uint64_t *size, uint64_t *used);
 
+/* Sends the messages held for a burst (an rm's REMOVEs and GONEs): all
+ * when the node's requests have stopped for now, else (all 0) those held
+ * long enough.  Any cl, NULL too. */
+void cluster_flush(struct cluster *cl, int all);
+
 size_t cluster_npeers(const struct cluster *cl);
 /* Forgets peers' waits that have run out, so that peer_waits counts
  * only live ones; the counters' readers call it first. */

@@ -37,6 +37,8 @@ struct loop {
 	struct fuse_session *se;
 	int fd, stopfd, ep;
 	uint64_t spin_ns;
+	void (*quiet)(void *arg, int idle);
+	void *arg;
 	pthread_mutex_t mu;
 	pthread_cond_t follow;
 	int leader;                     /* 1 while some thread leads */
@@ -80,6 +82,8 @@ static int lead_receive(struct loop *l, struct fuse_buf *buf, int spin)
 		if (res == -EAGAIN) {
 			struct epoll_event ev;
 			uint64_t n;
+			if (l->quiet)
+				l->quiet(l->arg, 1);
 			if (epoll_wait(l->ep, &ev, 1, -1) == 1 && ev.data.fd == kickfd &&
 			    read(kickfd, &n, sizeof(n)) > 0)
 				end = clock_mono_ns() + l->spin_ns;     /* a request is coming */
@@ -159,6 +163,8 @@ static void *worker(void *arg)
 			 * (the hasher). */
 			spin = !is_big(&buf);
 			fuse_session_process_buf(l->se, &buf);
+			if (l->quiet)
+				l->quiet(l->arg, 0);
 			if (!self_leads)
 				break;  /* it stepped aside: follow again */
 		}
@@ -214,10 +220,11 @@ static int loop_open(struct loop *l)
 	return 0;
 }
 
-int loop_serve(struct fuse_session *se, unsigned threads, unsigned spin_us)
+int loop_serve(struct fuse_session *se, unsigned threads, unsigned spin_us,
+	       void (*quiet)(void *arg, int idle), void *arg)
 {
 	struct loop l = { .se = se, .fd = fuse_session_fd(se), .ep = -1,
-			  .spin_ns = (uint64_t)spin_us * 1000 };
+			  .spin_ns = (uint64_t)spin_us * 1000, .quiet = quiet, .arg = arg };
 	pthread_t *t = calloc(threads, sizeof(*t));
 	sigset_t block, old;
 	unsigned started = 0;

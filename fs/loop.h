@@ -11,8 +11,12 @@
 
 #include <fuse_lowlevel.h>
 
-/* Serves until the session exits (unmount or signal).  0 or -errno. */
-int loop_serve(struct fuse_session *se, unsigned threads, unsigned spin_us);
+/* Serves until the session exits (unmount or signal).  0 or -errno.
+ * quiet(arg, idle), if set, runs after each request the leader served
+ * (idle 0), and when it is about to sleep: no request came for spin_us
+ * (idle 1).  What was held for a burst goes then. */
+int loop_serve(struct fuse_session *se, unsigned threads, unsigned spin_us,
+	       void (*quiet)(void *arg, int idle), void *arg);
 /* The calling request's handler is about to wait on the network, or to
  * work on after its answer: if its thread leads, a follower takes the
  * device now, so that this node's other requests are not held up behind

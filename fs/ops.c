@@ -1321,11 +1321,16 @@ free_fs:
 	return rc;
 }
 
+static void fs_quiet(void *arg, int idle)
+{
+	cluster_flush(((struct fs *)arg)->cl, idle);
+}
+
 int fs_serve(struct fs *fs)
 {
 	/* Waiting opens hold no thread, so a few threads serve any number
 	 * of waiters. */
-	int rc = loop_serve(fs->se, fs->max_threads, fs->spin_us);
+	int rc = loop_serve(fs->se, fs->max_threads, fs->spin_us, fs_quiet, fs);
 
 	ns_stop(fs->ns);                /* answers every waiting open */
 	return rc;

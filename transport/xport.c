@@ -56,6 +56,7 @@
 #define CONNECT_MS 1000
 #define SOCKBUF (4 << 20)
 #define RX_BOUNCE (256u << 10)     /* DATA bytes received at a time (copy.h) */
+#define RX_AHEAD (64u << 10)       /* a peer's requests read at a time */
 _Static_assert(RX_BOUNCE <= PROTO_MAX_BODY, "the bounce buffer is a connection's body");
 
 struct xport_conn {
@@ -64,8 +65,15 @@ struct xport_conn {
 	int fd, peer, outgoing, refs;
 	pthread_mutex_t send_lock;
 	atomic_int ping_owed;           /* the keeper found it busy: the sender pings */
+	_Atomic uint64_t held_ns;       /* when its oldest held frame (XPORT_HOLD)
+					   went into the socket; 0: none */
 	uint64_t last_rx;               /* monotonic ns of the last bytes in */
 	uint8_t *body;                  /* a received frame's body */
+	/* A peer's connection to us carries requests only, small and many:
+	 * read RX_AHEAD at a time, a burst of them costs one read, not two
+	 * each.  (Ours carries DATA, read straight where it goes.) */
+	uint8_t *ahead;
+	size_t ahead_at, ahead_end;
 	/* A peer's requests acted on, to say so in one ACKS (its server
 	 * thread's alone: xport_ack). */
 	uint64_t acks[PROTO_ACKS_MAX];
@@ -134,6 +142,8 @@ struct xport {
 	size_t npeers;
 	int lfd, started, nservers, dialers;
 	atomic_int stopping;            /* read unlocked by the threads it stops */
+	_Atomic uint64_t held_since;    /* no later than the oldest frame held on
+					   any connection; 0: none (xport_flush) */
 	struct ratelog bad_handshakes, slow_handshakes, crowded, other_release;
 	pthread_t acceptor, keeper;
 	uint64_t next_reqid;
@@ -213,14 +223,15 @@ static void sock_setup(int fd, unsigned dead_ms)
 
 /* ---------------------------------------------------------------- frames */
 
-/* Sends iov[0, n) whole, under c->send_lock. */
-static int send_locked(struct xport_conn *c, struct iovec *v, int n)
+/* Sends iov[0, n) whole, under c->send_lock; flags MSG_MORE holds it in
+ * the socket (XPORT_HOLD), and a send without it pushes what was held. */
+static int send_locked(struct xport_conn *c, struct iovec *v, int n, int flags)
 {
 	int rc = 0;
 
 	while (n > 0) {
 		struct msghdr mh = { .msg_iov = v, .msg_iovlen = (size_t)n };
-		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | flags);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
@@ -249,12 +260,39 @@ static int send_ping_locked(struct xport_conn *c)
 	struct iovec v = { hdr, PROTO_HDR };
 
 	proto_put_hdr(hdr, PT_PING, 0, 0);
-	return send_locked(c, &v, 1);
+	atomic_store(&c->held_ns, 0);
+	return send_locked(c, &v, 1, 0);
+}
+
+/* x->held_since becomes t, if that is older. */
+static void held_note(struct xport *x, uint64_t t)
+{
+	uint64_t cur = atomic_load(&x->held_since);
+
+	while ((!cur || t < cur) && !atomic_compare_exchange_weak(&x->held_since, &cur, t))
+		;
+}
+
+/* Whether a frame sent now may be held: not past XPORT_HOLD_MS since the
+ * oldest one held, so that a steady stream of them still goes out. */
+static int hold_locked(struct xport_conn *c, int hold)
+{
+	uint64_t now = clock_mono_ns(), held = atomic_load(&c->held_ns);
+
+	if (!hold || (held && now - held > XPORT_HOLD_MS * 1000000ull)) {
+		atomic_store(&c->held_ns, 0);
+		return 0;
+	}
+	if (!held) {
+		atomic_store(&c->held_ns, now);
+		held_note(c->x, now);
+	}
+	return MSG_MORE;
 }
 
 /* Sends a header, a body and extra bytes as one frame, and the ping the
  * keeper left to this sender (ping_peer). */
-static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid,
+static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid, int hold,
 		      const uint8_t *body, size_t blen, const struct iovec *extra, int nextra)
 {
 	struct iovec iov[2 + 64];
@@ -273,37 +311,84 @@ static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid,
 	for (int i = 0; i < nextra; i++)
 		iov[n++] = extra[i];
 	pthread_mutex_lock(&c->send_lock);
-	rc = send_locked(c, iov, n);
+	rc = send_locked(c, iov, n, hold_locked(c, hold));
 	if (!rc && atomic_exchange(&c->ping_owed, 0))
 		rc = send_ping_locked(c);
 	pthread_mutex_unlock(&c->send_lock);
 	return rc;
 }
 
-static int conn_send(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m)
+static int conn_send_held(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m,
+			  int hold)
 {
 	uint8_t buf[PROTO_INLINE_MAX + 1024];
 	int len = proto_encode(m, buf, sizeof(buf));
 
-	return len < 0 ? len : conn_sendv(c, (uint8_t)m->type, reqid, buf, (size_t)len, NULL, 0);
+	return len < 0 ? len : conn_sendv(c, (uint8_t)m->type, reqid, hold, buf, (size_t)len,
+					  NULL, 0);
+}
+
+static int conn_send(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m)
+{
+	return conn_send_held(c, reqid, m, 0);
 }
 
 /* A body too large for conn_send's stack (a GRANTED). */
 static int conn_send_body(struct xport_conn *c, uint8_t type, uint64_t reqid,
 			  const uint8_t *body, int len)
 {
-	return len < 0 ? len : conn_sendv(c, type, reqid, body, (size_t)len, NULL, 0);
+	return len < 0 ? len : conn_sendv(c, type, reqid, 0, body, (size_t)len, NULL, 0);
 }
 
-/* Reads exactly the bytes of iov.  A silence of dead_ms, between frames
- * or within one, is a dead peer.  tick() runs each time the receive
- * timeout passes, and may end the wait with an error.  With st, the bytes
- * are hashed as each read returns them, while they are still in cache. */
+/* After a receive timed out (EAGAIN): the error that ends the wait, or 0
+ * to wait on.  A silence of dead_ms, between frames or within one, is a
+ * dead peer; tick() runs each time and may end the wait itself. */
+static int conn_waited(struct xport_conn *c, int (*tick)(struct xport_conn *c))
+{
+	if (c->x->stopping)
+		return -ESHUTDOWN;
+	if (clock_mono_ns() - c->last_rx > (uint64_t)c->x->c.dead_ms * 1000000u)
+		return -ETIMEDOUT;
+	return tick ? tick(c) : 0;
+}
+
+/* Moves up to len bytes from c->ahead to buf; how many. */
+static size_t ahead_take(struct xport_conn *c, void *buf, size_t len)
+{
+	size_t n = c->ahead_end - c->ahead_at;
+
+	n = n < len ? n : len;
+	memcpy(buf, c->ahead + c->ahead_at, n);
+	c->ahead_at += n;
+	return n;
+}
+
+/* Reads exactly len bytes through c->ahead. */
+static int conn_read_ahead(struct xport_conn *c, uint8_t *buf, size_t len,
+			   int (*tick)(struct xport_conn *c))
+{
+	for (size_t got = ahead_take(c, buf, len); got < len; got += ahead_take(c, buf + got, len - got)) {
+		ssize_t r = read(c->fd, c->ahead, RX_AHEAD);
+		int rc;
+		if (r == 0)
+			return -ECONNRESET;
+		if (r < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		if (r < 0 && errno != EINTR && (rc = conn_waited(c, tick)))
+			return rc;
+		c->ahead_at = 0;
+		c->ahead_end = r > 0 ? (size_t)r : 0;
+		if (r > 0)
+			c->last_rx = clock_mono_ns();
+	}
+	return 0;
+}
+
+/* Reads exactly the bytes of iov.  With st, the bytes are hashed as each
+ * read returns them, while they are still in cache. */
 static int conn_readv(struct xport_conn *c, struct iovec *iov, int n,
 		      int (*tick)(struct xport_conn *c), XXH3_state_t *st)
 {
-	uint64_t dead = (uint64_t)c->x->c.dead_ms * 1000000u;
-
 	while (n > 0) {
 		ssize_t r = readv(c->fd, iov, n);
 		if (r == 0)
@@ -313,11 +398,7 @@ static int conn_readv(struct xport_conn *c, struct iovec *iov, int n,
 				continue;
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
 				return -errno;
-			if (c->x->stopping)
-				return -ESHUTDOWN;
-			if (clock_mono_ns() - c->last_rx > dead)
-				return -ETIMEDOUT;
-			int rc = tick ? tick(c) : 0;
+			int rc = conn_waited(c, tick);
 			if (rc)
 				return rc;
 			continue;
@@ -344,6 +425,9 @@ static int conn_read(struct xport_conn *c, void *buf, size_t len,
 		     int (*tick)(struct xport_conn *c))
 {
 	struct iovec iov = { buf, len };
+
+	if (c->ahead)
+		return conn_read_ahead(c, buf, len, tick);
 	return len ? conn_readv(c, &iov, 1, tick, NULL) : 0;
 }
 
@@ -369,7 +453,11 @@ static struct xport_conn *conn_new(struct xport *x, int fd, int peer, int outgoi
 {
 	struct xport_conn *c = calloc(1, sizeof(*c));
 
-	if (!c || !(c->body = malloc(PROTO_MAX_BODY))) {
+	if (!c || !(c->body = malloc(PROTO_MAX_BODY)) ||
+	    (!outgoing && !(c->ahead = malloc(RX_AHEAD)))) {
+		if (c)
+			free(c->body);
+	free(c->ahead);
 		free(c);
 		return NULL;
 	}
@@ -392,6 +480,7 @@ static void conn_put(struct xport_conn *c)
 	close(c->fd);
 	pthread_mutex_destroy(&c->send_lock);
 	free(c->body);
+	free(c->ahead);
 	free(c);
 }
 
@@ -952,23 +1041,28 @@ static void conn_unref(struct xport *x, struct xport_conn *c)
 }
 
 /* A one-way message on c (a reference the caller took), which it drops. */
-static int send_on(struct xport *x, struct xport_conn *c, const struct proto_msg *m)
+static int send_on(struct xport *x, struct xport_conn *c, const struct proto_msg *m, int hold)
 {
 	int rc;
 
 	if (!c)
 		return -EHOSTDOWN;
-	rc = conn_send(c, 0, m);
+	rc = conn_send_held(c, 0, m, hold);
 	conn_unref(x, c);
 	return rc;
 }
 
 int xport_send(struct xport *x, int peer, const struct proto_msg *m)
 {
-	return send_on(x, peer_out(x, peer), m);
+	return send_on(x, peer_out(x, peer), m, 0);
 }
 
-int xport_tell(struct xport *x, int peer, const struct proto_msg *m, int connect,
+int xport_hold(struct xport *x, int peer, const struct proto_msg *m)
+{
+	return send_on(x, peer_out(x, peer), m, 1);
+}
+
+int xport_tell(struct xport *x, int peer, const struct proto_msg *m, unsigned how,
 	       xport_done_fn done, void *arg)
 {
 	struct pending *p = calloc(1, sizeof(*p));
@@ -979,7 +1073,7 @@ int xport_tell(struct xport *x, int peer, const struct proto_msg *m, int connect
 	if (!p)
 		return -ENOMEM;
 	*p = (struct pending){ .peer = peer, .told = done, .arg = arg };
-	c = connect ? peer_conn(x, peer) : peer_out(x, peer);
+	c = how & XPORT_CONNECT ? peer_conn(x, peer) : peer_out(x, peer);
 	pthread_mutex_lock(&x->lock);
 	if (c && pending_link(x, c, p))
 		id = p->reqid;
@@ -987,7 +1081,7 @@ int xport_tell(struct xport *x, int peer, const struct proto_msg *m, int connect
 	if (!id) {
 		rc = -EHOSTDOWN;
 		free(p);
-	} else if ((rc = conn_send(c, id, m))) {
+	} else if ((rc = conn_send_held(c, id, m, how & XPORT_HOLD))) {
 		/* Still in the table: nobody else will end it.  Gone from it:
 		 * the connection's end took it and tells done. */
 		pthread_mutex_lock(&x->lock);
@@ -1003,6 +1097,41 @@ int xport_tell(struct xport *x, int peer, const struct proto_msg *m, int connect
 	if (c)
 		conn_unref(x, c);
 	return rc;
+}
+
+/* Setting TCP_NODELAY (set already) pushes what MSG_MORE held: tcp(7).
+ * With nothing held, or nothing held long enough, as after most FUSE
+ * requests, this costs an atomic load and a clock read. */
+void xport_flush(struct xport *x, int all)
+{
+	uint64_t now = clock_mono_ns(), hold = XPORT_HOLD_MS * 1000000ull;
+	uint64_t since = atomic_load(&x->held_since), oldest = 0;
+	int one = 1;
+
+	if (!since || (!all && now - since <= hold))
+		return;
+	atomic_store(&x->held_since, 0);
+	for (size_t i = 0; i < x->npeers; i++) {
+		pthread_mutex_lock(&x->lock);
+		struct xport_conn *c = x->peers[i].out;
+		if (c)
+			c->refs++;
+		pthread_mutex_unlock(&x->lock);
+		if (!c)
+			continue;
+		pthread_mutex_lock(&c->send_lock);
+		uint64_t held = atomic_load(&c->held_ns);
+		if (held && (all || now - held > hold)) {
+			atomic_store(&c->held_ns, 0);
+			setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		} else if (held && (!oldest || held < oldest)) {
+			oldest = held;
+		}
+		pthread_mutex_unlock(&c->send_lock);
+		conn_unref(x, c);
+	}
+	if (oldest)
+		held_note(x, oldest);
 }
 
 /* The absolute CLOCK_REALTIME time ms from now (pthread_cond_timedwait). */
@@ -1251,7 +1380,7 @@ int xport_reply_data(struct xport_conn *c, uint64_t reqid, uint64_t off, uint64_
 		return -EINVAL;
 	m.u.data.len = (uint32_t)len;
 	proto_encode(&m, body, sizeof(body));
-	int rc = conn_sendv(c, PT_DATA, reqid, body, sizeof(body), iov, n);
+	int rc = conn_sendv(c, PT_DATA, reqid, 0, body, sizeof(body), iov, n);
 	if (!rc)
 		count(c->x, XC_SERVED, len);
 	return rc;
@@ -1286,7 +1415,7 @@ static int more_within(const struct xport_conn *c, int ms)
 {
 	struct pollfd p = { c->fd, POLLIN, 0 };
 
-	return poll(&p, 1, ms) != 0;
+	return c->ahead_at < c->ahead_end || poll(&p, 1, ms) != 0;
 }
 
 static int is_request(unsigned t)
@@ -1434,10 +1563,15 @@ static void *server_thread(void *arg)
 		proto_msg_free(&m);
 		if (rc)
 			break;
-		/* Acknowledgements wait a little for the next request: a
-		 * burst of removals is acknowledged in a few frames, not one
-		 * each (an answer costs both sides a wake-up; 100,000 rm took
-		 * twice as long).  Only a lost connection needs them. */
+		if (more_within(c, 0))
+			continue;
+		/* The burst is over: what serving it held goes (a GONE for
+		 * each REMOVE).  Acknowledgements wait a little for the next
+		 * request: a burst of removals is acknowledged in a few
+		 * frames, not one each (an answer costs both sides a wake-up;
+		 * 100,000 rm took twice as long).  Only a lost connection
+		 * needs them. */
+		xport_flush(x, 1);
 		if (c->nacks && !more_within(c, ACK_WAIT_MS))
 			acks_flush(c);
 	}

@@ -126,19 +126,29 @@ int xport_rdma(const struct xport *x, const char **device, const char **grants);
  * bytes grants hold.  0, or -ENODEV without one. */
 int xport_rdma_stage(const struct xport *x, uint64_t *size, uint64_t *used);
 
-/* A one-way message on our connection to peer: 0, or -EHOSTDOWN. */
+/* A one-way message on our connection to peer: 0, or -EHOSTDOWN.
+ * xport_hold: the same, held as XPORT_HOLD (xport_tell) holds it. */
 int xport_send(struct xport *x, int peer, const struct proto_msg *m);
+int xport_hold(struct xport *x, int peer, const struct proto_msg *m);
 /* A request whose end is told, not awaited: done(arg, err) once, on
  * another thread: 0 when the peer acted on it (its ACKS, or a STATUS's
  * errno), or -EIO when the connection went first (the peer may or may
  * not have acted on it); a peer that never answers ends it with its
  * connection.
- * connect: connecting first where no connection is up, as a call does;
- * else as xport_send.  0, or -EHOSTDOWN or
- * -ENOMEM, and then done is never called. */
+ * how: XPORT_CONNECT connects first where no connection is up, as a call
+ * does (else as xport_send); XPORT_HOLD lets the frame wait in the socket
+ * for the next frame to that peer, for xport_flush, or XPORT_HOLD_MS at
+ * most (the next tell, or the keeper's ping, sends it): a burst goes in a
+ * few segments, and wakes the peer a few times, not once a frame.  0, or
+ * -EHOSTDOWN or -ENOMEM, and then done is never called. */
+enum { XPORT_CONNECT = 1, XPORT_HOLD = 2 };
+#define XPORT_HOLD_MS 1
 typedef void (*xport_done_fn)(void *arg, int err);
-int xport_tell(struct xport *x, int peer, const struct proto_msg *m, int connect,
+int xport_tell(struct xport *x, int peer, const struct proto_msg *m, unsigned how,
 	       xport_done_fn done, void *arg);
+/* Sends what XPORT_HOLD held: all of it when the caller's burst is over,
+ * or (all 0) what was held longer than XPORT_HOLD_MS. */
+void xport_flush(struct xport *x, int all);
 /* A request.  on_reply sees each reply frame on the receiving thread and
  * returns 1 while more are due (LISTING with more set).  0, -EHOSTDOWN,
  * -ETIMEDOUT (no reply within call_ms) or the error the reply carries. */
