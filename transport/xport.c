@@ -57,6 +57,7 @@
 #define SOCKBUF (4 << 20)
 #define RX_BOUNCE (256u << 10)     /* DATA bytes received at a time (copy.h) */
 #define RX_AHEAD (64u << 10)       /* a peer's requests read at a time */
+#define HELD_MAX (16u << 10)       /* frames held for the next, at most */
 _Static_assert(RX_BOUNCE <= PROTO_MAX_BODY, "the bounce buffer is a connection's body");
 
 struct xport_conn {
@@ -65,8 +66,11 @@ struct xport_conn {
 	int fd, peer, outgoing, refs;
 	pthread_mutex_t send_lock;
 	atomic_int ping_owed;           /* the keeper found it busy: the sender pings */
-	_Atomic uint64_t held_ns;       /* when its oldest held frame (XPORT_HOLD)
-					   went into the socket; 0: none */
+	/* Frames held (XPORT_HOLD) to go with the next, under send_lock:
+	 * a burst of small ones costs a few sends, not one each. */
+	uint8_t *held;                  /* HELD_MAX bytes, made on first use */
+	size_t nheld;
+	_Atomic uint64_t held_ns;       /* when the oldest of them was held; 0: none */
 	uint64_t last_rx;               /* monotonic ns of the last bytes in */
 	uint8_t *body;                  /* a received frame's body */
 	/* A peer's connection to us carries requests only, small and many:
@@ -223,15 +227,14 @@ static void sock_setup(int fd, unsigned dead_ms)
 
 /* ---------------------------------------------------------------- frames */
 
-/* Sends iov[0, n) whole, under c->send_lock; flags MSG_MORE holds it in
- * the socket (XPORT_HOLD), and a send without it pushes what was held. */
-static int send_locked(struct xport_conn *c, struct iovec *v, int n, int flags)
+/* Sends iov[0, n) whole, under c->send_lock. */
+static int send_locked(struct xport_conn *c, struct iovec *v, int n)
 {
 	int rc = 0;
 
 	while (n > 0) {
 		struct msghdr mh = { .msg_iov = v, .msg_iovlen = (size_t)n };
-		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | flags);
+		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
@@ -253,15 +256,27 @@ static int send_locked(struct xport_conn *c, struct iovec *v, int n, int flags)
 	return rc;
 }
 
+/* Sends v[1, n) after what was held, which v[0] is made to hold: under
+ * c->send_lock.  Whatever happens, nothing is held after. */
+static int send_after_held(struct xport_conn *c, struct iovec *v, int n)
+{
+	int rc;
+
+	v[0] = (struct iovec){ c->held, c->nheld };
+	rc = c->nheld ? send_locked(c, v, n) : send_locked(c, v + 1, n - 1);
+	c->nheld = 0;
+	atomic_store(&c->held_ns, 0);
+	return rc;
+}
+
 /* A PING (a header alone), under c->send_lock. */
 static int send_ping_locked(struct xport_conn *c)
 {
 	uint8_t hdr[PROTO_HDR];
-	struct iovec v = { hdr, PROTO_HDR };
+	struct iovec v[2] = { { 0 }, { hdr, PROTO_HDR } };
 
 	proto_put_hdr(hdr, PT_PING, 0, 0);
-	atomic_store(&c->held_ns, 0);
-	return send_locked(c, &v, 1, 0);
+	return send_after_held(c, v, 2);
 }
 
 /* x->held_since becomes t, if that is older. */
@@ -273,32 +288,37 @@ static void held_note(struct xport *x, uint64_t t)
 		;
 }
 
-/* Whether a frame sent now may be held: not past XPORT_HOLD_MS since the
- * oldest one held, so that a steady stream of them still goes out. */
-static int hold_locked(struct xport_conn *c, int hold)
+/* Holds the frame of v[0, n), len bytes, for the next: 1, or 0 where it
+ * must go now, with what was held (there is no room, or the oldest has
+ * waited XPORT_HOLD_MS: a steady stream of them still goes out). */
+static int hold_locked(struct xport_conn *c, const struct iovec *v, int n, size_t len)
 {
 	uint64_t now = clock_mono_ns(), held = atomic_load(&c->held_ns);
 
-	if (!hold || (held && now - held > XPORT_HOLD_MS * 1000000ull)) {
-		atomic_store(&c->held_ns, 0);
+	if (len > HELD_MAX - c->nheld || (held && now - held > XPORT_HOLD_MS * 1000000ull) ||
+	    (!c->held && !(c->held = malloc(HELD_MAX))))
 		return 0;
+	for (int i = 0; i < n; i++) {
+		memcpy(c->held + c->nheld, v[i].iov_base, v[i].iov_len);
+		c->nheld += v[i].iov_len;
 	}
 	if (!held) {
 		atomic_store(&c->held_ns, now);
 		held_note(c->x, now);
 	}
-	return MSG_MORE;
+	return 1;
 }
 
-/* Sends a header, a body and extra bytes as one frame, and the ping the
- * keeper left to this sender (ping_peer). */
+/* Sends a header, a body and extra bytes as one frame, after what was
+ * held, or holds it (hold); and the ping the keeper left to this sender
+ * (ping_peer). */
 static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid, int hold,
 		      const uint8_t *body, size_t blen, const struct iovec *extra, int nextra)
 {
-	struct iovec iov[2 + 64];
+	struct iovec iov[3 + 64];
 	uint8_t hdr[PROTO_HDR];
 	size_t total = blen;
-	int n = 0, rc = 0;
+	int n = 1, rc = 0;              /* iov[0]: what was held */
 
 	if (nextra > 64)
 		return -EINVAL;
@@ -311,7 +331,8 @@ static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid, int ho
 	for (int i = 0; i < nextra; i++)
 		iov[n++] = extra[i];
 	pthread_mutex_lock(&c->send_lock);
-	rc = send_locked(c, iov, n, hold_locked(c, hold));
+	if (!hold || !hold_locked(c, iov + 1, n - 1, PROTO_HDR + total))
+		rc = send_after_held(c, iov, n);
 	if (!rc && atomic_exchange(&c->ping_owed, 0))
 		rc = send_ping_locked(c);
 	pthread_mutex_unlock(&c->send_lock);
@@ -458,6 +479,7 @@ static struct xport_conn *conn_new(struct xport *x, int fd, int peer, int outgoi
 		if (c)
 			free(c->body);
 	free(c->ahead);
+	free(c->held);
 		free(c);
 		return NULL;
 	}
@@ -481,6 +503,7 @@ static void conn_put(struct xport_conn *c)
 	pthread_mutex_destroy(&c->send_lock);
 	free(c->body);
 	free(c->ahead);
+	free(c->held);
 	free(c);
 }
 
@@ -1099,14 +1122,13 @@ int xport_tell(struct xport *x, int peer, const struct proto_msg *m, unsigned ho
 	return rc;
 }
 
-/* Setting TCP_NODELAY (set already) pushes what MSG_MORE held: tcp(7).
- * With nothing held, or nothing held long enough, as after most FUSE
+/* With nothing held, or nothing held long enough, as after most FUSE
  * requests, this costs an atomic load and a clock read. */
 void xport_flush(struct xport *x, int all)
 {
 	uint64_t now = clock_mono_ns(), hold = XPORT_HOLD_MS * 1000000ull;
 	uint64_t since = atomic_load(&x->held_since), oldest = 0;
-	int one = 1;
+	struct iovec v[1];
 
 	if (!since || (!all && now - since <= hold))
 		return;
@@ -1121,10 +1143,9 @@ void xport_flush(struct xport *x, int all)
 			continue;
 		pthread_mutex_lock(&c->send_lock);
 		uint64_t held = atomic_load(&c->held_ns);
-		if (held && (all || now - held > hold)) {
-			atomic_store(&c->held_ns, 0);
-			setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		} else if (held && (!oldest || held < oldest)) {
+		if (held && (all || now - held > hold))
+			send_after_held(c, v, 1);       /* a failure ends c */
+		else if (held && (!oldest || held < oldest)) {
 			oldest = held;
 		}
 		pthread_mutex_unlock(&c->send_lock);
@@ -2215,6 +2236,7 @@ void xport_destroy(struct xport *x)
 {
 	if (!x)
 		return;
+	xport_flush(x, 1);              /* what an rm held goes before the end */
 	pthread_mutex_lock(&x->lock);
 	x->stopping = 1;
 	pthread_cond_broadcast(&x->cond);
