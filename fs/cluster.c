@@ -183,7 +183,7 @@ static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
 
 /* Every peer may have learnt of it (by asking), so every peer hears;
  * held for the next, as a REMOVE is (an rm of many, here or asked by a
- * peer, says them in a few segments). */
+ * peer, says them in a few sends). */
 static void hook_gone(void *ctx, const struct ns_objinfo *o)
 {
 	struct cluster *cl = ctx;
@@ -426,7 +426,7 @@ static int hook_remove(void *ctx, const struct ns_objinfo *o)
 	to_proto(o, &m.u.obj);
 	m.u.obj.kvhdr = NULL;   /* a REMOVE carries names and oid; it may be kept */
 	m.u.obj.kvhdrlen = 0;
-	/* Held for the next: an rm of many names tells in a few segments
+	/* Held for the next: an rm of many names tells in a few sends
 	 * (cluster_flush, when the requests stop). */
 	return tell(cl, o->owner, &m, XPORT_CONNECT | XPORT_HOLD) ? -EIO : 0;
 }

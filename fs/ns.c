@@ -1312,7 +1312,6 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct ns_attr *out)
 	return rc;
 }
 
-/* Lists what holds published objects (and .omni under the root). */
 /* Whether readdir shows c: control files, views, and what holds a
  * published object. */
 static int dirent_listed(const struct node *c)
@@ -1321,6 +1320,8 @@ static int dirent_listed(const struct node *c)
 		return 0;
 	return c->kind != NK_KEY || (c->obj && c->obj->state == OS_PUBLISHED);
 }
+
+/* Lists what holds published objects (and .omni under the root). */
 
 int ns_readdir(struct ns *ns, uint64_t ino, struct ns_dirent **ents, size_t *count)
 {

@@ -70,7 +70,7 @@ struct xport_conn {
 	 * a burst of small ones costs a few sends, not one each. */
 	uint8_t *held;                  /* HELD_MAX bytes, made on first use */
 	size_t nheld;
-	_Atomic uint64_t held_ns;       /* when the oldest of them was held; 0: none */
+	uint64_t held_ns;               /* when the oldest of them was held; 0: none */
 	uint64_t last_rx;               /* monotonic ns of the last bytes in */
 	uint8_t *body;                  /* a received frame's body */
 	/* A peer's connection to us carries requests only, small and many:
@@ -265,7 +265,7 @@ static int send_after_held(struct xport_conn *c, struct iovec *v, int n)
 	v[0] = (struct iovec){ c->held, c->nheld };
 	rc = c->nheld ? send_locked(c, v, n) : send_locked(c, v + 1, n - 1);
 	c->nheld = 0;
-	atomic_store(&c->held_ns, 0);
+	c->held_ns = 0;
 	return rc;
 }
 
@@ -293,7 +293,7 @@ static void held_note(struct xport *x, uint64_t t)
  * waited XPORT_HOLD_MS: a steady stream of them still goes out). */
 static int hold_locked(struct xport_conn *c, const struct iovec *v, int n, size_t len)
 {
-	uint64_t now = clock_mono_ns(), held = atomic_load(&c->held_ns);
+	uint64_t now = clock_mono_ns(), held = c->held_ns;
 
 	if (len > HELD_MAX - c->nheld || (held && now - held > XPORT_HOLD_MS * 1000000ull) ||
 	    (!c->held && !(c->held = malloc(HELD_MAX))))
@@ -303,7 +303,7 @@ static int hold_locked(struct xport_conn *c, const struct iovec *v, int n, size_
 		c->nheld += v[i].iov_len;
 	}
 	if (!held) {
-		atomic_store(&c->held_ns, now);
+		c->held_ns = now;
 		held_note(c->x, now);
 	}
 	return 1;
@@ -478,8 +478,6 @@ static struct xport_conn *conn_new(struct xport *x, int fd, int peer, int outgoi
 	    (!outgoing && !(c->ahead = malloc(RX_AHEAD)))) {
 		if (c)
 			free(c->body);
-	free(c->ahead);
-	free(c->held);
 		free(c);
 		return NULL;
 	}
@@ -1142,7 +1140,7 @@ void xport_flush(struct xport *x, int all)
 		if (!c)
 			continue;
 		pthread_mutex_lock(&c->send_lock);
-		uint64_t held = atomic_load(&c->held_ns);
+		uint64_t held = c->held_ns;
 		if (held && (all || now - held > hold))
 			send_after_held(c, v, 1);       /* a failure ends c */
 		else if (held && (!oldest || held < oldest)) {
@@ -1584,8 +1582,8 @@ static void *server_thread(void *arg)
 		proto_msg_free(&m);
 		if (rc)
 			break;
-		if (more_within(c, 0))
-			continue;
+		if (c->ahead_at < c->ahead_end)
+			continue;       /* more of the burst read already */
 		/* The burst is over: what serving it held goes (a GONE for
 		 * each REMOVE).  Acknowledgements wait a little for the next
 		 * request: a burst of removals is acknowledged in a few
