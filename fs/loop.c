@@ -163,8 +163,10 @@ static void *worker(void *arg)
 			 * (the hasher). */
 			spin = !is_big(&buf);
 			fuse_session_process_buf(l->se, &buf);
+			/* A thread about to follow may sleep: what it held
+			 * goes now, as a leader's does before its epoll. */
 			if (l->quiet)
-				l->quiet(l->arg, 0);
+				l->quiet(l->arg, !self_leads);
 			if (!self_leads)
 				break;  /* it stepped aside: follow again */
 		}
@@ -174,6 +176,8 @@ static void *worker(void *arg)
 		if (res <= 0)
 			break;          /* unmounted, or a device error */
 		fuse_session_process_buf(l->se, &buf);  /* the big one */
+		if (l->quiet)
+			l->quiet(l->arg, 1);
 	}
 	fuse_session_exit(l->se);
 	loop_stop(l);                   /* wake the others and the main thread */

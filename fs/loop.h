@@ -12,8 +12,9 @@
 #include <fuse_lowlevel.h>
 
 /* Serves until the session exits (unmount or signal).  0 or -errno.
- * quiet(arg, idle), if set, runs after each request the leader served
- * (idle 0), and when it is about to sleep: no request came for spin_us
+ * quiet(arg, idle), if set, runs after each request a thread served
+ * (idle 0), and when that thread may sleep next: a leader that had no
+ * request for spin_us, a thread that stepped aside or served a big one
  * (idle 1).  What was held for a burst goes then. */
 int loop_serve(struct fuse_session *se, unsigned threads, unsigned spin_us,
 	       void (*quiet)(void *arg, int idle), void *arg);

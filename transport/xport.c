@@ -158,6 +158,12 @@ struct xport {
 static void log_limited(struct xport *x, struct ratelog *rl, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* This thread calls xport_flush(x, 1) when its burst of work is over (it
+ * has called xport_flush): only then may its frames be held.  Any other
+ * (a deadline's expiry, a view's job) sends at once, or its GONE would
+ * wait for the keeper's next ping. */
+static __thread int flushes_bursts;
+
 static void log_limited(struct xport *x, struct ratelog *rl, const char *fmt, ...)
 {
 	uint64_t now = clock_mono_ns();
@@ -331,7 +337,7 @@ static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid, int ho
 	for (int i = 0; i < nextra; i++)
 		iov[n++] = extra[i];
 	pthread_mutex_lock(&c->send_lock);
-	if (!hold || !hold_locked(c, iov + 1, n - 1, PROTO_HDR + total))
+	if (!hold || !flushes_bursts || !hold_locked(c, iov + 1, n - 1, PROTO_HDR + total))
 		rc = send_after_held(c, iov, n);
 	if (!rc && atomic_exchange(&c->ping_owed, 0))
 		rc = send_ping_locked(c);
@@ -1128,6 +1134,7 @@ void xport_flush(struct xport *x, int all)
 	uint64_t since = atomic_load(&x->held_since), oldest = 0;
 	struct iovec v[1];
 
+	flushes_bursts = 1;
 	if (!since || (!all && now - since <= hold))
 		return;
 	atomic_store(&x->held_since, 0);
@@ -1553,6 +1560,7 @@ static void *server_thread(void *arg)
 	int rc;
 
 	pthread_setname_np(pthread_self(), "omni-serve");
+	flushes_bursts = 1;             /* at each burst's end, and its own */
 	/* The peer's frames are served in the order it sent them, across its
 	 * connections: its older ones (shut by stranger_promote) are drained
 	 * first, then ops->conn_start, so that nothing it said before it
@@ -1594,6 +1602,7 @@ static void *server_thread(void *arg)
 		if (c->nacks && !more_within(c, ACK_WAIT_MS))
 			acks_flush(c);
 	}
+	xport_flush(x, 1);              /* what its last burst held */
 	if (rc == -EPROTO || rc == -EMSGSIZE) {
 		count(x, XC_BAD_FRAMES, 1);
 		log_limited(x, &x->peers[c->peer].bad_frames,

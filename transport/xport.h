@@ -138,7 +138,8 @@ int xport_hold(struct xport *x, int peer, const struct proto_msg *m);
  * how: XPORT_CONNECT connects first where no connection is up, as a call
  * does (else as xport_send); XPORT_HOLD lets the frame wait (copied) for
  * the next frame to that peer, for xport_flush, or XPORT_HOLD_MS at most
- * (the next tell, or the keeper's ping, sends it): a burst costs a few
+ * (the next tell, or the keeper's ping, sends it), where this thread
+ * flushes (xport_flush) and else goes at once: a burst costs a few
  * sends, and wakes the peer a few times, not once a frame.  0, or
  * -EHOSTDOWN or -ENOMEM, and then done is never called. */
 enum { XPORT_CONNECT = 1, XPORT_HOLD = 2 };
@@ -147,7 +148,10 @@ typedef void (*xport_done_fn)(void *arg, int err);
 int xport_tell(struct xport *x, int peer, const struct proto_msg *m, unsigned how,
 	       xport_done_fn done, void *arg);
 /* Sends what XPORT_HOLD held: all of it when the caller's burst is over,
- * or (all 0) what was held longer than XPORT_HOLD_MS. */
+ * or (all 0) what was held longer than XPORT_HOLD_MS.  Only a thread that
+ * calls it (the FUSE loop's, a server thread) has its frames held, for it
+ * is bound to call it again, all 1, before it sleeps; any other thread's
+ * frames go at once. */
 void xport_flush(struct xport *x, int all);
 /* A request.  on_reply sees each reply frame on the receiving thread and
  * returns 1 while more are due (LISTING with more set).  0, -EHOSTDOWN,

@@ -145,4 +145,34 @@ ok "a's resync goes on" wait_until 5 resync_sent
 echo after >"$T/a/0/1/after"            # announced after all the resync said
 ok "b hears of what a publishes next" wait_until 5 test -e "$T/b/0/1/after"
 is "$(ls "$T/b/0/1")" after "r, announced late by the resync, is not listed on b"
+
+# An object a's deadline expires (ttl_s) is said GONE at once, not held
+# until a sends or serves something else: a ping (each side's, every
+# 500 ms), or the next expiry's GONE, so each of these four expires alone
+# (250 ms apart, after the last write).  Nothing asks a meanwhile, as a
+# listing on b would: b's stat of a name b hosts asks no peer.
+stop_node a
+start_node a "config=$T/omni.yaml,node=a,pool=host:64MiB,ttl_s=1"
+ok "a is back, its objects expiring after 1 s" wait_until 10 both_up
+late=$($SYSPY - "$T/a/0/1" "$T/b/0/1" <<'PYEOF'
+import os, sys, time
+a, b = sys.argv[1:3]
+due = {}
+for i in range(4):
+    with open(os.path.join(a, "ttl%d" % i), "w") as f:
+        f.write("expires")
+    due["ttl%d" % i] = time.monotonic() + 1.0      # closed: published
+    time.sleep(0.25)
+late, end = 0.0, time.monotonic() + 10
+while due and time.monotonic() < end:
+    gone = [k for k in due if not os.path.exists(os.path.join(b, k))]
+    now = time.monotonic()
+    for k in gone:
+        late = max(late, now - due.pop(k))
+    time.sleep(0.005)
+print("%d" % (late * 1000) if not due else "never")
+PYEOF
+)
+diag "the latest of a's expiries was heard on b $late ms after it"
+ok "each expiry on a is heard on b within 40 ms" test "$late" != never -a "${late:-999}" -lt 40
 done_testing
