@@ -296,8 +296,10 @@ int unlink_remote(struct ns *ns, struct object *o)
 	pthread_mutex_lock(&ns->lock);
 	if (!rc)
 		gone_note(ns, o->owner, o->oid);
-	if (!rc && o->node)     /* not taken by the owner's own GONE meanwhile */
+	if (!rc && o->node)
 		obj_remove(ns, o);
+	else if (!rc)           /* the owner's GONE took it meanwhile: our rm's */
+		stat_add(ns->st, ST_REMOVED, 1);
 	obj_put(ns, o);
 	return rc;
 }
