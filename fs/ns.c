@@ -1322,7 +1322,6 @@ static int dirent_listed(const struct node *c)
 }
 
 /* Lists what holds published objects (and .omni under the root). */
-
 int ns_readdir(struct ns *ns, uint64_t ino, struct ns_dirent **ents, size_t *count)
 {
 	int rc = 0;

@@ -158,10 +158,10 @@ struct xport {
 static void log_limited(struct xport *x, struct ratelog *rl, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* This thread calls xport_flush(x, 1) when its burst of work is over (it
- * has called xport_flush): only then may its frames be held.  Any other
- * (a deadline's expiry, a view's job) sends at once, or its GONE would
- * wait for the keeper's next ping. */
+/* Set in a thread that has called xport_flush, and so calls it again when
+ * its burst of work is over: only its frames may be held.  Any other (a
+ * deadline's expiry, a view's job) sends at once, or its GONE would wait
+ * for the keeper's next ping. */
 static __thread int flushes_bursts;
 
 static void log_limited(struct xport *x, struct ratelog *rl, const char *fmt, ...)
@@ -1150,9 +1150,8 @@ void xport_flush(struct xport *x, int all)
 		uint64_t held = c->held_ns;
 		if (held && (all || now - held > hold))
 			send_after_held(c, v, 1);       /* a failure ends c */
-		else if (held && (!oldest || held < oldest)) {
+		else if (held && (!oldest || held < oldest))
 			oldest = held;
-		}
 		pthread_mutex_unlock(&c->send_lock);
 		conn_unref(x, c);
 	}

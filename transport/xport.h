@@ -136,11 +136,11 @@ int xport_hold(struct xport *x, int peer, const struct proto_msg *m);
  * not have acted on it); a peer that never answers ends it with its
  * connection.
  * how: XPORT_CONNECT connects first where no connection is up, as a call
- * does (else as xport_send); XPORT_HOLD lets the frame wait (copied) for
- * the next frame to that peer, for xport_flush, or XPORT_HOLD_MS at most
- * (the next tell, or the keeper's ping, sends it), where this thread
- * flushes (xport_flush) and else goes at once: a burst costs a few
- * sends, and wakes the peer a few times, not once a frame.  0, or
+ * does (else as xport_send); XPORT_HOLD, in a thread that flushes (see
+ * xport_flush), lets the frame wait (copied) for the next frame to that
+ * peer, for xport_flush, or XPORT_HOLD_MS at most (the next tell, or the
+ * keeper's ping, sends it): a burst costs a few sends, and wakes the peer
+ * a few times, not once a frame.  0, or
  * -EHOSTDOWN or -ENOMEM, and then done is never called. */
 enum { XPORT_CONNECT = 1, XPORT_HOLD = 2 };
 #define XPORT_HOLD_MS 1
