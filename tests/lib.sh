@@ -8,8 +8,10 @@ set -u
 B=${OMNIFS_BUILD:-$(cd "$(dirname "$0")/../.." && pwd)/build}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 T=$(mktemp -d /tmp/omnifs-test.XXXXXX)
-PY=${PYTHON:-python3}
 SYSPY=/usr/bin/python3   # Debian's, with python3-prometheus-client and python3-xxhash
+# Debian's too: the python3 on a user's PATH may be a pyenv shim, which
+# takes 0.4 s to start, and a test that times a step would time that.
+PY=${PYTHON:-$SYSPY}
 # what tests and tools that speak the peer protocol by hand put in their frames
 export PROTO_VERSION=$(sed -n 's/^#define PROTO_VERSION *\([0-9]*\).*/\1/p' "$SRC/transport/proto.h")
 _n=0 _failed=0

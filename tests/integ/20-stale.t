@@ -38,10 +38,11 @@ wait "$LS"
 # --- b's own rm of an object it has just heard of, while the listing it
 # asked for on connecting (relist) is on its way: the listing, answered
 # before a removed it, is heard after the rm, and must not bring it back,
-# not even until a's GONE comes (held here, so that it comes last).
+# not even until a's GONE comes (held here, so that it comes last: 3 s,
+# 2 s after the listing, ample for a stat on a loaded machine).
 stop_node b
 echo rm-soon >"$T/a/0/1/z"
-OMNIFS_TEST_LIST_DELAY_MS=1000 OMNIFS_TEST_GONE_HOLD_MS=1500 \
+OMNIFS_TEST_LIST_DELAY_MS=1000 OMNIFS_TEST_GONE_HOLD_MS=3000 \
 	start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
 ok "b is back, holding its listing of a's objects" wait_until 10 held 0
 ok "b has heard of z (a's resync)" wait_until 5 stat "$T/b/0/1/z"
