@@ -140,5 +140,5 @@ is "$(stat -c '%a %Y' "$E/mm")" "$mode $mtime" "... and change nothing: mode and
 is "$(cat "$E/mm")" mapped "and the object reads as before"
 
 ok "used pool space returns when objects go" sh -c "
-	rm -f '$E'/* ; python3 -c \"import json; d=json.load(open('$M/.omni/health')); assert d['pool']['used'] == 0 and d['objects'] == 0, d\""
+	rm -f '$E'/* ; $PY -c \"import json; d=json.load(open('$M/.omni/health')); assert d['pool']['used'] == 0 and d['objects'] == 0, d\""
 done_testing

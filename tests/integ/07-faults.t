@@ -16,7 +16,7 @@ PYEOF
 w=$!
 ok "a writer is mid-write" wait_until 5 sh -c "grep -q '^w/r/killed local in 4194304/' '$M/.omni/transfers'"
 kill -KILL "$w"; wait "$w" 2>/dev/null
-ok "the killed writer's space comes back" wait_until 5 sh -c "[ \$(python3 -c \"import json; print(json.load(open('$M/.omni/health'))['pool']['used'])\") = 0 ]"
+ok "the killed writer's space comes back" wait_until 5 sh -c "[ \$($PY -c \"import json; print(json.load(open('$M/.omni/health'))['pool']['used'])\") = 0 ]"
 is "$(stat_of a aborted)" "1" "its object is counted as aborted"
 is "$(pyerr "open(M + '/w/r/killed', 'rb')")" "ENOENT" "and never publishes"
 is "$(stat_of a published)" "0" "nothing was published"
@@ -31,7 +31,7 @@ dd if=/dev/zero of="$E/full" bs=1M count=32 2>"$T/dd.err"
 is "$?" "1" "dd of 32 MiB into a 16 MiB pool fails"
 ok "with ENOSPC" grep -q "No space left on device" "$T/dd.err"
 is "$(pyerr "open(M + '/w/r/full', 'rb')")" "ENOENT" "the object is not published"
-ok "its space comes back" wait_until 5 sh -c "[ \$(python3 -c \"import json; print(json.load(open('$M/.omni/health'))['pool']['used'])\") = 0 ]"
+ok "its space comes back" wait_until 5 sh -c "[ \$($PY -c \"import json; print(json.load(open('$M/.omni/health'))['pool']['used'])\") = 0 ]"
 # One writer's impossible requests take nothing from the others (issue 20).
 $PY - "$E" <<'PYEOF' >"$T/greedy.out" 2>&1
 import errno, json, os, sys
@@ -76,7 +76,7 @@ is "$(cat "$T/greedy.out")" done \
    "ftruncate, posix_fallocate and pwrite past the pool fail with ENOSPC and take nothing; another writer fits 12 MiB"
 is "$(cat "$E/other" | wc -c)" $((12 << 20)) "and reads back"
 is "$(pyerr "open(M + '/w/r/greedy', 'rb')")" "ENOENT" "the writer that got ENOSPC from write is not published"
-ok "the pool is empty again" wait_until 5 sh -c "[ \$(python3 -c \"import json; print(json.load(open('$M/.omni/health'))['pool']['used'])\") = 0 ]"
+ok "the pool is empty again" wait_until 5 sh -c "[ \$($PY -c \"import json; print(json.load(open('$M/.omni/health'))['pool']['used'])\") = 0 ]"
 $PY -c "
 import os
 fd = os.open('$E/alloc', os.O_WRONLY | os.O_CREAT | os.O_EXCL)
