@@ -66,7 +66,8 @@ struct ns_objinfo {
 };
 
 /* What a view delivered of a source: units [first, first+n) of `of`
- * (heads; of 0: the whole object). */
+ * (heads, or the ranks a shard is replicated to; of 0: the whole
+ * object). */
 struct ns_cover { uint32_t first, n, of; };
 
 /* What ns asks of the cluster; all called unlocked, in the order the

@@ -545,6 +545,16 @@ void ns_owner_swept(struct ns *ns, int owner)
 	pthread_mutex_unlock(&ns->lock);
 }
 
+/* A cover no view makes: its units are heads or ranks, no more than a
+ * KV payload or a view's name can have.  A peer that says of = 2^32 - 1
+ * must not have us count 4 billion units, under the lock, each time. */
+_Static_assert(KV_MAX_RANKS <= KV_MAX_HEADS, "KV_MAX_HEADS bounds a cover of ranks too");
+static int cover_bad(const struct ns_cover *c)
+{
+	return c && c->of && (c->of > KV_MAX_HEADS || c->first >= c->of ||
+			      c->n > c->of - c->first);
+}
+
 /* Object o was delivered: whole (c NULL or all its units), or units
  * [first, first+n) of `of` by a view.  It counts one read once every unit
  * has been delivered once more; under the lock.  On a reader's node the
@@ -553,9 +563,9 @@ void ns_owner_swept(struct ns *ns, int owner)
  * (count_read), not only once its owner says so. */
 int cover_add(struct ns *ns, struct object *o, const struct ns_cover *c)
 {
+	if (cover_bad(c))
+		return -EINVAL;
 	if (c && c->of && (c->first || c->n != c->of)) {
-		if (c->first >= c->of || c->n > c->of - c->first)
-			return -EINVAL;
 		if (!o->cov_of) {
 			if (!(o->cov = calloc(c->of, sizeof(*o->cov))))
 				return -ENOMEM;
@@ -605,6 +615,8 @@ int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c, int peer,
 	struct hlink *l;
 	int rc = -ENOENT;
 
+	if (cover_bad(c))
+		return -EINVAL;         /* and its rid is not remembered */
 	pthread_mutex_lock(&ns->lock);
 	if ((l = htab_find(&ns->byoid, oid))) {
 		struct object *o = (struct object *)((char *)l - offsetof(struct object, byoid));

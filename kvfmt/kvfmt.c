@@ -633,7 +633,7 @@ int kv_name_split(const char *name, size_t *baselen, uint32_t *r, uint32_t *T)
 
 int kv_view_shards(uint32_t S, uint32_t r, uint32_t T, uint32_t *first, uint32_t *n)
 {
-	if (!S || !T || r >= T)
+	if (!S || !T || r >= T || S > KV_MAX_RANKS || T > KV_MAX_RANKS)
 		return -EINVAL;
 	if (T <= S) {
 		if (S % T)

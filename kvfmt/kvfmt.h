@@ -23,6 +23,7 @@
 #define KV_MAX_HEADS  65536
 #define KV_MAX_DIM    65536
 #define KV_MAX_TOKENS (1u << 24)
+#define KV_MAX_RANKS  65536           /* a view's T, and its sources' S */
 
 enum kv_format { KV_FMT_NONE, KV_FMT_NATIVE, KV_FMT_VLLM };
 enum kv_dtype { KV_F16 = 1, KV_BF16, KV_F32, KV_FP8_E4M3, KV_FP8_E5M2, KV_I8, KV_U8,

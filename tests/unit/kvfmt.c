@@ -212,6 +212,10 @@ static void names(void)
 	ok(!kv_view_shards(2, 3, 8, &f, &n) && f == 0 && n == 1, "slice: rank 3 of 8 from 2 is shard 0");
 	is(kv_view_shards(4, 0, 3, &f, &n), -EINVAL, "3 and 4: EINVAL");
 	is(kv_view_shards(4, 2, 2, &f, &n), -EINVAL, "r >= T: EINVAL");
+	ok(!kv_view_shards(1, 0, KV_MAX_RANKS, &f, &n) && f == 0 && n == 1,
+	   "a slice 65536 ways of a replicated shard");
+	is(kv_view_shards(1, 0, KV_MAX_RANKS + 1, &f, &n), -EINVAL, "... 65537 ways: EINVAL");
+	is(kv_view_shards(KV_MAX_RANKS + 1, 0, 1, &f, &n), -EINVAL, "a merge of 65537: EINVAL");
 }
 
 /* Slices of one native shard, checked against the heads copied here. */

@@ -173,12 +173,32 @@ static void test_claims(void)
 	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
 	ns_release(ns, w);
 	uint64_t oid = published_oid;
+	/* A cover no view makes is refused at once, and counts nothing:
+	 * of = 2^32 - 1 once had us count 4 billion units under the lock. */
+	struct ns_cover huge = { 0, 1, UINT32_MAX }, half = { 1, 1, 2 };
+	is(ns_consumed(ns, oid, &huge, 3, 5), -EINVAL, "a read of 1 unit of 2^32 - 1: EINVAL");
+	is(ns_consumed(ns, oid, &(struct ns_cover){ 2, 1, 2 }, 3, 6), -EINVAL,
+	   "... of units past `of`: EINVAL");
+	is(ns_consumed(ns, oid, &half, 3, 7), 0, "a view's read of half of it: no error");
+	ok(ns_lookup(ns, e, "c5", 0, &a) == 0, "... and no read counted yet: the object stays");
+	ns_forget(ns, a.ino, 1);
+	is(ns_consumed(ns, oid, &huge, 3, 7), -EINVAL, "... the bad one again (rid 7): EINVAL");
+	is(ns_consumed(ns, oid, &(struct ns_cover){ 0, 1, 2 }, 3, 5), 0,
+	   "the other half, as rid 5, which the refused read did not take");
+	ok(ns_lookup(ns, e, "c5", 0, &a) == 0, "... one read: the object stays");
+	ns_forget(ns, a.ino, 1);
+	ok(!ns_create_key(ns, e, "c6", 1, 0, 0, &a, &w) &&
+	   !ns_setxattr(ns, a.ino, "user.omni.readers", "2", 1), "another object for two reads");
+	ns_write(ns, w, "abc", 3, 0);
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
+	ns_release(ns, w);
+	oid = published_oid;
 	is(ns_consumed(ns, oid, NULL, 1, 77), 0, "peer 1's read 77 counts");
 	is(ns_consumed(ns, oid, NULL, 1, 77), 0, "... told again: no error");
-	ok(ns_lookup(ns, e, "c5", 0, &a) == 0, "... and counted once: the object stays");
+	ok(ns_lookup(ns, e, "c6", 0, &a) == 0, "... and counted once: the object stays");
 	ns_forget(ns, a.ino, 1);
 	is(ns_consumed(ns, oid, NULL, 2, 77), 0, "peer 2's read of the same name counts");
-	is(ns_lookup(ns, e, "c5", 0, &a), -ENOENT, "... the second read: used up");
+	is(ns_lookup(ns, e, "c6", 0, &a), -ENOENT, "... the second read: used up");
 	ns_stop(ns);
 	ns_destroy(ns);
 	pool_destroy(pool);
