@@ -366,7 +366,10 @@ void ns_owner_swept(struct ns *ns, int owner);
 /* A fetch's bytes [0, upto) are here and verified; err ends it. */
 void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err);
 /* Requests from peers about objects this node owns.  ns_remove_name
- * removes the object named, if it is still oid (0: whichever it is). */
+ * removes the object named, if it is still oid (0: whichever it is).
+ * ns_consumed counts peer's read rid of oid once, if told again before
+ * NS_SEEN_MAX other reads of it; -EINVAL for a cover no view makes. */
+#define NS_SEEN_MAX 4096
 int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c, int peer, uint64_t rid);
 int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key,
 		   uint64_t oid);

@@ -71,9 +71,10 @@ struct object {
 	uint32_t kvhdr_len, cov_of, cov_min;
 	uint32_t *cov;
 	/* The peers' reads counted, by their names for them: a CONSUMED
-	 * told again (its answer was lost with a connection) counts once. */
+	 * told again (its answer was lost with a connection) counts once.
+	 * The last NS_SEEN_MAX of them, the oldest replaced (at seen_at). */
 	struct seen_read { int peer; uint64_t rid; } *seen;
-	uint32_t nseen;
+	uint32_t nseen, seen_at;
 };
 
 enum { F_NONE, F_RUNNING, F_DONE, F_FAILED };

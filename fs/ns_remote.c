@@ -593,7 +593,12 @@ int cover_add(struct ns *ns, struct object *o, const struct ns_cover *c)
 }
 
 /* Under the lock: 1 if peer's read rid of o was counted before, else
- * remembers it (where o is used up by reads: readers > 0).  -ENOMEM. */
+ * remembers it (where o is used up by reads: readers > 0).  -ENOMEM.
+ * Only the last NS_SEEN_MAX reads are remembered: a read is told again
+ * only when its owner's acknowledgement was lost with a connection,
+ * milliseconds after it was told first, and a peer that tells us
+ * millions of reads of one object (views' partial ones need not use it
+ * up) must not have each cost a scan of all the others. */
 static int seen_read(struct object *o, int peer, uint64_t rid)
 {
 	struct seen_read *s;
@@ -603,6 +608,11 @@ static int seen_read(struct object *o, int peer, uint64_t rid)
 			return 1;
 	if (o->readers <= 0)
 		return 0;
+	if (o->nseen == NS_SEEN_MAX) {
+		o->seen[o->seen_at] = (struct seen_read){ peer, rid };
+		o->seen_at = (o->seen_at + 1) % NS_SEEN_MAX;
+		return 0;
+	}
 	if (!(s = realloc(o->seen, (o->nseen + 1) * sizeof(*s))))
 		return -ENOMEM;
 	o->seen = s;

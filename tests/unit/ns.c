@@ -199,6 +199,26 @@ static void test_claims(void)
 	ns_forget(ns, a.ino, 1);
 	is(ns_consumed(ns, oid, NULL, 2, 77), 0, "peer 2's read of the same name counts");
 	is(ns_lookup(ns, e, "c6", 0, &a), -ENOENT, "... the second read: used up");
+
+	/* Only the last NS_SEEN_MAX reads are remembered: told again after
+	 * as many others, a read counts again (but it costs no more). */
+	ok(!ns_create_key(ns, e, "c7", 1, 0, 0, &a, &w) &&
+	   !ns_setxattr(ns, a.ino, "user.omni.readers", "2", 1), "an object for two reads");
+	ns_write(ns, w, "abc", 3, 0);
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
+	ns_release(ns, w);
+	oid = published_oid;
+	is(ns_consumed(ns, oid, NULL, 1, 1), 0, "peer 1's read 1 counts");
+	int bad = 0;
+	for (uint64_t rid = 2; rid <= NS_SEEN_MAX; rid++)
+		bad += ns_consumed(ns, oid, &(struct ns_cover){ 0, 1, 2 }, 2, rid) != 0;
+	is(bad, 0, "... then 4095 of peer 2's, each of half of it");
+	is(ns_consumed(ns, oid, NULL, 1, 1), 0, "peer 1's read 1, told again");
+	ok(ns_lookup(ns, e, "c7", 0, &a) == 0, "... still counts once: the object stays");
+	ns_forget(ns, a.ino, 1);
+	is(ns_consumed(ns, oid, &(struct ns_cover){ 0, 1, 2 }, 2, 1), 0, "one more of peer 2's");
+	is(ns_consumed(ns, oid, NULL, 1, 1), 0, "... and 1's read 1 told again");
+	is(ns_lookup(ns, e, "c7", 0, &a), -ENOENT, "... is forgotten: it counts, and uses it up");
 	ns_stop(ns);
 	ns_destroy(ns);
 	pool_destroy(pool);
