@@ -151,7 +151,8 @@ is "$(ls "$T/b/0/1")" after "r, announced late by the resync, is not listed on b
 # until a sends or serves something else: a ping (each side's, every
 # 500 ms), or the next expiry's GONE, so each of these four expires alone
 # (250 ms apart, after the last write).  Nothing asks a meanwhile, as a
-# listing on b would: b's stat of a name b hosts asks no peer.
+# listing on b would: b's stat of a name b hosts asks no peer.  Held, each
+# would be 250 ms late or more; 150 ms leaves a loaded machine room.
 stop_node a
 start_node a "config=$T/omni.yaml,node=a,pool=host:64MiB,ttl_s=1"
 ok "a is back, its objects expiring after 1 s" wait_until 10 both_up
@@ -175,5 +176,5 @@ print("%d" % (late * 1000) if not due else "never")
 PYEOF
 )
 diag "the latest of a's expiries was heard on b $late ms after it"
-ok "each expiry on a is heard on b within 40 ms" test "$late" != never -a "${late:-999}" -lt 40
+ok "each expiry on a is heard on b within 150 ms" test "$late" != never -a "${late:-999}" -lt 150
 done_testing
