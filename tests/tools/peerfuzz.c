@@ -172,6 +172,13 @@ static int build(uint8_t *body, size_t cap, uint8_t *type, uint8_t *scratch)
 		m.u.consumed.of = (uint32_t)rnd(9);
 		m.u.consumed.first = (uint32_t)rnd(m.u.consumed.of + 2);
 		m.u.consumed.n = (uint32_t)rnd(m.u.consumed.of + 2);
+		if (!rnd(4)) {  /* one unit of more than any view makes: 2^32 - 1
+				   once had the daemon count each, under its lock */
+			static const uint32_t huge[] = { 65537, 1u << 30, UINT32_MAX - 1, UINT32_MAX };
+			m.u.consumed.of = huge[rnd(4)];
+			m.u.consumed.first = (uint32_t)rnd(2);
+			m.u.consumed.n = 1;
+		}
 		m.u.consumed.rid = rnd(2) ? rnd(4) : pick_u64(1);      /* repeats, too */
 		break;
 	case PT_LIST:
