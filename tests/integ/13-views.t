@@ -158,6 +158,15 @@ cp "$T/b.rank0of2" "$M/b.rank0of2"; cp "$T/b.rank1of2" "$M/b.rank1of2"
 is "$(M=$M pyerr "open(M + '/b.rank2of2')")" EINVAL "rank r >= T: EINVAL"
 is "$(M=$M pyerr "open(M + '/b.rank0of3')")" EINVAL "T that neither divides nor is divided by S: EINVAL"
 is "$(M=$M pyerr "open(M + '/b.rank0of4')")" EINVAL "one head per shard cannot split in two: EINVAL"
+# A latent (MLA) shard is replicated to any T, up to 65536 (SPEC §5): past
+# that a view's reads would be counted in more units than any view has.
+$SYSPY -c "$KVPY
+import os
+open('$T/l', 'wb').write(kvpy.native([os.urandom(4 * 16)], latent=True, heads_total=1, head_count=1))
+"
+cp "$T/l" "$M/l"
+is "$(M=$M pyerr "open(M + '/l.rank65535of65536', 'rb').read()")" OK "a latent shard's view 65536 ways reads"
+is "$(M=$M pyerr "open(M + '/l.rank0of65537')")" EINVAL "... 65537 ways: EINVAL"
 $SYSPY -c "$KVPY
 import os
 for i, rid in enumerate(('req-A', 'req-B')):

@@ -116,6 +116,20 @@ static int claimed_put(struct ns *ns, uint64_t e, const char *key)
 	return rc;
 }
 
+/* Publishes key in e for two reads: its oid. */
+static uint64_t two_reads(struct ns *ns, uint64_t e, const char *key)
+{
+	struct ns_attr a;
+	struct ns_handle *w;
+
+	ok(!ns_create_key(ns, e, key, 1, 0, 0, &a, &w) &&
+	   !ns_setxattr(ns, a.ino, "user.omni.readers", "2", 1), "%s: an object for two reads", key);
+	ns_write(ns, w, "abc", 3, 0);
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
+	ns_release(ns, w);
+	return published_oid;
+}
+
 static void test_claims(void)
 {
 	struct pool *pool;
@@ -164,35 +178,25 @@ static void test_claims(void)
 	   "... and consumes it: never published here");
 	is(gones, 1, "... its peers told it is gone");
 
-	/* A peer's read told twice (its answer went with a connection)
-	 * counts once; another read of the same peer counts. */
-	struct ns_handle *w;
-	ok(!ns_create_key(ns, e, "c5", 1, 0, 0, &a, &w) &&
-	   !ns_setxattr(ns, a.ino, "user.omni.readers", "2", 1), "an object for two reads");
-	ns_write(ns, w, "abc", 3, 0);
-	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
-	ns_release(ns, w);
-	uint64_t oid = published_oid;
 	/* A cover no view makes is refused at once, and counts nothing:
 	 * of = 2^32 - 1 once had us count 4 billion units under the lock. */
-	struct ns_cover huge = { 0, 1, UINT32_MAX }, half = { 1, 1, 2 };
+	struct ns_cover huge = { 0, 1, UINT32_MAX }, lo = { 0, 1, 2 }, hi = { 1, 1, 2 };
+	uint64_t oid = two_reads(ns, e, "c5");
 	is(ns_consumed(ns, oid, &huge, 3, 5), -EINVAL, "a read of 1 unit of 2^32 - 1: EINVAL");
 	is(ns_consumed(ns, oid, &(struct ns_cover){ 2, 1, 2 }, 3, 6), -EINVAL,
 	   "... of units past `of`: EINVAL");
-	is(ns_consumed(ns, oid, &half, 3, 7), 0, "a view's read of half of it: no error");
+	is(ns_consumed(ns, oid, &hi, 3, 7), 0, "a view's read of half of it: no error");
 	ok(ns_lookup(ns, e, "c5", 0, &a) == 0, "... and no read counted yet: the object stays");
 	ns_forget(ns, a.ino, 1);
 	is(ns_consumed(ns, oid, &huge, 3, 7), -EINVAL, "... the bad one again (rid 7): EINVAL");
-	is(ns_consumed(ns, oid, &(struct ns_cover){ 0, 1, 2 }, 3, 5), 0,
+	is(ns_consumed(ns, oid, &lo, 3, 5), 0,
 	   "the other half, as rid 5, which the refused read did not take");
 	ok(ns_lookup(ns, e, "c5", 0, &a) == 0, "... one read: the object stays");
 	ns_forget(ns, a.ino, 1);
-	ok(!ns_create_key(ns, e, "c6", 1, 0, 0, &a, &w) &&
-	   !ns_setxattr(ns, a.ino, "user.omni.readers", "2", 1), "another object for two reads");
-	ns_write(ns, w, "abc", 3, 0);
-	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
-	ns_release(ns, w);
-	oid = published_oid;
+
+	/* A peer's read told twice (its answer went with a connection)
+	 * counts once; another read of the same peer counts. */
+	oid = two_reads(ns, e, "c6");
 	is(ns_consumed(ns, oid, NULL, 1, 77), 0, "peer 1's read 77 counts");
 	is(ns_consumed(ns, oid, NULL, 1, 77), 0, "... told again: no error");
 	ok(ns_lookup(ns, e, "c6", 0, &a) == 0, "... and counted once: the object stays");
@@ -202,21 +206,16 @@ static void test_claims(void)
 
 	/* Only the last NS_SEEN_MAX reads are remembered: told again after
 	 * as many others, a read counts again (but it costs no more). */
-	ok(!ns_create_key(ns, e, "c7", 1, 0, 0, &a, &w) &&
-	   !ns_setxattr(ns, a.ino, "user.omni.readers", "2", 1), "an object for two reads");
-	ns_write(ns, w, "abc", 3, 0);
-	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
-	ns_release(ns, w);
-	oid = published_oid;
+	oid = two_reads(ns, e, "c7");
 	is(ns_consumed(ns, oid, NULL, 1, 1), 0, "peer 1's read 1 counts");
 	int bad = 0;
 	for (uint64_t rid = 2; rid <= NS_SEEN_MAX; rid++)
-		bad += ns_consumed(ns, oid, &(struct ns_cover){ 0, 1, 2 }, 2, rid) != 0;
+		bad += ns_consumed(ns, oid, &lo, 2, rid) != 0;
 	is(bad, 0, "... then 4095 of peer 2's, each of half of it");
 	is(ns_consumed(ns, oid, NULL, 1, 1), 0, "peer 1's read 1, told again");
 	ok(ns_lookup(ns, e, "c7", 0, &a) == 0, "... still counts once: the object stays");
 	ns_forget(ns, a.ino, 1);
-	is(ns_consumed(ns, oid, &(struct ns_cover){ 0, 1, 2 }, 2, 1), 0, "one more of peer 2's");
+	is(ns_consumed(ns, oid, &lo, 2, 1), 0, "one more of peer 2's");
 	is(ns_consumed(ns, oid, NULL, 1, 1), 0, "... and 1's read 1 told again");
 	is(ns_lookup(ns, e, "c7", 0, &a), -ENOENT, "... is forgotten: it counts, and uses it up");
 	ns_stop(ns);
