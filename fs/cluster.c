@@ -1274,9 +1274,9 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 				 .npeers = cl->npeers, .key = c->key, .mode = c->mode,
 				 .pool = c->pool ? pool_base(c->pool) : NULL, .pool_size = u.size,
 				 .dead_ms = c->dead_ms };
-	/* No RDMA device reads GPU memory here: its objects are READ from a
-	 * copy in the stage.  A test stages a host pool's alike. */
-	if (c->pool && c->rdma_stage && (!pool_cpu(c->pool) || getenv("OMNIFS_TEST_STAGE"))) {
+	/* GPU memory is READ by GPUDirect RDMA where the transport can, else
+	 * from a copy in the stage.  A test stages a host pool's alike. */
+	if (c->pool && (!pool_cpu(c->pool) || (c->rdma_stage && getenv("OMNIFS_TEST_STAGE")))) {
 		xc.stage_from = c->pool;
 		xc.stage_size = c->rdma_stage < u.size ? c->rdma_stage : u.size;
 	}
@@ -1383,6 +1383,11 @@ void cluster_buf_free(struct cluster *cl, void *buf)
 int cluster_rdma(const struct cluster *cl, const char **device, const char **grants)
 {
 	return xport_rdma(cl->x, device, grants);
+}
+
+int cluster_rdma_gpudirect(const struct cluster *cl)
+{
+	return xport_rdma_gpudirect(cl->x);
 }
 
 int cluster_rdma_stage(const struct cluster *cl, uint64_t *size, uint64_t *used)

@@ -93,6 +93,8 @@ void *cluster_buf_alloc(struct cluster *cl, size_t size);
 void cluster_buf_free(struct cluster *cl, void *buf);
 /* This node's RDMA device and its kind of grant: 0, or -ENODEV. */
 int cluster_rdma(const struct cluster *cl, const char **device, const char **grants);
+/* 1 if peers READ its GPU pool itself (GPUDirect RDMA), else 0. */
+int cluster_rdma_gpudirect(const struct cluster *cl);
 /* Its RDMA stage (rdma_stage=): size and bytes in use.  0, or -ENODEV. */
 int cluster_rdma_stage(const struct cluster *cl, uint64_t *size, uint64_t *used);
 

@@ -60,12 +60,13 @@ static char *render_health(const struct vfile_ctx *c)
 	if (pool_cpu(c->pool)) {
 		json_object_object_add(pool, "shared", json_object_new_boolean(u.shared));
 		json_object_object_add(pool, "huge_pages", json_object_new_boolean(u.huge));
-	} else {                        /* GPU memory: RDMA devices do not read it (yet) */
+	} else {                        /* GPU memory */
 		unsigned char handle[POOL_IPC_BYTES];
 		int dev;
 		if (!pool_ipc(c->pool, &dev, handle))  /* a reader's GPU memory goes there */
 			json_object_object_add(pool, "device", json_object_new_int(dev));
-		json_object_object_add(pool, "gpudirect", json_object_new_boolean(0));
+		json_object_object_add(pool, "gpudirect", json_object_new_boolean(
+					       c->cl && cluster_rdma_gpudirect(c->cl)));
 	}
 	json_object_object_add(root, "pool", pool);
 	json_object_object_add(root, "transport", json_object_new_string(c->transport));

@@ -108,7 +108,8 @@ static void usage(void)
 	       "  threads=N         FUSE worker threads (default 4)\n"
 	       "  spin_us=N         how long an idle worker polls for the next request (default 200)\n"
 	       "  rdma_stage=SIZE   host memory that peers' RDMA READs of a cuda pool are\n"
-	       "                    copied into (no GPUDirect RDMA); 0: over tcp (default 256MiB)\n"
+	       "                    copied into where there is no GPUDirect RDMA; 0: over tcp\n"
+	       "                    then (default 256MiB)\n"
 	       "  allow_other       let other users use the mount\n"
 	       "  -f                stay in the foreground\n"
 	       "  -d                debug: foreground, log every request\n");
@@ -265,7 +266,8 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 	if (!pool_cpu(pool))
 		fprintf(stderr, "omnifs: the pool is GPU %d's memory: reads and writes copy "
 			"through host memory, GPU processes here take objects by its IPC handle, "
-			"and no RDMA device reads it (no GPUDirect RDMA yet)\n", c->pool.dev);
+			"and peers READ it by GPUDirect RDMA where the RDMA device can (the rdma "
+			"line says)\n", c->pool.dev);
 	p.pool = pool;
 	cc.pool = pool;         /* registered with the RDMA device, if one is used */
 	int mrc = fs_mount(&fs, &p, fargs);

@@ -23,6 +23,8 @@
 	X(cuInit, "cuInit")                                             \
 	X(cuDeviceGetCount, "cuDeviceGetCount")                         \
 	X(cuDeviceGet, "cuDeviceGet")                                   \
+	X(cuDeviceGetAttribute, "cuDeviceGetAttribute")                 \
+	X(cuPointerSetAttribute, "cuPointerSetAttribute")               \
 	X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")         \
 	X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2")    \
 	X(cuCtxSetCurrent, "cuCtxSetCurrent")                           \
@@ -350,6 +352,44 @@ int gpu_ipc_handle(struct gpu *g, uint64_t dptr, unsigned char out[GPU_IPC_BYTES
 	return 0;
 }
 
+/* Looked up here, not with the others: a driver without it still runs
+ * every pool, only without GPUDirect RDMA. */
+int gpu_dmabuf(struct gpu *g, uint64_t dptr, size_t len, int *fd, char *err, size_t errlen)
+{
+	__typeof__(cuMemGetHandleForAddressRange) *get =
+		(__typeof__(cuMemGetHandleForAddressRange) *)dlsym(g->lib,
+								    "cuMemGetHandleForAddressRange");
+	unsigned sync = 1;
+	int ok = 0;
+	char why[64];
+	CUresult r;
+
+	if (!get) {
+		snprintf(err, errlen, "the NVIDIA driver exports no dmabuf (it needs 515 or later)");
+		return -ENOTSUP;
+	}
+	if ((r = g->f_cuCtxSetCurrent(g->ctx)) != CUDA_SUCCESS ||
+	    (r = g->f_cuDeviceGetAttribute(&ok, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+					   g->dev)) != CUDA_SUCCESS)
+		goto fail;
+	if (!ok) {
+		snprintf(err, errlen, "the GPU's driver exports no dmabuf of its memory (it "
+			 "needs NVIDIA's open kernel modules and Linux 5.12 or later)");
+		return -ENOTSUP;
+	}
+	/* The NIC's accesses and the driver's synchronous copies (a read
+	 * of an object back to the host) then see each other in order. */
+	if ((r = g->f_cuPointerSetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+					    (CUdeviceptr)dptr)) != CUDA_SUCCESS ||
+	    (r = get(fd, (CUdeviceptr)dptr, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0)) !=
+	    CUDA_SUCCESS)
+		goto fail;
+	return 0;
+fail:
+	snprintf(err, errlen, "no dmabuf of the GPU's memory: %s", gpu_errname(g, r, why, sizeof(why)));
+	return r == CUDA_ERROR_NOT_SUPPORTED ? -ENOTSUP : -EIO;
+}
+
 #else   /* built without the CUDA toolkit's headers */
 
 /* gpu_open() always fails here, with the reason; nothing else is ever
@@ -424,6 +464,12 @@ int gpu_dev_zero(struct gpu *g, uint64_t dptr, size_t len)
 {
 	(void)g; (void)dptr; (void)len;
 	return no_cuda(NULL, 0);
+}
+
+int gpu_dmabuf(struct gpu *g, uint64_t dptr, size_t len, int *fd, char *err, size_t errlen)
+{
+	(void)g; (void)dptr; (void)len; (void)fd;
+	return no_cuda(err, errlen);
 }
 
 #endif

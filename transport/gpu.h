@@ -60,5 +60,12 @@ int gpu_sync(struct gpu *c);
 #define GPU_IPC_BYTES 64
 int gpu_ipc_handle(struct gpu *c, uint64_t dptr, unsigned char out[GPU_IPC_BYTES],
 		   char *err, size_t errlen);
+/* A dmabuf of the device memory [dptr, dptr + len) (both page-aligned),
+ * for an RDMA device to register (GPUDirect RDMA): its descriptor in *fd,
+ * the caller's to close.  Synchronous copies to and from the range are
+ * ordered with the device's accesses from then on.  0, or -ENOTSUP (a
+ * driver before 515, a GPU or kernel module that exports no dmabuf) or
+ * -EIO, with the reason in err. */
+int gpu_dmabuf(struct gpu *c, uint64_t dptr, size_t len, int *fd, char *err, size_t errlen);
 
 #endif

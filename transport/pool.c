@@ -607,6 +607,16 @@ int pool_ipc(const struct pool *p, int *dev, unsigned char handle[POOL_IPC_BYTES
 	return 0;
 }
 
+int pool_dmabuf(const struct pool *p, int *fd, uint64_t *addr, char *err, size_t errlen)
+{
+	if (p->kind != POOL_CUDA) {
+		snprintf(err, errlen, "the pool is host memory, registered as it is");
+		return -ENOTSUP;
+	}
+	*addr = p->dbase;
+	return gpu_dmabuf(p->gpu, p->dbase, p->size, fd, err, errlen);
+}
+
 void pool_usage(struct pool *p, struct pool_usage *u)
 {
 	pthread_mutex_lock(&p->lock);

@@ -79,6 +79,12 @@ int pool_sync(struct pool *p);
  * another process of this node (cuIpcOpenMemHandle); -ENOTSUP else. */
 #define POOL_IPC_BYTES 64
 int pool_ipc(const struct pool *p, int *dev, unsigned char handle[POOL_IPC_BYTES]);
+/* A device pool's memory as a dmabuf, for an RDMA device to register
+ * (GPUDirect RDMA): its descriptor in *fd (the caller's to close), whose
+ * offset 0 is the pool's offset 0, and in *addr the device address that
+ * offset 0 has.  -ENOTSUP with the reason in err for host memory and
+ * where the driver or GPU exports none; -EIO. */
+int pool_dmabuf(const struct pool *p, int *fd, uint64_t *addr, char *err, size_t errlen);
 void pool_usage(struct pool *p, struct pool_usage *u);
 
 /* Allocates one extent of at least min and at most want bytes (both rounded

@@ -6,7 +6,8 @@
  * so an operator picks it as they pick the address peers reach.  The
  * whole pool is registered once at start: with windows, for binding them
  * (its own rkey then reads nothing); without, for remote READ.  A GPU's
- * memory is not (no GPUDirect RDMA here): its objects are copied into a
+ * memory is registered through a dmabuf of it where the driver and the
+ * device allow (GPUDirect RDMA); elsewhere its objects are copied into a
  * stage of host memory, registered the same way, for peers to READ.  One
  * thread takes rdma_cm's events for every queue pair, ours and peers',
  * and hands each to the half it belongs to (rdma_read.c, rdma_grant.c).
@@ -276,12 +277,19 @@ static unsigned env_uint(const char *name, unsigned dflt, unsigned lo, unsigned 
 	return n < lo ? lo : n > hi ? hi : (unsigned)n;
 }
 
+/* What the pool or the stage is registered for: windows bound over it,
+ * or peers' READs with its own rkey. */
+static int mem_access(const struct rdma *rd)
+{
+	return IBV_ACCESS_LOCAL_WRITE | (rd->windows ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_READ);
+}
+
 /* The pool or the stage, once: a failure here is nearly always the
  * memlock limit. */
 static int register_mem(struct rdma *rd, const char *what, void *base, uint64_t size,
 			struct ibv_mr **mr, char *err, size_t errlen)
 {
-	int access = IBV_ACCESS_LOCAL_WRITE | (rd->windows ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_READ);
+	int access = mem_access(rd);
 	struct rlimit rl;
 	int e;
 
@@ -328,6 +336,45 @@ const char *rdma_stage_why(const struct rdma *rd)
 	return rd->stage_why[0] ? rd->stage_why : NULL;
 }
 
+int rdma_gpudirect(const struct rdma *rd, const char **why)
+{
+	*why = rd->gpudirect_why[0] ? rd->gpudirect_why : NULL;
+	return rd->gpudirect;
+}
+
+/* GPUDirect RDMA: the GPU pool registered by a dmabuf of its memory,
+ * with the access a host pool gets, at the device addresses, so that a
+ * grant is the same for both and no byte goes through host memory.  Where
+ * the driver, the GPU or the RDMA device cannot (rxe registers no dmabuf),
+ * gpudirect_why says which, and the stage serves instead.
+ * OMNIFS_TEST_NO_GPUDIRECT: the stage, so that a GPU machine tests both. */
+static void open_gpudirect(struct rdma *rd)
+{
+	char why[192];
+	uint64_t addr;
+	int fd;
+
+	if (getenv("OMNIFS_TEST_NO_GPUDIRECT")) {
+		snprintf(rd->gpudirect_why, sizeof(rd->gpudirect_why), "OMNIFS_TEST_NO_GPUDIRECT");
+		return;
+	}
+	if (pool_dmabuf(rd->c.stage_from, &fd, &addr, why, sizeof(why))) {
+		snprintf(rd->gpudirect_why, sizeof(rd->gpudirect_why), "%s", why);
+		return;
+	}
+	if (!(rd->pool_mr = ibv_reg_dmabuf_mr(rd->pd, 0, rd->c.pool_size, addr, fd,
+						   mem_access(rd)))) {
+		snprintf(rd->gpudirect_why, sizeof(rd->gpudirect_why),
+			 "%s cannot register a dmabuf of the GPU's memory: %s", rd->dev,
+			 strerror(errno));
+		close(fd);
+		return;
+	}
+	rd->dmabuf_fd = fd;
+	rd->pool_addr = addr;
+	rd->gpudirect = 1;
+}
+
 /* Protection domain, pool registration, completion queue, depths. */
 static int open_verbs(struct rdma *rd, char *err, size_t errlen)
 {
@@ -342,7 +389,10 @@ static int open_verbs(struct rdma *rd, char *err, size_t errlen)
 	if (rd->c.pool && (rc = register_mem(rd, "pool", rd->c.pool, rd->c.pool_size,
 					     &rd->pool_mr, err, errlen)))
 		return rc;
-	if (rd->c.stage_from && rd->c.stage_size)
+	rd->pool_addr = (uintptr_t)rd->c.pool;
+	if (!rd->c.pool && rd->c.stage_from && pool_kind_of(rd->c.stage_from) == POOL_CUDA)
+		open_gpudirect(rd);
+	if (!rd->gpudirect && rd->c.stage_from && rd->c.stage_size)
 		open_stage(rd);
 	/* Tunable for the benchmark that chose them (tests/bench/rdma.sh). */
 	rd->ring = env_uint("OMNIFS_TEST_RDMA_DEPTH", RDMA_RING, 1, 1024);
@@ -389,7 +439,7 @@ int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t er
 		return -ENOMEM;
 	rd->kind = CM_LISTEN;
 	rd->c = *c;
-	rd->wake_fd = rd->cm_wake_fd = -1;
+	rd->wake_fd = rd->cm_wake_fd = rd->dmabuf_fd = -1;
 	rd->test_stale = getenv("OMNIFS_TEST_STALE_RKEY") != NULL;
 	pthread_mutex_init(&rd->lock, NULL);
 	pthread_cond_init(&rd->chk_cond, NULL);
@@ -463,6 +513,8 @@ void rdma_close(struct rdma *rd)
 		ibv_destroy_comp_channel(rd->cch);
 	if (rd->pool_mr)
 		ibv_dereg_mr(rd->pool_mr);
+	if (rd->dmabuf_fd >= 0)
+		close(rd->dmabuf_fd);
 	if (rd->stage_mr)
 		ibv_dereg_mr(rd->stage_mr);
 	pool_destroy(rd->stage);

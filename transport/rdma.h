@@ -41,11 +41,14 @@ struct rdma_conf {
 	const char *listen;             /* "host:port": the device its host resolves to */
 	void *pool;                     /* the pool, registered once; NULL: GPU memory */
 	uint64_t pool_size;
-	/* A pool no RDMA device reads (GPU memory, as no GPUDirect RDMA is
-	 * done here): a grant copies the object into a stage of stage_size
-	 * bytes of page-locked host memory, registered once, as far as the
-	 * reader asks (a step at a time), and the peer READs the copy,
-	 * which goes at the lease's RELEASE.  NULL or 0: no stage. */
+	/* A pool the CPU does not address (GPU memory): registered through
+	 * its dmabuf where the driver, the GPU and the RDMA device allow
+	 * (GPUDirect RDMA), so that peers READ it as they READ a host pool.
+	 * Where they do not, a grant copies the object into a stage of
+	 * stage_size bytes of page-locked host memory, registered once, as
+	 * far as the reader asks (a step at a time), and the peer READs the
+	 * copy, which goes at the lease's RELEASE.  stage_size 0: no stage.
+	 * (A test stages a host pool's objects alike, pool set too.) */
 	struct pool *stage_from;
 	uint64_t stage_size;
 	size_t npeers;
@@ -67,9 +70,10 @@ struct rdma_conf {
 /* Opens the device that conf->listen's address is on and registers the
  * pool with it.  0; -ENODEV (no RDMA device has that address) or another
  * -errno, with a one-line reason in err.  Without a pool the CPU
- * addresses (a GPU's memory, and no GPUDirect RDMA), this node reads its
- * peers' objects into buffers of rdma_buf_alloc() and serves them through
- * its stage, or serves none: rdma_serves() says which. */
+ * addresses (a GPU's memory), this node reads its peers' objects into
+ * buffers of rdma_buf_alloc(), and serves its own by GPUDirect RDMA,
+ * through its stage, or not at all: rdma_gpudirect() and rdma_serves()
+ * say which. */
 int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t errlen);
 void rdma_close(struct rdma *rd);
 const char *rdma_device(const struct rdma *rd);         /* "rxe0" */
@@ -80,6 +84,9 @@ uint16_t rdma_port(const struct rdma *rd);              /* rdma_cm's, host order
 int rdma_stage(const struct rdma *rd, uint64_t *size, uint64_t *used);
 /* Why the stage conf asked for could not be made (one line), or NULL. */
 const char *rdma_stage_why(const struct rdma *rd);
+/* 1: peers READ the GPU pool conf->stage_from itself (GPUDirect RDMA);
+ * 0: they do not, *why says why (NULL when the pool is no GPU's). */
+int rdma_gpudirect(const struct rdma *rd, const char **why);
 
 /* ---- the reader's side (rdma_read.c) ---- */
 

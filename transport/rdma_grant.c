@@ -366,7 +366,7 @@ static int grant_new(struct rdma *rd, uint64_t lease, const struct xport_extent 
 			rc = stage_fill(rd, g, ext, n, upto);
 	} else {                /* rdma_serves(): pool_mr */
 		for (uint32_t i = 0; i < n; i++)
-			g->out[i] = (struct proto_extent){ (uintptr_t)rd->c.pool + ext[i].off,
+			g->out[i] = (struct proto_extent){ rd->pool_addr + ext[i].off,
 							   ext[i].len, rd->pool_mr->rkey };
 		g->ready = g->size;
 		rc = 0;

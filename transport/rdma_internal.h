@@ -67,6 +67,10 @@ struct rdma {
 	struct ibv_context *verbs;      /* the listening id's */
 	struct ibv_pd *pd;
 	struct ibv_mr *pool_mr;
+	uint64_t pool_addr;             /* what grants add an extent's offset to */
+	int gpudirect;                  /* pool_mr is a GPU pool's dmabuf */
+	int dmabuf_fd;                  /* its descriptor, or -1 */
+	char gpudirect_why[256];        /* why a GPU pool is not, or "" */
 	struct pool *stage;             /* conf.stage_from's objects are READ from here */
 	struct ibv_mr *stage_mr;
 	char stage_why[384];            /* why the stage asked for is not there */

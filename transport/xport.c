@@ -2110,13 +2110,13 @@ static const char *rdma_name_call(void *ctx, int peer)
 /* The log's line at start: what peers READ of this node, if anything. */
 static void rdma_said(struct xport *x)
 {
-	/* Device memory: a peer's READ of it needs GPUDirect RDMA (a dmabuf
-	 * registration), which this build does not do. */
-	static const char gpu[] = "the pool is GPU memory, which no RDMA device reads here "
-				  "(no GPUDirect RDMA)";
-	const char *dev = rdma_device(x->rdma), *swhy = rdma_stage_why(x->rdma);
+	const char *dev = rdma_device(x->rdma), *swhy = rdma_stage_why(x->rdma), *gwhy;
+	int direct = rdma_gpudirect(x->rdma, &gwhy);
 	uint64_t size, used;
+	char gpu[384];
 
+	snprintf(gpu, sizeof(gpu), "the pool is GPU memory, which %s does not READ "
+		 "(no GPUDirect RDMA: %s)", dev, gwhy ? gwhy : "?");
 	if (!rdma_serves(x->rdma)) {
 		fprintf(stderr, "omnifs: rdma: %s; %s, and there is no stage (%s): this node "
 			"reads its peers' objects by RDMA into host memory, and its own go to "
@@ -2132,8 +2132,10 @@ static void rdma_said(struct xport *x)
 	}
 	if (swhy)               /* OMNIFS_TEST_STAGE's, on a host pool */
 		fprintf(stderr, "omnifs: %s; peers READ the pool itself\n", swhy);
-	fprintf(stderr, "omnifs: rdma: %s, the %llu MiB pool registered, grants by %s, "
+	fprintf(stderr, "omnifs: rdma: %s, the %llu MiB pool registered%s, grants by %s, "
 		"rdma_cm port %u\n", dev, (unsigned long long)(x->c.pool_size >> 20),
+		direct ? " by a dmabuf of the GPU's memory (GPUDirect RDMA: peers READ it "
+			 "with no copy)" : "",
 		rdma_grants(x->rdma), rdma_port(x->rdma));
 }
 
@@ -2306,6 +2308,13 @@ int xport_rdma(const struct xport *x, const char **device, const char **grants)
 	*device = rdma_device(x->rdma);
 	*grants = rdma_grants(x->rdma);
 	return 0;
+}
+
+int xport_rdma_gpudirect(const struct xport *x)
+{
+	const char *why;
+
+	return x->rdma && rdma_gpudirect(x->rdma, &why);
 }
 
 int xport_rdma_stage(const struct xport *x, uint64_t *size, uint64_t *used)

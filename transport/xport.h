@@ -52,8 +52,8 @@ struct xport_conf {
 	void *pool;                             /* what peers read from, and we into; NULL
 						 * with a pool_size: GPU memory */
 	uint64_t pool_size;
-	struct pool *stage_from;                /* a pool no RDMA device reads: its objects */
-	uint64_t stage_size;                    /* are READ from a copy (rdma.h), or NULL */
+	struct pool *stage_from;                /* a GPU pool: registered by dmabuf, or its */
+	uint64_t stage_size;                    /* objects READ from a copy (rdma.h); or NULL */
 	unsigned ping_ms, dead_ms, call_ms;     /* 0: 500, 3000, 5000 */
 };
 
@@ -122,6 +122,8 @@ int xport_peer_up(struct xport *x, int peer);
 /* This node's RDMA device and how it grants reads ("window" or "pool"):
  * 0, or -ENODEV if it moves no byte by RDMA. */
 int xport_rdma(const struct xport *x, const char **device, const char **grants);
+/* 1 if peers READ this node's GPU pool itself (GPUDirect RDMA), else 0. */
+int xport_rdma_gpudirect(const struct xport *x);
 /* The RDMA stage of a pool no device reads (rdma.h): its size and the
  * bytes grants hold.  0, or -ENODEV without one. */
 int xport_rdma_stage(const struct xport *x, uint64_t *size, uint64_t *used);

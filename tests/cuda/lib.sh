@@ -94,3 +94,25 @@ two_nodes() {
 	peers_up() { [ "$(health b "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
 	ok "a ($1) and b ($2) see each other" wait_until 10 peers_up
 }
+
+# rdma_pair IP: $T/omni.yaml for nodes a (stage "0") and b (stage "1")
+# on two free ports of IP, the address of an RDMA device's interface, and
+# a mounted with a host pool; the test mounts b with its GPU pool.
+rdma_pair() {
+	local pa pb
+	read -r pa pb < <(free_ports 2)
+	new_secret "$T/secret"
+	cat >"$T/omni.yaml" <<YAML
+secret_file: $T/secret
+readers: 0
+nodes:
+  a: { addr: $1:$pa, stages: ["0"] }
+  b: { addr: $1:$pb, stages: ["1"] }
+YAML
+	start_node a "config=$T/omni.yaml,node=a,pool=host:256MiB"
+}
+
+# peer_is NODE PEER TRANSPORT: NODE sees PEER up, moving bytes by TRANSPORT
+peer_is() {
+	[ "$(health "$1" "[p['state'] + ' ' + p['transport'] for p in d['peers'] if p['name'] == '$2'][0]")" = "up $3" ]
+}

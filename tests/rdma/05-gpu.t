@@ -1,7 +1,7 @@
 #!/bin/bash
 # 05-gpu.t - a node whose pool is GPU memory, with an RDMA device (SPEC §8,
-# README "GPU pools"): no RDMA device reads GPU memory here (no GPUDirect
-# RDMA), so that node reads its peers' objects by RDMA READs into
+# README "GPU pools"): rxe reads no GPU memory (it registers no dmabuf:
+# no GPUDirect RDMA), so that node reads its peers' objects by RDMA READs into
 # registered host memory and copies them into its pool, whole or streamed,
 # and its own objects are copied into its stage (page-locked host memory)
 # for its peers' READs, or go over TCP with rdma_stage=0; its log says
@@ -21,7 +21,7 @@ node a
 node b pool=cuda:0:256MiB,rdma_stage=64MiB
 ok "b reads a's objects by rdma" wait_until 20 peer_is b a rdma
 ok "a reads b's by rdma too" wait_until 20 peer_is a b rdma
-ok "b's log says how" grep -q "the pool is GPU memory, which no RDMA device reads here (no GPUDirect RDMA): a peer's read of it is copied into a 64 MiB stage" "$T/b.log"
+ok "b's log says how" grep -q "the pool is GPU memory, which rxe0 does not READ (no GPUDirect RDMA: .*): a peer's read of it is copied into a 64 MiB stage" "$T/b.log"
 is "$(health b "d.get('rdma_grants'), d['pool']['gpudirect'], d['rdma_stage']['size']")" \
    "window False 67108864" "b's health: it grants windows over its stage, no GPUDirect"
 
@@ -46,7 +46,7 @@ ok "... which goes with the read's lease" wait_until 10 stage_used
 stop_node b
 node b pool=cuda:0:256MiB,rdma_stage=0
 ok "with rdma_stage=0, a reads b's over tcp" wait_until 20 peer_is a b tcp
-ok "... and b's log says why" grep -q "no GPUDirect RDMA), and there is no stage (rdma_stage=0)" "$T/b.log"
+ok "... and b's log says why" grep -q "(no GPUDirect RDMA: .*), and there is no stage (rdma_stage=0)" "$T/b.log"
 cp "$T/z" "$T/b/1/0/z2"
 ok "b's object reads byte-exact on a" cmp "$T/z" "$T/a/1/0/z2"
 is "$(stat_of a bytes_pulled_tcp)" 3000007 "... over TCP"

@@ -161,6 +161,11 @@ static void test_backend_copies(void)
 	ok(!pool_write(p, 0, in, 0) && !pool_read(p, 0, out, 0), "0 bytes move nothing");
 	ok(!pool_sync(p), "pool_sync has nothing to wait for");
 	is(pool_ipc(p, &dev, h), -ENOTSUP, "no IPC handle: not GPU memory");
+	int fd = -1;
+	uint64_t addr = 0;
+	is(pool_dmabuf(p, &fd, &addr, err, sizeof(err)), -ENOTSUP,
+	   "no dmabuf: RDMA registers host memory as it is (%s)", err);
+	ok(fd == -1 && addr == 0, "... and nothing is given back");
 	pool_destroy(p);
 }
 
