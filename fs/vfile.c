@@ -60,6 +60,7 @@ static char *render_health(const struct vfile_ctx *c)
 	if (pool_cpu(c->pool)) {
 		json_object_object_add(pool, "shared", json_object_new_boolean(u.shared));
 		json_object_object_add(pool, "huge_pages", json_object_new_boolean(u.huge));
+		json_object_object_add(pool, "warming", json_object_new_boolean(u.warming));
 	} else {                        /* GPU memory */
 		unsigned char handle[POOL_IPC_BYTES];
 		int dev;

@@ -19,6 +19,12 @@ ok "health: the pool is shared, with huge pages as the kernel counts them" $PY -
 import json; d = json.load(open('$M/.omni/health'))['pool']
 kb = [int(l.split()[1]) for l in open('/proc/${NODE_PID[a]}/smaps_rollup') if l.startswith('ShmemPmdMapped:')]
 assert d['shared'] is True and d['huge_pages'] == (kb[0] << 10 >= d['size'] // 2), (d, kb)"
+# Its pages' first touches are made in the background (README, "Mounting"):
+# the whole 32 MiB, by a thread that then ends.
+warm_done() { [ "$(health a "d['pool']['warming']")" = False ] &&
+	! grep -qx omni-warm /proc/"${NODE_PID[a]}"/task/*/comm; }
+ok "the pool is warmed by a thread of its own, which ends; health stops saying warming" \
+	wait_until 20 warm_done
 ok "stats are 'name: value' lines" $PY -c "
 import re; lines = open('$M/.omni/stats').read().splitlines()
 assert lines and all(re.fullmatch(r'[a-z_]+: \d+', l) for l in lines), lines"
