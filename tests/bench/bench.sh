@@ -25,6 +25,7 @@ fusermount3 -u "$T/ceil"
 
 "$B/omnifs" -f -o pool=host:$((BIG_MIB * 2 + 256))M,readers=0 "$T/omni" 2>"$T/omni.log" & MNTS+=("$T/omni")
 wait_mount "$T/omni" || { cat "$T/omni.log"; exit 1; }
+WARM1=$(warmed "$T/omni")
 O=$T/omni/bench/out
 
 printf '\nceilings, this machine, this run (GiB/s):\n'
@@ -35,6 +36,8 @@ printf '  %-34s %7.2f write %7.2f read\n' "FUSE ceiling, dd bs=1M, $BIG_MIB MiB"
 # cores in a VM whose idle vCPUs halt each one is a trip through the host.
 printf '  %-34s %7.1f us same core %s\n' "wake-up round trip, pipe" "$WAKE_SAME" \
 	"$(awk -v o="$WAKE_OTHER" 'BEGIN { if (o > 0) printf "%7.1f us across cores", o; else print "(one core)" }')"
+printf '  %-34s %7.1f s after the mount (the pool'"'"'s first touches, at idle priority; waited for)\n' \
+	"$((BIG_MIB * 2 + 256)) MiB pool warm" "$WARM1"
 
 printf '\nomnifs, dd bs=1M, write = create..publish, read = open..close (GiB/s, and as %% of memcpy / tmpfs / FUSE):\n'
 for mib in 1 64 "$BIG_MIB"; do
@@ -98,6 +101,7 @@ for n in a b; do
 	wait_mount "$T/$n" || { cat "$T/$n.log"; exit 1; }
 done
 for _ in $(seq 500); do grep -q '"state":"up"' "$T/b/.omni/health" && grep -q '"state":"up"' "$T/a/.omni/health" && break; sleep 0.02; done
+WARM2=$(warmed "$T/a" "$T/b")
 
 # remote_read MIB: "best lowest" GiB/s of dd on b reading a fresh object a
 # wrote, over ROUNDS
@@ -110,6 +114,7 @@ remote_read() {
 	done | best_low
 }
 printf '\ncluster over loopback TCP (GiB/s, best of %s, and as %% of the TCP ceiling; the lowest of the %s says how steady the machine was):\n' "$ROUNDS" "$ROUNDS"
+printf '  %-34s %7.1f s after the mounts (waited for)\n' "both pools warm, $((BIG_MIB + 256)) MiB each" "$WARM2"
 printf '  %-34s %7.2f         lowest %5.2f\n' "TCP ceiling, one stream, $BIG_MIB MiB" "$TCP" "$TCPLO"
 printf '  %-34s %7.2f %s   lowest %5.2f\n' "the read's 3 copies, plain program" "$COPIES" "$(ratio "$COPIES" "$TCP")" "$COPIESLO"
 for mib in 64 "$BIG_MIB"; do

@@ -49,6 +49,7 @@ for spec in pinned:pinned:1200M cuda:cuda:0:1200M; do
 	"$B/omnifs" -f -o "pool=${spec#*:},readers=0" "$T/$name" 2>"$T/$name.log" & MNTS+=("$T/$name")
 	wait_mount "$T/$name" || { cat "$T/$name.log"; exit 1; }
 done
+warmed "$T/pinned" >/dev/null
 read -r PW PR < <(write_read "$T/pinned/0/1" big 1024)
 read -r CW CR < <(write_read "$T/cuda/0/1" big 1024)
 

@@ -22,6 +22,16 @@ for s in ss: s.bind((sys.argv[2], 0))
 print(*[s.getsockname()[1] for s in ss])' "$1" "${2-127.0.0.1}"
 }
 wait_mount() { for _ in $(seq 500); do grep -q " $1 " /proc/mounts && return 0; sleep 0.02; done; return 1; }
+# warmed MNT...: seconds from now until every MNT's pool has had its first
+# touches (README, "Mounting"), so that no figure after includes them
+warmed() {
+	local t0 m
+	t0=$(date +%s%N)
+	for m; do
+		for _ in $(seq 1200); do grep -q '"warming":true' "$m/.omni/health" || break; sleep 0.1; done
+	done
+	awk -v d=$(( $(date +%s%N) - t0 )) 'BEGIN { printf "%.1f", d / 1e9 }'
+}
 best() { sort -g | tail -1; }
 # best_low: "best lowest" - the lowest says how noisy the machine was
 best_low() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print hi, lo }'; }

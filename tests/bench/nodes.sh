@@ -28,6 +28,7 @@ cluster() {
 		MNTS+=("$T/$n/n$i")
 		wait_mount "$T/$n/n$i" || { cat "$T/$n/n$i.log"; exit 1; }
 	done
+	warmed $(for i in $(seq 0 $((n - 1))); do echo "$T/$n/n$i"; done) >/dev/null
 	for _ in $(seq 500); do
 		[ "$(grep -o '"state":"up"' "$T/$n/n0/.omni/health" | wc -l)" = $((n - 1)) ] && return 0
 		sleep 0.02

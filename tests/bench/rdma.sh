@@ -78,6 +78,7 @@ YAML
 	start a "pool=host:640MiB${2:+,$2}"
 	start b pool=host:192MiB
 	up b "$1" || { echo "b never saw a by $1"; cat "$T/b.log"; exit 1; }
+	warmed "$T/a" "$T/b" >/dev/null        # their first touches count in no CPU figure
 }
 cpu_ms() { awk '{ print ($14 + $15) * 10 }' "/proc/$1/stat"; }    # utime+stime, 100 Hz ticks
 # remote_read MIB: "MiB/s owner_ms reader_ms lowest", the best of ROUNDS,
