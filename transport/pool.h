@@ -2,9 +2,11 @@
  *
  * The region is allocated once at start (page-aligned, pre-faulted, locked
  * where the limit allows) so that it can be registered with an RDMA device
- * once and so that no object ever pays for page faults.  Objects take extents
- * of it; an extent can grow in place when the space after it is free, which
- * keeps a sequentially written object in one or very few extents.
+ * once and so that no object ever pays for page faults; a thread of idle
+ * priority then makes each page's first touches (pool.c says why).
+ * Objects take extents of it; an extent can grow in place when the space
+ * after it is free, which keeps a sequentially written object in one or
+ * very few extents.
  *
  * All functions are thread-safe.  Offsets are byte offsets into the region.
  */
