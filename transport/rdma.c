@@ -338,7 +338,8 @@ const char *rdma_stage_why(const struct rdma *rd)
 
 int rdma_gpudirect(const struct rdma *rd, const char **why)
 {
-	*why = rd->gpudirect_why[0] ? rd->gpudirect_why : NULL;
+	if (why)
+		*why = rd->gpudirect_why[0] ? rd->gpudirect_why : NULL;
 	return rd->gpudirect;
 }
 

@@ -85,7 +85,8 @@ int rdma_stage(const struct rdma *rd, uint64_t *size, uint64_t *used);
 /* Why the stage conf asked for could not be made (one line), or NULL. */
 const char *rdma_stage_why(const struct rdma *rd);
 /* 1: peers READ the GPU pool conf->stage_from itself (GPUDirect RDMA);
- * 0: they do not, *why says why (NULL when the pool is no GPU's). */
+ * 0: they do not, and *why (if why) says why (NULL when the pool is no
+ * GPU's). */
 int rdma_gpudirect(const struct rdma *rd, const char **why);
 
 /* ---- the reader's side (rdma_read.c) ---- */

@@ -2312,9 +2312,7 @@ int xport_rdma(const struct xport *x, const char **device, const char **grants)
 
 int xport_rdma_gpudirect(const struct xport *x)
 {
-	const char *why;
-
-	return x->rdma && rdma_gpudirect(x->rdma, &why);
+	return x->rdma && rdma_gpudirect(x->rdma, NULL);
 }
 
 int xport_rdma_stage(const struct xport *x, uint64_t *size, uint64_t *used)

@@ -234,8 +234,6 @@ static void test_bounce(void)
 	pool_destroy(p);
 }
 
-/* Without the NVIDIA driver, a pinned or device pool is refused with a
- * reason that names the option (tests/cuda runs them where there is one). */
 /* This process's threads named omni-warm, and how many of them run at
  * idle priority. */
 static int warm_threads(int *idle)
@@ -300,6 +298,8 @@ static void test_warm(void)
 	is(warm_threads(&idle), 0, "destroyed at once, a pool takes its warming thread with it");
 }
 
+/* Without the NVIDIA driver, a pinned or device pool is refused with a
+ * reason that names the option (tests/cuda runs them where there is one). */
 static void test_gpu_pools(void)
 {
 	struct pool_spec specs[] = { { POOL_PINNED, 0, 1 << 20 }, { POOL_CUDA, 0, 1 << 20 } };
