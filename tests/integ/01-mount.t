@@ -13,18 +13,19 @@ assert d['node'] == 'alpha' and d['version'] and d['peers'] == []
 assert d['pool']['kind'] == 'host' and d['pool']['size'] == 32 << 20
 assert d['pool']['used'] + d['pool']['free'] == d['pool']['size']
 assert d['objects'] == 0 and d['inflight'] == 0"
-# The pool is a file that workers map (README, "Same-node hand-over"), and
-# has huge pages or not as the kernel counts them.
-ok "health: the pool is shared, with huge pages as the kernel counts them" $PY -c "
-import json; d = json.load(open('$M/.omni/health'))['pool']
-kb = [int(l.split()[1]) for l in open('/proc/${NODE_PID[a]}/smaps_rollup') if l.startswith('ShmemPmdMapped:')]
-assert d['shared'] is True and d['huge_pages'] == (kb[0] << 10 >= d['size'] // 2), (d, kb)"
 # Its pages' first touches are made in the background (README, "Mounting"):
 # the whole 32 MiB, by a thread that then ends.
 warm_done() { [ "$(health a "d['pool']['warming']")" = False ] &&
 	! grep -qx omni-warm /proc/"${NODE_PID[a]}"/task/*/comm; }
 ok "the pool is warmed by a thread of its own, which ends; health stops saying warming" \
 	wait_until 20 warm_done
+# The pool is a file that workers map (README, "Same-node hand-over"), and
+# once warm has huge pages or not as the kernel counts them (warming
+# collapses it into them where the kernel can).
+ok "health: the pool is shared, with huge pages as the kernel counts them" $PY -c "
+import json; d = json.load(open('$M/.omni/health'))['pool']
+kb = [int(l.split()[1]) for l in open('/proc/${NODE_PID[a]}/smaps_rollup') if l.startswith('ShmemPmdMapped:')]
+assert d['shared'] is True and d['huge_pages'] == (kb[0] << 10 >= d['size'] // 2), (d, kb)"
 ok "stats are 'name: value' lines" $PY -c "
 import re; lines = open('$M/.omni/stats').read().splitlines()
 assert lines and all(re.fullmatch(r'[a-z_]+: \d+', l) for l in lines), lines"
