@@ -3,6 +3,7 @@ which mounts OMNI_ONE alone and OMNI_B + OMNI_C as a two-node cluster:
 b hosts stage 0, c stages 1 and 2)."""
 import contextlib
 import errno
+import gc
 import logging
 import os
 import re
@@ -706,6 +707,7 @@ def test_the_pool_is_mapped_once_and_copies_are_memmoves(monkeypatch):
     m.put("0", "1", k, [data[:7], data[7:]], readers=0)   # an odd first piece
     pool = m._pool[1]
     assert pool is not None, "mapped"
+    assert pool.addr % (2 << 20) == 0, "at a multiple of 2 MiB, as the daemon maps it"
     assert bytes(m.get("0", "1", k, timeout=5)) == data
     assert m._pool[1] is pool, "once"
     assert counters(ONE) == (g0 + 1, p0 + 1), "both went direct"
@@ -718,6 +720,11 @@ def test_the_pool_is_mapped_once_and_copies_are_memmoves(monkeypatch):
     assert pool.local([(pool.base + pool.size - 1, 2)]) is None, "nor after it"
     m.close()
     assert m._pool is None, "close lets the mapping go"
+    at = "%x-" % pool.addr
+    del pool, pl
+    gc.collect()
+    with open("/proc/self/maps") as f:
+        assert not any(line.startswith(at) for line in f), "unmapped once nothing holds it"
     m.remove("0", "1", k)
 
 

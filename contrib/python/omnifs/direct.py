@@ -21,6 +21,7 @@ import mmap
 import os
 import stat
 import struct
+import weakref
 
 from . import ioctl
 
@@ -63,6 +64,10 @@ def _libc():
             f.argtypes = [ctypes.c_int, ctypes.POINTER(_iovec), ctypes.c_ulong,
                           ctypes.POINTER(_iovec), ctypes.c_ulong, ctypes.c_ulong]
             f.restype = ctypes.c_ssize_t
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]
+        libc.mmap.restype = ctypes.c_void_p
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         return libc
     except (OSError, AttributeError):
         return None
@@ -157,16 +162,14 @@ class Pool:
         finally:
             os.close(p)
         try:
-            self._mm = mmap.mmap(f, self.size + 8)
+            self.addr = _map_huge(f, self.size + 8)
         finally:
             os.close(f)
-        if struct.unpack_from("<Q", self._mm, self.size)[0] != self.cookie:
-            self._mm.close()
+        # The mapping lives as long as this object: copies in flight hold
+        # it (Place.pool), so that it is never unmapped under them.
+        weakref.finalize(self, _LIBC.munmap, self.addr, self.size + 8)
+        if ctypes.c_uint64.from_address(self.addr + self.size).value != self.cookie:
             raise OSError(errno.ESTALE, "omnifs: not the daemon's pool")
-        # Holds the mapping while this object lives: copies in flight keep
-        # it, so that it is never unmapped under them.
-        self._anchor = ctypes.c_char.from_buffer(self._mm)
-        self.addr = ctypes.addressof(self._anchor)
 
     def local(self, pairs):
         """(addr, len) pieces of the daemon's as this process's addresses,
@@ -178,6 +181,33 @@ class Pool:
                 return None
             out.append((self.addr + off, n))
         return out
+
+
+_MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS, _MAP_NORESERVE = 1, 2, 0x10, 0x20, 0x4000
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _map_huge(fd, length):
+    """Maps fd's first length bytes, shared, at a multiple of 2 MiB as the
+    daemon does: the pool's huge pages are then mapped whole here too,
+    where elsewhere each 4 KiB page of them is mapped (and, in a VM that
+    shadows page tables, trapped on) by itself.  The address, or OSError."""
+    span = length + _HUGE
+    room = _LIBC.mmap(None, span, 0, _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
+    if room in (None, _MAP_FAILED):
+        raise OSError(ctypes.get_errno(), "omnifs: no room to map the pool")
+    at = -(-room // _HUGE) * _HUGE
+    if _LIBC.mmap(at, length, mmap.PROT_READ | mmap.PROT_WRITE, _MAP_SHARED | _MAP_FIXED,
+                  fd, 0) != at:
+        e = ctypes.get_errno()
+        _LIBC.munmap(room, span)
+        raise OSError(e, "omnifs: cannot map the pool")
+    end = at + -(-length // _PAGE) * _PAGE
+    if at > room:
+        _LIBC.munmap(room, at - room)
+    if room + span > end:
+        _LIBC.munmap(end, room + span - end)
+    return at
 
 
 def available():
