@@ -36,8 +36,8 @@ printf '  %-34s %7.2f write %7.2f read\n' "FUSE ceiling, dd bs=1M, $BIG_MIB MiB"
 # cores in a VM whose idle vCPUs halt each one is a trip through the host.
 printf '  %-34s %7.1f us same core %s\n' "wake-up round trip, pipe" "$WAKE_SAME" \
 	"$(awk -v o="$WAKE_OTHER" 'BEGIN { if (o > 0) printf "%7.1f us across cores", o; else print "(one core)" }')"
-printf '  %-34s %7.1f s after the mount (the pool'"'"'s first touches, at idle priority; waited for)\n' \
-	"$((BIG_MIB * 2 + 256)) MiB pool warm" "$WARM1"
+printf '  %-34s %7.1f s after the mount (its warming, README "Mounting"; waited for), %s\n' \
+	"$((BIG_MIB * 2 + 256)) MiB pool warm" "$WARM1" "$(huge "$T/omni")"
 
 printf '\nomnifs, dd bs=1M, write = create..publish, read = open..close (GiB/s, and as %% of memcpy / tmpfs / FUSE):\n'
 for mib in 1 64 "$BIG_MIB"; do
@@ -114,7 +114,8 @@ remote_read() {
 	done | best_low
 }
 printf '\ncluster over loopback TCP (GiB/s, best of %s, and as %% of the TCP ceiling; the lowest of the %s says how steady the machine was):\n' "$ROUNDS" "$ROUNDS"
-printf '  %-34s %7.1f s after the mounts (waited for)\n' "both pools warm, $((BIG_MIB + 256)) MiB each" "$WARM2"
+printf '  %-34s %7.1f s after the mounts (waited for), %s\n' "both pools warm, $((BIG_MIB + 256)) MiB each" "$WARM2" \
+	"$(huge "$T/a"), $(huge "$T/b")"
 printf '  %-34s %7.2f         lowest %5.2f\n' "TCP ceiling, one stream, $BIG_MIB MiB" "$TCP" "$TCPLO"
 printf '  %-34s %7.2f %s   lowest %5.2f\n' "the read's 3 copies, plain program" "$COPIES" "$(ratio "$COPIES" "$TCP")" "$COPIESLO"
 for mib in 64 "$BIG_MIB"; do

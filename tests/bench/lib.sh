@@ -32,6 +32,8 @@ warmed() {
 	done
 	awk -v d=$(( $(date +%s%N) - t0 )) 'BEGIN { printf "%.1f", d / 1e9 }'
 }
+# huge MNT: whether MNT's pool is mapped with huge pages, as its health says
+huge() { grep -o '"huge_pages":[a-z]*' "$1/.omni/health" | sed 's/.*://; s/true/huge pages/; s/false/small pages/'; }
 best() { sort -g | tail -1; }
 # best_low: "best lowest" - the lowest says how noisy the machine was
 best_low() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print hi, lo }'; }
