@@ -530,9 +530,10 @@ void *pool_bounce(struct pool *p)
  * guest's memory (DAMON, every 500 ms here): clearing the accessed bits of
  * a gigabyte of small pages stalled this node's other core for 4-10 ms each
  * time, and a 4 KiB put with it.  Where a step will not collapse (a page
- * pinned for RDMA, an older kernel) its pages are touched both ways
- * instead, only reading, since objects are written meanwhile.  Elsewhere
- * it costs a copy of the pool, once. */
+ * pinned for RDMA, an older kernel, no huge page to be had) its pages are
+ * touched both ways instead, only reading, since objects are written
+ * meanwhile.  Without a hypervisor in the way, either costs about a copy
+ * of the pool, once. */
 #define POOL_WARM_STEP (2u << 20)
 
 /* Reads a byte of each page, then has the kernel copy them all into a
@@ -588,8 +589,8 @@ static void *pool_warm(void *arg)
 			collapsed = 1;
 			continue;
 		}
-		if (rc == -EINVAL || rc == -EPERM)
-			collapse = 0;   /* not this kernel, or not this thread */
+		if (rc == -EINVAL || rc == -EPERM || rc == -ENOMEM)
+			collapse = 0;   /* not this kernel or thread, or no huge page to have */
 		if (scratch < 0 || warm_range(p, scratch, off, len))
 			break;
 	}

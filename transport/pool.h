@@ -31,7 +31,7 @@ struct pool_usage {
 	unsigned fragments;     /* free fragments */
 	int locked;             /* 1 if mlock() succeeded */
 	int shared;             /* 1 if a file other processes map (pool_share) */
-	int huge;               /* 1 if most of it is mapped with huge pages */
+	int huge;               /* 1 if most of it is mapped with huge pages (warming may make them) */
 	int warming;            /* 1 while its pages' first touches are being made */
 };
 
