@@ -584,13 +584,15 @@ static void *pool_warm(void *arg)
 	}
 	for (uint64_t off = 0; off < p->size && !atomic_load(&p->warm_stop); off += POOL_WARM_STEP) {
 		size_t len = p->size - off < POOL_WARM_STEP ? p->size - off : POOL_WARM_STEP;
-		int rc = collapse && len == POOL_WARM_STEP ? collapse_step(p->base + off, len) : -1;
-		if (!rc) {
-			collapsed = 1;
-			continue;
+		if (collapse && len == POOL_WARM_STEP) {
+			int rc = collapse_step(p->base + off, len);
+			if (!rc) {
+				collapsed = 1;
+				continue;
+			}
+			if (rc == -EINVAL || rc == -EPERM || rc == -ENOMEM)
+				collapse = 0;   /* not this kernel or thread, or no huge page to have */
 		}
-		if (rc == -EINVAL || rc == -EPERM || rc == -ENOMEM)
-			collapse = 0;   /* not this kernel or thread, or no huge page to have */
 		if (scratch < 0 || warm_range(p, scratch, off, len))
 			break;
 	}

@@ -22,8 +22,8 @@ for s in ss: s.bind((sys.argv[2], 0))
 print(*[s.getsockname()[1] for s in ss])' "$1" "${2-127.0.0.1}"
 }
 wait_mount() { for _ in $(seq 500); do grep -q " $1 " /proc/mounts && return 0; sleep 0.02; done; return 1; }
-# warmed MNT...: seconds from now until every MNT's pool has had its first
-# touches (README, "Mounting"), so that no figure after includes them
+# warmed MNT...: seconds from now until every MNT's pool is warm (README,
+# "Mounting"), so that no figure after includes its warming
 warmed() {
 	local t0 m
 	t0=$(date +%s%N)

@@ -322,7 +322,8 @@ static void test_warm(void)
 	 * collapses a step. */
 	for (int i = 0; i < 1000 && (n = warm_threads(&idle)) == 0; i++)
 		usleep(1000);
-	ok(n == 1 && (idle == 1 || can), "one thread warms it, at idle priority or collapsing (%d threads, %d idle)", n, idle);
+	ok(n == 1 && (idle == 1 || can),
+	   "one thread warms it, at idle priority or collapsing (%d threads, %d idle)", n, idle);
 	base = pool_base(p);
 	for (uint64_t off = 0; off < big.size; off += 4096)
 		base[off] = (uint8_t)(off >> 12) | 1;
