@@ -166,8 +166,10 @@ def alloc(size, head):
     for raw bytes."""
     np = _numpy()
     if np is not None and _frames_array(head):
-        raw = np.empty(size + 4096, dtype=np.uint8)    # page-aligned, as the pool is
-        at = -raw.ctypes.data % 4096
+        align = direct.fresh_align(size)        # as fresh_bytearray's
+        raw = np.empty(size + 2 * align, dtype=np.uint8)
+        at = -raw.ctypes.data % align
+        direct.advise_huge(raw.ctypes.data + at, size, align)
         return raw[at:at + size]
     return direct.fresh_bytearray(size)
 
