@@ -68,14 +68,16 @@ def test_large_bytes_come_back_on_a_page(size, direct):
 
 
 def test_fresh_bytearrays_are_whole_writable_and_aligned_from_64_kib():
-    """On a page from 64 KiB, on a huge page beyond 4 MiB (whose first and
+    """On a page from 64 KiB, on a huge page beyond 32 MiB (whose first and
     last 2 MiB would otherwise be faulted in 4 KiB at a time)."""
     from omnifs import direct
-    for size in (0, 1, (64 << 10) - 1, 64 << 10, (3 << 20) + 5, 4 << 20, (6 << 20) + 5):
+    for size in (0, 1, (64 << 10) - 1, 64 << 10, (3 << 20) + 5, 32 << 20, (33 << 20) + 5):
         b = direct.fresh_bytearray(size)
         assert type(b) is bytearray and len(b) == size
         if size >= 64 << 10:
-            assert address(b) % (2 << 20 if size > 4 << 20 else 4096) == 0, size
+            assert address(b) % (2 << 20 if size > 32 << 20 else 4096) == 0, size
+        if size <= 32 << 20:    # no more than a page or two over: malloc's heap keeps it
+            assert sys.getsizeof(b) < size + (64 << 10), size
         b[:] = b"\x5a" * size
         b.extend(b"tail")
         assert b[:size] == b"\x5a" * size and b[size:] == b"tail"
@@ -850,10 +852,10 @@ def test_arrays_come_back_aligned_over_their_own_buffer(one):
 
 
 def test_large_get_buffers_start_on_a_huge_page():
-    """codec.alloc, arrays and bytes alike: on a page, and beyond 4 MiB on a
-    huge page, so that no 4 KiB page of them is faulted in by itself."""
+    """codec.alloc, arrays and bytes alike: on a page, and beyond 32 MiB on
+    a huge page, so that no 4 KiB page of them is faulted in by itself."""
     head = codec._header({"k": "numpy", "d": "<f2", "s": [1]})
-    for size, align in ((1 << 20, 4096), ((6 << 20) + 6, 2 << 20)):
+    for size, align in ((1 << 20, 4096), ((33 << 20) + 6, 2 << 20)):
         a = codec.alloc(size, head)
         assert isinstance(a, np.ndarray) and len(a) == size and a.ctypes.data % align == 0
         b = codec.alloc(size, b"raw bytes")

@@ -91,18 +91,23 @@ _BYTEARRAY = _bytearray_api()
 _PAGE = 4096
 _ALIGN_MIN = 64 << 10
 _HUGE = 2 << 20
+_MALLOC_MAP_MAX = 32 << 20    # glibc's DEFAULT_MMAP_THRESHOLD_MAX, 64-bit
 MADV_HUGEPAGE = 14
 MADV_POPULATE_WRITE = 23    # Linux 5.14
 
 
 def fresh_align(size):
     """Where a fresh buffer of size bytes that a get fills should start: on
-    a page, and, beyond 4 MiB, on a huge page, so that every page of it
+    a page, and, beyond 32 MiB, on a huge page, so that every page of it
     can be huge.  Allocate 2 * this more than size to have room for it.
     Started on a mere page, the buffer's first and last 2 MiB are faulted
     in 4 KiB at a time: 512 faults, which took 11 ms of a fresh 64 MiB
-    copy in this VM (20 ms against 9)."""
-    return _HUGE if size > 2 * _HUGE else _PAGE
+    copy in this VM (20 ms against 9).  Up to 32 MiB (glibc's highest
+    threshold for mapping an allocation by itself), malloc hands out
+    memory that an earlier buffer as large left in the heap, faulted in
+    already: 4 MiB more would push a 30 MiB buffer out of it, onto fresh
+    pages (2.3 ms to fill it became 9)."""
+    return _HUGE if size > _MALLOC_MAP_MAX else _PAGE
 
 
 def advise_huge(at, size, align):
@@ -120,7 +125,7 @@ def advise_huge(at, size, align):
 
 def fresh_bytearray(size):
     """A bytearray of size bytes that the caller will overwrite whole: its
-    bytes start on a page (on a huge page beyond 4 MiB: fresh_align), and lie
+    bytes start on a page (on a huge page beyond 32 MiB: fresh_align), and lie
     over huge pages where the kernel gives them.  A kernel copy into memory
     that is not aligned within a cache line as its source is runs at half
     speed here (rep movsb): a 256 MiB read through FUSE took 246-274 ms
