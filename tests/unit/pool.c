@@ -97,7 +97,7 @@ static void test_copy_nocache(void)
 	for (size_t i = 0; i < N; i++)
 		src[i] = (uint8_t)(i * 131 + 7);
 	for (size_t l = 0; l < sizeof(lens) / sizeof(*lens); l++)
-		for (size_t da = 0; da < 17; da++)
+		for (size_t da = 0; da < 65; da++)     /* the head runs to a line */
 			for (size_t sa = 0; sa < 3; sa++, cases++) {
 				memset(dst, 0xee, N + 64);
 				memset(want, 0xee, N + 64);
