@@ -14,15 +14,22 @@
  * before each write, as between real requests, so that no thread is still
  * spinning from the last one (the writer's check that the reader waits
  * comes before the idle time, not after).  HANDOFF_NAME ("h") is the
- * keys' prefix, so that a second run can use the same directory. */
+ * keys' prefix, so that a second run can use the same directory.
+ * HANDOFF_SMALL=1 makes each side one ioctl on its edge directory
+ * (OMNIFS_IOC_PUT and OMNIFS_IOC_GET, fs/direct.h), what the Python
+ * module does for small objects: the connector's hand-off without its
+ * Python, so that the two figures side by side say what Python costs. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "../../fs/direct.h"
 
 static long long now_ns(void)
 {
@@ -58,20 +65,55 @@ static const char *name(void)
 	return s && *s ? s : "h";
 }
 
+static int small(void)
+{
+	const char *s = getenv("HANDOFF_SMALL");
+	return s && *s == '1';
+}
+
+/* The request for key: the header, then the key's bytes; its size. */
+static size_t small_request(char *buf, const char *key, uint64_t size, int64_t wait_ms)
+{
+	struct omnifs_small s = { .magic = OMNIFS_SMALL_MAGIC, .key_len = (uint32_t)strlen(key),
+				  .size = size, .readers = -1, .wait_ms = wait_ms };
+
+	memcpy(buf, &s, sizeof(s));
+	memcpy(buf + sizeof(s), key, s.key_len);
+	return sizeof(s) + s.key_len;
+}
+
+/* One GET of dir/key into buf: the object's size, or -1. */
+static ssize_t small_get(int dfd, const char *key, char *buf)
+{
+	struct omnifs_small s;
+
+	small_request(buf, key, 0, 60000);
+	if (ioctl(dfd, OMNIFS_IOC_GET(OMNIFS_SMALL_MAX), buf) < 0)
+		return -1;
+	memcpy(&s, buf, sizeof(s));
+	return (ssize_t)s.size;
+}
+
 static void reader(const char *dir, int n, ssize_t size, int ready, int done)
 {
 	static char buf[65536];
+	int dfd = small() ? open(dir, O_RDONLY | O_DIRECTORY) : -1;
+
 	for (int i = 0; i < n; i++) {
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/%s%d", dir, name(), i);
 		if (write(ready, "r", 1) != 1)
 			_exit(1);
-		int fd = open(path, O_RDONLY);
 		ssize_t got = 0, r;
-		while (fd >= 0 && (r = read(fd, buf, sizeof(buf))) > 0)
-			got += r;
-		if (fd >= 0)
-			close(fd);
+		if (dfd >= 0) {
+			got = small_get(dfd, strrchr(path, '/') + 1, buf);
+		} else {
+			int fd = open(path, O_RDONLY);
+			while (fd >= 0 && (r = read(fd, buf, sizeof(buf))) > 0)
+				got += r;
+			if (fd >= 0)
+				close(fd);
+		}
 		long long t = now_ns();
 		if (got != size)
 			t = -1;
@@ -152,8 +194,15 @@ int main(int argc, char **argv)
 	char *data = size > 0 ? malloc((size_t)size) : NULL;
 	unsigned idle = idle_us();
 
+	static char req[OMNIFS_SMALL_MAX];
+	int dfd = small() ? open(dir, O_RDONLY | O_DIRECTORY) : -1;
+
 	if (!lat || !data || n <= 0)
 		return fprintf(stderr, "handoff: bad N or SIZE\n"), 2;
+	if (small() && (dfd < 0 || sizeof(struct omnifs_small) + strlen(name()) + 12 + (size_t)size >
+			OMNIFS_SMALL_MAX))
+		return fprintf(stderr, "handoff: HANDOFF_SMALL needs an edge directory and SIZE "
+			       "under 16 KiB\n"), 2;
 	memset(data, 'h', (size_t)size);
 	if (pipe(rp) || pipe(dp))
 		return 1;
@@ -170,9 +219,16 @@ int main(int argc, char **argv)
 			usleep(idle);
 		snprintf(path, sizeof(path), "%s/%s%d", dir, name(), i);
 		long long t0 = now_ns();
-		int fd = open(path, O_CREAT | O_WRONLY, 0644);
-		if (fd < 0 || write(fd, data, (size_t)size) != size || close(fd))
-			return perror(path), 1;
+		if (dfd >= 0) {
+			size_t at = small_request(req, strrchr(path, '/') + 1, (uint64_t)size, 0);
+			memcpy(req + at, data, (size_t)size);
+			if (ioctl(dfd, OMNIFS_IOC_PUT(at + (size_t)size), req) < 0)
+				return perror(path), 1;
+		} else {
+			int fd = open(path, O_CREAT | O_WRONLY, 0644);
+			if (fd < 0 || write(fd, data, (size_t)size) != size || close(fd))
+				return perror(path), 1;
+		}
 		if (read(dp[0], &t1, sizeof(t1)) != sizeof(t1) || t1 < 0)
 			return fprintf(stderr, "reader failed at %d\n", i), 1;
 		lat[i] = t1 - t0;
