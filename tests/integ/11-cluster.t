@@ -115,21 +115,25 @@ no_waits() { [ "$(stat_of a peer_waits)" = 0 ]; }
 ok "... and its wait on a, run out, is not counted by peer_waits any more" wait_until 2 no_waits
 # An open answered from the network wakes the node's FUSE leader to poll
 # for the read that follows (spin_us): the polling ends, and an idle
-# daemon costs under 1% of a core (3 of the kernel's 100 Hz ticks in 3 s).
-ticks() { awk '{ print $14 + $15 }' "/proc/${NODE_PID[$1]}/stat"; }
+# daemon costs under 1% of a core (30 ms of CPU in 3 s).  Its time comes
+# from the scheduler's clock (schedstat, every thread's ns on a CPU), not
+# from the 100 Hz ticks of /proc/PID/stat: a thread that runs for a few
+# microseconds at a time is charged a whole tick whenever one falls then,
+# and a sanitizer build was, now and then, 4 ticks in 3 s.
+cpu_ms() { cat "/proc/${NODE_PID[$1]}"/task/*/schedstat | awk '{ ns += $1 } END { printf "%d", ns / 1e6 }'; }
 # A young daemon touches its pool's first pages once, at idle priority
 # (README, "Mounting"): that work is done before the window opens.
 warm() { local n; for n; do [ "$(health "$n" "d['pool']['warming']")" = False ] || return 1; done; }
 wait_until 30 warm a b c
-idle_ticks() {
+idle_ms() {     # idle_ms NODE...: each one's ms of CPU in the next 3 s
 	local n before=() i=0
-	for n in a b c; do before+=("$(ticks $n)"); done
+	for n; do before+=("$(cpu_ms $n)"); done
 	sleep 3         # the window measured, not a wait for something
-	for n in a b c; do printf '%s ' "$(( $(ticks $n) - before[i++] ))"; done
+	for n; do printf '%s ' "$(( $(cpu_ms $n) - before[i++] ))"; done
 }
-used=$(idle_ticks)
-ok "... then, idle, each daemon uses under 1% of a core (ticks in 3 s: $used)" \
-	awk -v u="$used" 'BEGIN { n = split(u, t, " "); for (i = 1; i <= n; i++) if (t[i] > 3) exit 1 }'
+under_1pc() { awk -v u="$1" 'BEGIN { n = split(u, t, " "); for (i = 1; i <= n; i++) if (t[i] > 30) exit 1 }'; }
+used=$(idle_ms a b c)
+ok "... then, idle, each daemon uses under 1% of a core (ms of CPU in 3 s: $used)" under_1pc "$used"
 
 # --- cluster-wide ls -l, xattrs, rm, O_EXCL --------------------------------
 head -c 777 /dev/urandom >"$T/a/0/9/fromA"
@@ -299,16 +303,9 @@ a_sees_c_down() { peers_up a 1; }
 wait_until 10 a_sees_c_down
 # A peer that refuses connections is dialed once a ping round (0.5 s),
 # not in a loop: a and b, idle, still use under 1% of a core.
-ab_ticks() {
-	local a0 b0
-	a0=$(ticks a) b0=$(ticks b)
-	sleep 3         # the window measured, not a wait for something
-	echo "$(( $(ticks a) - a0 )) $(( $(ticks b) - b0 ))"
-}
 wait_until 30 warm a b
-used=$(ab_ticks)
-ok "with c down, a and b, idle, each use under 1% of a core (ticks in 3 s: $used)" \
-	awk -v u="$used" 'BEGIN { n = split(u, t, " "); for (i = 1; i <= n; i++) if (t[i] > 3) exit 1 }'
+used=$(idle_ms a b)
+ok "with c down, a and b, idle, each use under 1% of a core (ms of CPU in 3 s: $used)" under_1pc "$used"
 is "$(clean_req a r8)" "1 1" "a cleanup while c is down removes a's object and says one node missed"
 PYTHONPATH="$SRC/contrib/python" $SYSPY -c 'import omnifs, sys
 m = omnifs.Mount(sys.argv[1])
