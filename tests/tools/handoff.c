@@ -18,7 +18,7 @@
  * HANDOFF_SMALL=1 makes each side one ioctl on its edge directory
  * (OMNIFS_IOC_PUT and OMNIFS_IOC_GET, fs/direct.h), what the Python
  * module does for small objects: the connector's hand-off without its
- * Python, so that the two figures side by side say what Python costs. */
+ * Python, so that the kernel's and the daemon's share of it shows. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
