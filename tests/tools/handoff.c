@@ -99,6 +99,8 @@ static void reader(const char *dir, int n, ssize_t size, int ready, int done)
 	static char buf[65536];
 	int dfd = small() ? open(dir, O_RDONLY | O_DIRECTORY) : -1;
 
+	if (small() && dfd < 0)
+		_exit(1);       /* no plain reads instead: the writer sees it end */
 	for (int i = 0; i < n; i++) {
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/%s%d", dir, name(), i);
@@ -208,6 +210,8 @@ int main(int argc, char **argv)
 		return 1;
 	if (fork() == 0)
 		reader(rdir, n, size, rp[1], dp[1]);
+	close(rp[1]);           /* a reader that dies is then an end of file */
+	close(dp[1]);
 	for (int i = 0; i < n; i++) {
 		char c, path[4096];
 		long long t1;
