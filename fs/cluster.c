@@ -296,7 +296,7 @@ static int hook_fetch(void *ctx, int owner, uint64_t oid, uint64_t size,
 	return rc;
 }
 
-/* A stream's window: the bytes stay in cache for the reader (XPORT_CACHED). */
+/* A stream's window. */
 static int hook_pull(void *ctx, int owner, uint64_t oid, uint64_t lease, uint64_t off,
 		     uint64_t len, void *dst, void (*progress)(void *, uint64_t, int), void *arg)
 {
@@ -305,7 +305,7 @@ static int hook_pull(void *ctx, int owner, uint64_t oid, uint64_t lease, uint64_
 				 .lease = lease, .count = 1 };
 	struct iovec iov = { dst, len };
 
-	return xport_pull(cl->x, owner, &r, &iov, 1, XPORT_CACHED, progress, arg);
+	return xport_pull(cl->x, owner, &r, &iov, 1, 0, progress, arg);
 }
 
 static void hook_release(void *ctx, int owner, uint64_t lease)
@@ -394,7 +394,7 @@ int cluster_pull(struct cluster *cl, const struct cluster_piece *pc, size_t n)
 		struct xport_range r = { pc[i].oid, pc[i].off, pc[i].len, pc[i].stride, lease[i],
 					 pc[i].count };
 		if ((rc = xport_pull(cl->x, pc[i].owner, &r, pc[i].dst, pc[i].ndst,
-				     XPORT_CACHED | XPORT_CALLER_CHECKS, piece_progress, c))) {
+				     XPORT_CALLER_CHECKS, piece_progress, c))) {
 			free(c);
 			pthread_mutex_lock(&ps.lock);
 			ps.left--;

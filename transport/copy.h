@@ -1,16 +1,13 @@
 /* copy.h - a copy whose stores go around the cache.
  *
- * A fetch's bytes (a whole object pulled from a peer) are received into a
- * small buffer that stays in the core's cache, hashed there, and only
- * then stored into the pool.
- * Storing them with ordinary instructions would first read every target
- * line of the (cold, gigabyte-sized) pool into the cache, only to evict
- * it again: on the VM this was measured on, receiving straight into a
- * cold 1 GiB buffer moved 1.9-2.2 GiB/s, receiving into 256 KiB and
- * copying on with streaming stores 3.3-3.7 GiB/s.  The reader's read
- * fetches the bytes from memory either way.  The same holds for a view's
- * gather of short rows (fs/view.c): 112 MB of 512-byte rows took 20 ms
- * with memcpy and 10 ms streamed, on the same VM. */
+ * A view's gather of short rows (fs/view.c) stores each row with
+ * streaming stores: an ordinary store of a short row first reads its
+ * target lines into the cache, only to evict them again.  On the VM this
+ * was measured on, 112 MB of 512-byte rows took 20 ms with memcpy and
+ * 10 ms streamed.  (A fetch's bytes once took the same way, received
+ * into a small buffer and stored on around the cache; received straight
+ * into the pool they cost one copy less, and the reader right behind
+ * finds them in cache: transport/xport.c, land().) */
 #ifndef OMNI_COPY_H
 #define OMNI_COPY_H
 
@@ -69,12 +66,6 @@ static inline void copy_fence(void)
 #if defined(__SSE2__) && !defined(__SANITIZE_ADDRESS__)
 	_mm_sfence();
 #endif
-}
-
-static inline void copy_nocache(void *dst, const void *src, size_t n)
-{
-	copy_stream(dst, src, n);
-	copy_fence();
 }
 
 #endif

@@ -181,17 +181,13 @@ struct xport_range { uint64_t oid, off, len, stride, lease; uint32_t count; };
  * hash), or the owner's errno (ENOENT: gone).  Returns 0 or -EHOSTDOWN
  * (then progress is never called). */
 typedef void (*xport_progress_fn)(void *arg, uint64_t upto, int err);
-/* flags: by default the bytes are stored around the cache (copy.h), for
- * a fetch that someone reads later.  XPORT_CACHED: the caller reads them
- * as soon as they land (a view checks them, a stream hands them on), so
- * they stay in cache.  XPORT_CALLER_CHECKS: the caller checks the bytes
- * against sums of its own (a view: its shards' per-head sums), so a
- * transport that has no publish-time hash for an arbitrary range (RDMA)
- * need not; without it, a pull is of whole chunks (off a multiple of
- * PROTO_CHUNK, len too or up to the end).  dst must be pool memory or
- * from xport_buf_alloc.  Over RDMA, a pull names a lease. */
-#define XPORT_CACHED 1u
-#define XPORT_CALLER_CHECKS 2u
+/* flags: XPORT_CALLER_CHECKS: the caller checks the bytes against sums
+ * of its own (a view: its shards' per-head sums), so a transport that has
+ * no publish-time hash for an arbitrary range (RDMA) need not; without
+ * it, a pull is of whole chunks (off a multiple of PROTO_CHUNK, len too or
+ * up to the end).  dst must be pool memory or from xport_buf_alloc.  Over
+ * RDMA, a pull names a lease. */
+#define XPORT_CALLER_CHECKS 1u
 int xport_pull(struct xport *x, int peer, const struct xport_range *r,
 	       const struct iovec *dst, int ndst, unsigned flags,
 	       xport_progress_fn progress, void *arg);

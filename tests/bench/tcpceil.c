@@ -10,10 +10,10 @@
  * cold floor under a cold hand-off.
  *
  * tcpceil copies MIB - the copies a remote read makes, by a plain program:
- * one stream from a MIB buffer; the receiver takes RX_BOUNCE at a time,
- * hashes it and stores it around the cache into a second MIB buffer
- * (omnifs's pool), and a third thread copies each MiB out as it lands (the
- * FUSE reply into the reader's buffer).  No protocol, no FUSE: what is left
+ * one stream from a MIB buffer; the receiver reads it straight into a
+ * second MIB buffer (omnifs's pool), a MiB frame at a time, hashing what
+ * each read brought while it is in cache, and a third thread copies each
+ * MiB out as it lands (the FUSE reply into the reader's buffer).  No protocol, no FUSE: what is left
  * between this and omnifs is omnifs's own cost.  Prints GiB/s. */
 #define _GNU_SOURCE
 #include <netinet/in.h>
@@ -33,10 +33,7 @@
 #include <xxh_x86dispatch.h>
 #endif
 
-#include "../../transport/copy.h"
-
 #define CHUNK (1 << 20)
-#define RX_BOUNCE (256 << 10)   /* as transport/xport.c receives */
 
 static long long mib;
 
@@ -157,22 +154,21 @@ static void *copier(void *arg)
 /* Receives the stream into pool.dst as omnifs's receiver does. */
 static long long land(int s)
 {
-	static char body[RX_BOUNCE];
 	long long total = mib * CHUNK, got = 0;
 	XXH3_state_t st;
 	volatile XXH64_hash_t sink;
 
 	while (got < total) {
 		ssize_t k = 0, r;
-		while (k < RX_BOUNCE && (r = read(s, body + k, RX_BOUNCE - k)) > 0)
-			k += r;
-		if (k < RX_BOUNCE)
-			break;
 		XXH3_64bits_reset(&st);
-		XXH3_64bits_update(&st, body, (size_t)k);
+		while (k < CHUNK && (r = read(s, pool.dst + got + k, CHUNK - k)) > 0) {
+			XXH3_64bits_update(&st, pool.dst + got + k, (size_t)r);
+			k += r;
+		}
+		if (k < CHUNK)
+			break;
 		sink = XXH3_64bits_digest(&st);
 		(void)sink;
-		copy_nocache(pool.dst + got, body, (size_t)k);
 		pthread_mutex_lock(&pool.lock);
 		pool.landed = got += k;
 		pthread_cond_signal(&pool.cond);
