@@ -40,7 +40,8 @@ struct cluster {
 	/* Stages hosted, per peer index, and by this node. */
 	struct { const char (*stages)[NAME_STAGE_MAX + 1]; size_t n; } *hosts, self;
 	/* Fault injection for the tests: OMNIFS_TEST_CORRUPT sends chunks with
-	 * a wrong hash; OMNIFS_TEST_SERVE_DELAY_MS slows serving per chunk. */
+	 * a wrong hash; OMNIFS_TEST_SERVE_DELAY_MS slows serving per chunk
+	 * (OMNIFS_TEST_TRICKLE_MS, within each: the transport's). */
 	int corrupt;
 	unsigned delay_ms;
 	unsigned list_delay_ms;          /* tests: a listing answered late */
@@ -1273,7 +1274,8 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	struct xport_conf xc = { .self = c->self, .listen = listen, .peers = pc,
 				 .npeers = cl->npeers, .key = c->key, .mode = c->mode,
 				 .pool = c->pool ? pool_base(c->pool) : NULL, .pool_size = u.size,
-				 .dead_ms = c->dead_ms };
+				 .dead_ms = c->dead_ms,
+				 .trickle_ms = test_ms("OMNIFS_TEST_TRICKLE_MS") };
 	/* GPU memory is READ by GPUDirect RDMA where the transport can, else
 	 * from a copy in the stage.  A test stages a host pool's alike. */
 	if (c->pool && (!pool_cpu(c->pool) || (c->rdma_stage && getenv("OMNIFS_TEST_STAGE")))) {

@@ -311,6 +311,37 @@ static int hold_locked(struct xport_conn *c, const struct iovec *v, int n, size_
 	return 1;
 }
 
+/* A frame v[0, n) in 16 pieces, c->x->c.trickle_ms apart (tests: a link
+ * that stalls within frames), under c->send_lock. */
+static int send_trickled(struct xport_conn *c, struct iovec *v, int n)
+{
+	size_t total = 0, piece;
+	int rc = 0;
+
+	for (int i = 0; i < n; i++)
+		total += v[i].iov_len;
+	piece = total / 16 + 1;
+	while (!rc && n > 0) {
+		struct iovec part[3 + 64];
+		size_t len = 0;
+		int k = 0;
+		while (n > 0 && len < piece) {
+			size_t take = v->iov_len < piece - len ? v->iov_len : piece - len;
+			part[k++] = (struct iovec){ v->iov_base, take };
+			len += take;
+			v->iov_base = (char *)v->iov_base + take;
+			if (!(v->iov_len -= take)) {
+				v++;
+				n--;
+			}
+		}
+		rc = send_locked(c, part, k);
+		if (!rc && n > 0)
+			usleep(c->x->c.trickle_ms * 1000u);
+	}
+	return rc;
+}
+
 /* Sends a header, a body and extra bytes as one frame, after what was
  * held, or holds it (hold); and the ping the keeper left to this sender
  * (ping_peer). */
@@ -333,8 +364,12 @@ static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid, int ho
 	for (int i = 0; i < nextra; i++)
 		iov[n++] = extra[i];
 	pthread_mutex_lock(&c->send_lock);
-	if (!hold || !flushes_bursts || !hold_locked(c, iov + 1, n - 1, PROTO_HDR + total))
+	if (type == PT_DATA && c->x->c.trickle_ms) {
+		if (!(rc = send_after_held(c, iov, 1)))
+			rc = send_trickled(c, iov + 1, n - 1);
+	} else if (!hold || !flushes_bursts || !hold_locked(c, iov + 1, n - 1, PROTO_HDR + total)) {
 		rc = send_after_held(c, iov, n);
+	}
 	if (!rc && atomic_exchange(&c->ping_owed, 0))
 		rc = send_ping_locked(c);
 	pthread_mutex_unlock(&c->send_lock);
@@ -541,15 +576,21 @@ static int pending_link(struct xport *x, struct xport_conn *c, struct pending *p
 	return 1;
 }
 
-/* Ends a pull: its owner hears once.  Called unlocked, on the receiver. */
+/* A pull off the table: its owner hears its end, once. */
+static void pull_told(struct pending *p, int err)
+{
+	p->progress(p->arg, p->got, err);
+	free(p->dst);
+	free(p);
+}
+
+/* Ends a pull.  Called unlocked, on the receiver. */
 static void pull_end(struct xport *x, struct pending *p, int err)
 {
 	pthread_mutex_lock(&x->lock);
 	pending_del(x, p);
 	pthread_mutex_unlock(&x->lock);
-	p->progress(p->arg, p->got, err);
-	free(p->dst);
-	free(p);
+	pull_told(p, err);
 }
 
 /* Ends a told request, taken off the table under the lock by whoever
@@ -608,7 +649,7 @@ static int rx_tick(struct xport_conn *c)
 
 	pthread_mutex_lock(&x->lock);
 	for (struct pending *p = x->pending; p && !stalled; p = p->next)
-		if (p->peer == c->peer && p->pull && now - p->last_ns > dead)
+		if (p->peer == c->peer && p->pull && !p->busy && now - p->last_ns > dead)
 			stalled = p;
 	pthread_mutex_unlock(&x->lock);
 	if (stalled) {
@@ -666,19 +707,23 @@ static int land(struct xport_conn *c, const struct pending *p, uint64_t len,
 }
 
 /* A DATA frame: its bytes land in the pull's buffer, are hashed on the
- * way, and are reported only once the frame's hash matches. */
+ * way, and are reported only once the frame's hash matches.  The pull is
+ * busy while they land and while it hears: nobody else ends it under us
+ * (pending_fail waits; rx_tick, on this thread, passes it by: its bytes
+ * are coming, however slowly). */
 static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct proto_msg *m)
 {
 	struct xport *x = c->x;
-	int rc;
+	int rc, err = 0, end;
 
 	pthread_mutex_lock(&x->lock);
 	struct pending *p = pending_find(x, h->reqid);
-	if (p && (!p->pull || p->peer != c->peer))
+	if (p && (!p->pull || p->peer != c->peer || m->u.data.off != p->off + p->got ||
+		  m->u.data.len > p->len - p->got))
 		p = NULL;
+	if (p)
+		p->busy = 1;
 	pthread_mutex_unlock(&x->lock);
-	if (p && (m->u.data.off != p->off + p->got || m->u.data.len > p->len - p->got))
-		p = NULL;
 	if (!p) {               /* not ours (a pull that ended): drop the bytes */
 		for (uint32_t left = m->u.data.len; left;) {
 			uint32_t k = left < PROTO_MAX_BODY ? left : PROTO_MAX_BODY;
@@ -689,27 +734,31 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 		return 0;
 	}
 	XXH3_state_t st;
-	uint64_t hv;
 	XXH3_64bits_reset(&st);
-	if ((rc = land(c, p, m->u.data.len, &st)))
-		return rc;
-	hv = XXH3_64bits_digest(&st);
-	if (hv != m->u.data.xxh3) {
+	if (!(rc = land(c, p, m->u.data.len, &st)) &&
+	    XXH3_64bits_digest(&st) != m->u.data.xxh3) {
 		count(x, XC_BAD_CHUNKS, 1);
 		fprintf(stderr, "omnifs: chunk at %llu from %s fails its checksum\n",
 			(unsigned long long)m->u.data.off, x->peers[c->peer].name);
-		pull_end(x, p, -EIO);
-		return 0;
+		err = -EIO;
+	} else if (!rc) {
+		p->got += m->u.data.len;
+		p->last_ns = clock_mono_ns();
+		count(x, XC_PULLED, m->u.data.len);
+		count(x, XC_PULLED_TCP, m->u.data.len);
+		if (p->got < p->len)
+			p->progress(p->arg, p->got, 0);
 	}
-	p->got += m->u.data.len;
-	p->last_ns = clock_mono_ns();
-	count(x, XC_PULLED, m->u.data.len);
-	count(x, XC_PULLED_TCP, m->u.data.len);
-	if (p->got == p->len)
-		pull_end(x, p, 0);
-	else
-		p->progress(p->arg, p->got, 0);
-	return 0;
+	/* A failed read leaves it to the connection's end (pending_fail). */
+	pthread_mutex_lock(&x->lock);
+	p->busy = 0;
+	pthread_cond_broadcast(&x->cond);
+	if ((end = !rc && (err || p->got == p->len)))
+		pending_del(x, p);
+	pthread_mutex_unlock(&x->lock);
+	if (end)
+		pull_told(p, err);
+	return rc;
 }
 
 /* A reply frame for a call or a STATUS ending a pull. */

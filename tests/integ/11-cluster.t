@@ -494,4 +494,20 @@ ok "a sees b down" wait_until 10 peers_up a 1
 ok "the object stays on its owner" test -e "$T/a/0/1/rk"
 is "$(xattr reads "$T/a/0/1/rk")" 0 "... with no read counted"
 
+# --- a pull whose one frame stalls within, longer than dead_ms, lands -------
+# Its bytes keep coming (a piece every 300 ms, never 3 s of silence): the
+# pull moves, and must not be ended (its buffer freed) while it lands.
+stop_node a
+OMNIFS_TEST_TRICKLE_MS=300 node a
+node b
+ok "a, trickling its frames, and b rejoin" wait_until 10 all_up
+head -c $((256 << 10)) /dev/urandom >"$T/slow"
+cp "$T/slow" "$T/a/0/1/slow"
+t0=$(date +%s%N)
+ok "b reads a's object whose one frame came in 16 pieces 300 ms apart" \
+	cmp "$T/slow" "$T/b/0/1/slow"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+ok "... over longer than a silent peer's 3 s ($ms ms)" test "$ms" -ge 3000
+ok "... and never called stalled" sh -c "! grep -q stalled '$T/b.log'"
+
 tail -n 20 "$T/a.log" "$T/b.log" >&2; done_testing
