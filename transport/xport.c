@@ -69,6 +69,8 @@ struct xport_conn {
 	size_t nheld;
 	uint64_t held_ns;               /* when the oldest of them was held; 0: none */
 	uint64_t last_rx;               /* monotonic ns of the last bytes in */
+	uint64_t last_data;             /* ... and of the last DATA frame landed */
+	int landing;                    /* its receiver is in a DATA frame's bytes */
 	uint8_t *body;                  /* a received frame's body */
 	/* A peer's connection to us carries requests only, small and many:
 	 * read RX_AHEAD at a time, a burst of them costs one read, not two
@@ -311,22 +313,19 @@ static int hold_locked(struct xport_conn *c, const struct iovec *v, int n, size_
 	return 1;
 }
 
-/* A frame v[0, n) in 16 pieces, c->x->c.trickle_ms apart (tests: a link
- * that stalls within frames), under c->send_lock. */
+/* A frame v[0, n) TRICKLE bytes at a time, c->x->c.trickle_ms apart
+ * (tests: a link that stalls within frames), under c->send_lock. */
+#define TRICKLE (16u << 10)
 static int send_trickled(struct xport_conn *c, struct iovec *v, int n)
 {
-	size_t total = 0, piece;
 	int rc = 0;
 
-	for (int i = 0; i < n; i++)
-		total += v[i].iov_len;
-	piece = total / 16 + 1;
 	while (!rc && n > 0) {
 		struct iovec part[3 + 64];
 		size_t len = 0;
 		int k = 0;
-		while (n > 0 && len < piece) {
-			size_t take = v->iov_len < piece - len ? v->iov_len : piece - len;
+		while (n > 0 && len < TRICKLE) {
+			size_t take = v->iov_len < TRICKLE - len ? v->iov_len : TRICKLE - len;
 			part[k++] = (struct iovec){ v->iov_base, take };
 			len += take;
 			v->iov_base = (char *)v->iov_base + take;
@@ -640,17 +639,25 @@ static void pending_fail(struct xport *x, int peer)
 	}
 }
 
-/* The receiver's tick: a pull that has not moved for dead_ms failed. */
+/* The receiver's tick: a pull failed when neither it nor any other pull
+ * on this connection has moved for dead_ms.  The peer serves its pulls
+ * in turn: one queued behind a long one waits while that one's bytes
+ * come, however slowly (and a silence of dead_ms within a frame ends the
+ * connection: conn_waited). */
 static int rx_tick(struct xport_conn *c)
 {
 	struct xport *x = c->x;
 	uint64_t now = clock_mono_ns(), dead = (uint64_t)x->c.dead_ms * 1000000u;
 	struct pending *stalled = NULL;
 
+	if (c->landing)
+		return 0;
 	pthread_mutex_lock(&x->lock);
-	for (struct pending *p = x->pending; p && !stalled; p = p->next)
-		if (p->peer == c->peer && p->pull && !p->busy && now - p->last_ns > dead)
+	for (struct pending *p = x->pending; p && !stalled; p = p->next) {
+		uint64_t moved = p->last_ns > c->last_data ? p->last_ns : c->last_data;
+		if (p->peer == c->peer && p->pull && now - moved > dead)
 			stalled = p;
+	}
 	pthread_mutex_unlock(&x->lock);
 	if (stalled) {
 		fprintf(stderr, "omnifs: pull from %s stalled for %u ms\n",
@@ -706,15 +713,28 @@ static int land(struct xport_conn *c, const struct pending *p, uint64_t len,
 	return 0;
 }
 
+/* A frame's bytes for a pull that ended: read and dropped. */
+static int rx_drop(struct xport_conn *c, uint32_t len)
+{
+	for (uint32_t k; len; len -= k) {
+		k = len < PROTO_MAX_BODY ? len : PROTO_MAX_BODY;
+		int rc = conn_read(c, c->body, k, rx_tick);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 /* A DATA frame: its bytes land in the pull's buffer, are hashed on the
  * way, and are reported only once the frame's hash matches.  The pull is
  * busy while they land and while it hears: nobody else ends it under us
- * (pending_fail waits; rx_tick, on this thread, passes it by: its bytes
- * are coming, however slowly). */
+ * (pending_fail waits), and no pull is stalled while a frame's bytes
+ * come, however slowly (rx_tick). */
 static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct proto_msg *m)
 {
 	struct xport *x = c->x;
 	int rc, err = 0, end;
+	XXH3_state_t st;
 
 	pthread_mutex_lock(&x->lock);
 	struct pending *p = pending_find(x, h->reqid);
@@ -724,26 +744,25 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 	if (p)
 		p->busy = 1;
 	pthread_mutex_unlock(&x->lock);
-	if (!p) {               /* not ours (a pull that ended): drop the bytes */
-		for (uint32_t left = m->u.data.len; left;) {
-			uint32_t k = left < PROTO_MAX_BODY ? left : PROTO_MAX_BODY;
-			if ((rc = conn_read(c, c->body, k, rx_tick)))
-				return rc;
-			left -= k;
-		}
-		return 0;
+	c->landing = 1;
+	if (p) {
+		XXH3_64bits_reset(&st);
+		rc = land(c, p, m->u.data.len, &st);
+	} else {
+		rc = rx_drop(c, m->u.data.len);
 	}
-	XXH3_state_t st;
-	XXH3_64bits_reset(&st);
-	if (!(rc = land(c, p, m->u.data.len, &st)) &&
-	    XXH3_64bits_digest(&st) != m->u.data.xxh3) {
+	c->landing = 0;
+	c->last_data = clock_mono_ns();
+	if (!p)
+		return rc;
+	if (!rc && XXH3_64bits_digest(&st) != m->u.data.xxh3) {
 		count(x, XC_BAD_CHUNKS, 1);
 		fprintf(stderr, "omnifs: chunk at %llu from %s fails its checksum\n",
 			(unsigned long long)m->u.data.off, x->peers[c->peer].name);
 		err = -EIO;
 	} else if (!rc) {
 		p->got += m->u.data.len;
-		p->last_ns = clock_mono_ns();
+		p->last_ns = c->last_data;
 		count(x, XC_PULLED, m->u.data.len);
 		count(x, XC_PULLED_TCP, m->u.data.len);
 		if (p->got < p->len)

@@ -55,9 +55,9 @@ struct xport_conf {
 	struct pool *stage_from;                /* a GPU pool: registered by dmabuf, or its */
 	uint64_t stage_size;                    /* objects READ from a copy (rdma.h); or NULL */
 	unsigned ping_ms, dead_ms, call_ms;     /* 0: 500, 3000, 5000 */
-	unsigned trickle_ms;                    /* tests: each DATA frame sent in 16
-						 * pieces this far apart, as over a
-						 * link that stalls within frames */
+	unsigned trickle_ms;                    /* tests: each DATA frame sent 16 KiB
+						 * at a time, this far apart, as over
+						 * a link that stalls within frames */
 };
 
 enum xport_count { XC_AUTH_FAILED, XC_BAD_FRAMES, XC_PULLED, XC_SERVED, XC_BAD_CHUNKS,

@@ -504,10 +504,23 @@ ok "a, trickling its frames, and b rejoin" wait_until 10 all_up
 head -c $((256 << 10)) /dev/urandom >"$T/slow"
 cp "$T/slow" "$T/a/0/1/slow"
 t0=$(date +%s%N)
-ok "b reads a's object whose one frame came in 16 pieces 300 ms apart" \
+ok "b reads a's object whose one frame came 16 KiB at a time, 300 ms apart" \
 	cmp "$T/slow" "$T/b/0/1/slow"
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 ok "... over longer than a silent peer's 3 s ($ms ms)" test "$ms" -ge 3000
 ok "... and never called stalled" sh -c "! grep -q stalled '$T/b.log'"
+# Two at once: a serves one pull, then the other, which waits behind the
+# first one's slow bytes and is not stalled meanwhile.  Each is 200 KiB:
+# 3.6 s to come, past a silent peer's 3 s; both within the edge's wait_ms.
+head -c $((200 << 10)) /dev/urandom >"$T/slow3"
+head -c $((200 << 10)) /dev/urandom >"$T/slow4"
+cp "$T/slow3" "$T/a/0/1/slow3"
+cp "$T/slow4" "$T/a/0/1/slow4"
+ok "b hears of both" wait_until 5 test -e "$T/b/0/1/slow4" -a -e "$T/b/0/1/slow3"
+cmp "$T/slow3" "$T/b/0/1/slow3" & r3=$!
+cmp "$T/slow4" "$T/b/0/1/slow4" & r4=$!
+ok "b reads two such objects at once: one" wait "$r3"
+ok "... and the other" wait "$r4"
+ok "... neither called stalled" sh -c "! grep -q stalled '$T/b.log'"
 
 tail -n 20 "$T/a.log" "$T/b.log" >&2; done_testing
