@@ -91,8 +91,8 @@ struct pending {
 	xport_reply_fn on_reply;
 	xport_done_fn told;     /* a told request's end (xport_tell) */
 	void *arg;
-	/* A pull: where its bytes go and how far they got. */
-	uint64_t off, len, got, last_ns;
+	/* A pull: where its bytes go, how far they got, when it was asked. */
+	uint64_t off, len, got, asked_ns;
 	struct iovec *dst;
 	int ndst;
 	xport_progress_fn progress;
@@ -639,11 +639,11 @@ static void pending_fail(struct xport *x, int peer)
 	}
 }
 
-/* The receiver's tick: a pull failed when neither it nor any other pull
- * on this connection has moved for dead_ms.  The peer serves its pulls
- * in turn: one queued behind a long one waits while that one's bytes
- * come, however slowly (and a silence of dead_ms within a frame ends the
- * connection: conn_waited). */
+/* The receiver's tick: a pull failed when it was asked, and the last
+ * DATA frame on its connection landed, over dead_ms ago.  The peer serves
+ * its pulls in turn: one queued behind a long one waits while that one's
+ * bytes come, however slowly (and a silence of dead_ms within a frame
+ * ends the connection: conn_waited). */
 static int rx_tick(struct xport_conn *c)
 {
 	struct xport *x = c->x;
@@ -654,7 +654,7 @@ static int rx_tick(struct xport_conn *c)
 		return 0;
 	pthread_mutex_lock(&x->lock);
 	for (struct pending *p = x->pending; p && !stalled; p = p->next) {
-		uint64_t moved = p->last_ns > c->last_data ? p->last_ns : c->last_data;
+		uint64_t moved = p->asked_ns > c->last_data ? p->asked_ns : c->last_data;
 		if (p->peer == c->peer && p->pull && now - moved > dead)
 			stalled = p;
 	}
@@ -696,7 +696,7 @@ static int pull_slice(const struct pending *p, uint64_t from, uint64_t len,
  * (a reader copies them out right behind the pull, a view checks them, a
  * stream hands them on), and the detour cost a copy.  A 64 MiB get
  * across two nodes on this VM: the receiving thread's CPU went from
- * 18-21 ms to 16-18, the get from 40-46 ms to 35-41 (interleaved runs). */
+ * 18-24 ms to 16-20, the get from 40-46 ms to 35-42 (interleaved runs). */
 static int land(struct xport_conn *c, const struct pending *p, uint64_t len,
 		XXH3_state_t *st)
 {
@@ -762,7 +762,6 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 		err = -EIO;
 	} else if (!rc) {
 		p->got += m->u.data.len;
-		p->last_ns = c->last_data;
 		count(x, XC_PULLED, m->u.data.len);
 		count(x, XC_PULLED_TCP, m->u.data.len);
 		if (p->got < p->len)
@@ -1384,7 +1383,7 @@ int xport_pull(struct xport *x, int peer, const struct xport_range *r,
 		goto fail;
 	memcpy(p->dst, dst, (size_t)ndst * sizeof(*dst));
 	*p = (struct pending){ .peer = peer, .pull = 1, .arg = arg, .off = off, .len = len,
-			       .last_ns = clock_mono_ns(), .dst = p->dst, .ndst = ndst,
+			       .asked_ns = clock_mono_ns(), .dst = p->dst, .ndst = ndst,
 			       .progress = progress };
 	pthread_mutex_lock(&x->lock);
 	int linked = pending_link(x, c, p);

@@ -13,8 +13,9 @@
  * one stream from a MIB buffer; the receiver reads it straight into a
  * second MIB buffer (omnifs's pool), a MiB frame at a time, hashing what
  * each read brought while it is in cache, and a third thread copies each
- * MiB out as it lands (the FUSE reply into the reader's buffer).  No protocol, no FUSE: what is left
- * between this and omnifs is omnifs's own cost.  Prints GiB/s. */
+ * MiB out as it lands (the FUSE reply into the reader's buffer).  No
+ * protocol, no FUSE: what is left between this and omnifs is omnifs's
+ * own cost.  Prints GiB/s. */
 #define _GNU_SOURCE
 #include <netinet/in.h>
 #include <netinet/tcp.h>
