@@ -1008,6 +1008,24 @@ void ns_lost_sweep_at(struct ns *ns, uint64_t when)
 		pthread_cond_signal(&ns->cond);
 }
 
+/* A waiter's time is up.  If its key was published in time and only its
+ * bytes are still coming, it is not "not published within wait_ms"
+ * (SPEC §9): the pull's own end answers it, and the transport bounds
+ * that (a peer silent for dead_ms, an owner lost), as it bounds a read's
+ * wait in fetch_wait().  Its timer only looks again later.  1 if so. */
+static int waiter_fetching(struct ns *ns, struct ns_waiter *w, uint64_t now)
+{
+	struct node *n = node_by_ino(ns, w->ino);
+	struct object *o = n ? n->obj : NULL;
+
+	if (!o || o->state != OS_PUBLISHED || o->owner < 0 || o->fetch != F_RUNNING)
+		return 0;
+	timerq_del(&ns->tq, &w->timer);
+	if (timerq_add(&ns->tq, &w->timer, now + (uint64_t)FETCH_WAIT_MS * 1000000u))
+		return 0;       /* no room to look again: answered as before */
+	return 1;
+}
+
 static void expire_due(struct ns *ns, uint64_t now, struct ns_wakes *wl)
 {
 	struct timer *t;
@@ -1016,6 +1034,8 @@ static void expire_due(struct ns *ns, uint64_t now, struct ns_wakes *wl)
 		struct timed *td = (struct timed *)t;
 		if (td->type == T_WAITER) {
 			struct ns_waiter *w = (struct ns_waiter *)t;
+			if (waiter_fetching(ns, w, now))
+				continue;
 			waiter_dequeue(ns, w);
 			stat_add(ns->st, ST_WAIT_TIMEOUTS, 1);
 			stat_add(ns->st, ST_ERRORS, 1);
@@ -1475,10 +1495,10 @@ static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int 
 {
 	struct ns_policy p = policy_of(ns, n->parent);
 
-	if (!fetch && w->wait_ms > 0)
+	if (w->wait_ms > 0)
 		p.wait_ms = w->wait_ms;         /* the opener armed its own (callwait.h) */
 	if (fetch && p.wait_ms <= 0)
-		p.wait_ms = FETCH_WAIT_MS;
+		p.wait_ms = FETCH_WAIT_MS;      /* published: waits for its bytes */
 	if (p.wait_ms <= 0)
 		return -ENOENT;
 	w->type = T_WAITER;

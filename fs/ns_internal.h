@@ -249,7 +249,9 @@ int obj_hash(struct ns *ns, struct object *o, uint64_t *h);     /* unlocked */
 /* --------------------------------------------------------- ns_remote.c */
 
 /* How long an open of a known remote object waits for its fetch on an
- * edge whose opens do not wait (wait_ms 0). */
+ * edge whose opens do not wait (wait_ms 0), and how often a waiter whose
+ * time ran out while its published object's bytes still come looks again
+ * (ns.c, waiter_fetching). */
 #define FETCH_WAIT_MS 10000
 
 struct fetch_start {

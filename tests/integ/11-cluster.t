@@ -523,4 +523,26 @@ ok "b reads two such objects at once: one" wait "$r3"
 ok "... and the other" wait "$r4"
 ok "... neither called stalled" sh -c "! grep -q stalled '$T/b.log'"
 
+# A reader's wait (wait_ms, or its own armed one) bounds how long a key
+# takes to be published, not how long its bytes take to come (SPEC §9:
+# ENOENT is "not published within wait_ms").  Each object here is one
+# 128 KiB frame that takes over 2 s to come; each reader arms 1 s.
+head -c $((128 << 10)) /dev/urandom >"$T/slow5"
+waits_on_b() { [ "$(stat_of b waiters)" = 1 ]; }
+M=$T/b pyerr "os.setxattr(M, 'user.omni.wait_ms', b'1000')
+with open(M + '/0/1/slow5', 'rb') as f: d = f.read()
+assert d == open('$T/slow5', 'rb').read(), 'wrong bytes'" >"$T/slow5.out" & r5=$!
+ok "a reader on b arms a wait of 1 s and waits for a key" wait_until 5 waits_on_b
+cp "$T/slow5" "$T/a/0/1/slow5"
+wait "$r5"
+is "$(cat "$T/slow5.out")" OK "... published within it: it gets the bytes, which took longer than 1 s"
+head -c $((128 << 10)) /dev/urandom >"$T/slow6"
+cp "$T/slow6" "$T/a/0/1/slow6"
+ok "b hears of another" wait_until 5 test -e "$T/b/0/1/slow6"
+is "$(M=$T/b pyerr "os.setxattr(M, 'user.omni.wait_ms', b'1000')
+with open(M + '/0/1/slow6', 'rb') as f: d = f.read()
+assert d == open('$T/slow6', 'rb').read(), 'wrong bytes'")" OK \
+   "a reader that arms 1 s and opens a published key gets its slow bytes"
+is "$(stat_of b waiters)" 0 "... and no wait is left on b"
+
 tail -n 20 "$T/a.log" "$T/b.log" >&2; done_testing
