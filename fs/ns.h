@@ -45,8 +45,12 @@ typedef void (*ns_wake_fn)(struct ns_waiter *w, int err, struct ns_handle *h);
  * another node are checked as they arrive, not only once all are in. */
 #define NS_CHUNK (1u << 20)
 /* Remote objects larger than this are streamed to their readers through a
- * small window instead of being copied whole into this node's pool. */
-#define NS_STREAM_MIN (64u << 20)
+ * small window instead of being copied whole into this node's pool: 64 MiB
+ * and a chunk, so that a 64 MiB tensor with its header (the connector's
+ * frame, a KV payload's JSON) is still copied whole, and handed over
+ * while it lands (a stream's reads go through FUSE: 5-10 ms more of a
+ * 64 MiB get here). */
+#define NS_STREAM_MIN ((64u << 20) + NS_CHUNK)
 #define NS_INLINE_MAX (64u << 10)      /* published objects this small and
 					  contiguous are offered with their bytes */
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# 17-stream.t - a remote object larger than 64 MiB streams to its reader
+# 17-stream.t - a remote object larger than 65 MiB streams to its reader
 # through a small window of the reader's pool: it reads right, in order or
 # not, on a node whose pool is much smaller, and nothing of it stays there.
 # The owner keeps the object for the read (a lease), so an rm mid-read does
@@ -34,6 +34,19 @@ ok "b, with a 40 MiB pool, reads a's 200 MiB object right" cmp "$T/big" "$T/b/0/
 is "$(used b)" 0 "... and keeps none of it in its pool"
 ok "... a complete read: consumed (readers: 1), so a frees it" wait_until 10 used_is a 0
 is "$(stat_of b bytes_pulled)" $((200 << 20)) "... each byte pulled once"
+
+# Up to 65 MiB an object is copied whole: a 64 MiB tensor with its header
+# (here the connector's 64 bytes) is handed over while it lands, not
+# streamed.  So it needs room in b's pool, which is too small for it.
+head -c $(( (64 << 20) + 64 )) /dev/urandom >"$T/t64"
+cp "$T/t64" "$T/a/0/1/t64"
+is "$(M=$T/b pyerr "open(M + '/0/1/t64', 'rb').read(1)")" ENOSPC \
+   "a 64 MiB object and its header is copied whole, not streamed (no room on b: ENOSPC)"
+rm "$T/a/0/1/t64"
+head -c $(( (65 << 20) + 1 )) /dev/urandom >"$T/t65"
+cp "$T/t65" "$T/a/0/1/t65"
+ok "an object one byte over 65 MiB streams: b reads it through its small pool" cmp "$T/t65" "$T/b/0/1/t65"
+ok "... consumed, so a frees it" wait_until 10 used_is a 0
 
 # --- a waiting open, a reader that stops early -------------------------------
 read_later "$T/b/0/1/late" "$T/big"

@@ -8,7 +8,7 @@ once per daemon (Pool), or, where the daemon cannot share it or this
 process cannot open it, process_vm_readv(2) (process_vm_writev(2) for a
 writer), which moves a page at a time at a third of memory speed.  The
 layout below is fs/direct.h's.  Another node's object that is pulled into
-this node's pool whole (up to 64 MiB) is handed over while it lands: each
+this node's pool whole (up to 65 MiB) is handed over while it lands: each
 range is copied once LANDED says it is here.  Anything that does not hold
 (a larger object of another node's, which streams; a view, another user,
 another pid namespace, a daemon without the ioctls) makes the caller fall
