@@ -70,7 +70,6 @@ struct xport_conn {
 	uint64_t held_ns;               /* when the oldest of them was held; 0: none */
 	uint64_t last_rx;               /* monotonic ns of the last bytes in */
 	uint64_t last_data;             /* ... and of the last DATA frame landed */
-	int landing;                    /* its receiver is in a DATA frame's bytes */
 	uint8_t *body;                  /* a received frame's body */
 	/* A peer's connection to us carries requests only, small and many:
 	 * read RX_AHEAD at a time, a burst of them costs one read, not two
@@ -644,19 +643,18 @@ static void pending_fail(struct xport *x, int peer)
 	}
 }
 
-/* The receiver's tick: a pull failed when it was asked, and the last
- * DATA frame on its connection landed, over dead_ms ago.  The peer serves
- * its pulls in turn: one queued behind a long one waits while that one's
- * bytes come, however slowly (and a silence of dead_ms within a frame
- * ends the connection: conn_waited). */
+/* The receiver's tick between frames: a pull failed when it was asked,
+ * and the last DATA frame on its connection landed, over dead_ms ago.
+ * The peer serves its pulls in turn: one queued behind a long one waits
+ * while that one's bytes come, however slowly.  Within a DATA frame no
+ * tick runs (land, rx_drop); a silence of dead_ms there ends the
+ * connection (conn_waited). */
 static int rx_tick(struct xport_conn *c)
 {
 	struct xport *x = c->x;
 	uint64_t now = clock_mono_ns(), dead = (uint64_t)x->c.dead_ms * 1000000u;
 	struct pending *stalled = NULL;
 
-	if (c->landing)
-		return 0;
 	pthread_mutex_lock(&x->lock);
 	for (struct pending *p = x->pending; p && !stalled; p = p->next) {
 		uint64_t moved = p->asked_ns > c->last_data ? p->asked_ns : c->last_data;
@@ -712,7 +710,7 @@ static int land(struct xport_conn *c, const struct pending *p, uint64_t len,
 	for (uint64_t pos = p->got; len; pos += took, len -= took) {
 		if ((n = pull_slice(p, pos, len, iov, 64, &took)) < 0)
 			return -EPROTO;         /* the buffer is shorter than the pull */
-		if ((rc = conn_readv(c, iov, n, rx_tick, st)))
+		if ((rc = conn_readv(c, iov, n, NULL, st)))
 			return rc;
 	}
 	return 0;
@@ -723,7 +721,7 @@ static int rx_drop(struct xport_conn *c, uint32_t len)
 {
 	for (uint32_t k; len; len -= k) {
 		k = len < PROTO_MAX_BODY ? len : PROTO_MAX_BODY;
-		int rc = conn_read(c, c->body, k, rx_tick);
+		int rc = conn_read(c, c->body, k, NULL);
 		if (rc)
 			return rc;
 	}
@@ -749,14 +747,12 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 	if (p)
 		p->busy = 1;
 	pthread_mutex_unlock(&x->lock);
-	c->landing = 1;
 	if (p) {
 		XXH3_64bits_reset(&st);
 		rc = land(c, p, m->u.data.len, &st);
 	} else {
 		rc = rx_drop(c, m->u.data.len);
 	}
-	c->landing = 0;
 	c->last_data = clock_mono_ns();
 	if (!p)
 		return rc;
