@@ -544,5 +544,29 @@ with open(M + '/0/1/slow6', 'rb') as f: d = f.read()
 assert d == open('$T/slow6', 'rb').read(), 'wrong bytes'")" OK \
    "a reader that arms 1 s and opens a published key gets its slow bytes"
 is "$(stat_of b waiters)" 0 "... and no wait is left on b"
+# ... but an owner that stops sending fails such an open with EIO, within
+# a bound (SPEC §4.7), and never ENOENT: its wait ran out long before.
+head -c $((128 << 10)) /dev/urandom >"$T/slow7"
+cp "$T/slow7" "$T/a/0/1/slow7"
+ok "b hears of a third" wait_until 5 test -e "$T/b/0/1/slow7"
+t0=$(date +%s%N)
+M=$T/b timeout 30 $PY - <<'PYEOF' >"$T/slow7.out" & r7=$!
+import errno, os
+M = os.environ["M"]
+os.setxattr(M, 'user.omni.wait_ms', b'1000')
+try:
+    open(M + '/0/1/slow7', 'rb').read()
+    print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))
+PYEOF
+ok "a reader on b waits for its first bytes" wait_until 5 waits_on_b
+kill -STOP "${NODE_PID[a]}"
+wait "$r7"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+kill -CONT "${NODE_PID[a]}"
+is "$(cat "$T/slow7.out")" EIO "a stops sending mid-frame: the open fails with EIO"
+ok "... within 10 s ($ms ms)" test "$ms" -lt 10000
+ok "a and b are up again" wait_until 15 all_up
 
 tail -n 20 "$T/a.log" "$T/b.log" >&2; done_testing
