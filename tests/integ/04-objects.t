@@ -36,6 +36,20 @@ echo "via shell" >"$E/sh"
 is "$(cat "$E/sh")" "via shell" "echo > key publishes on the last close"
 { echo one; echo two; } >"$E/sh2"
 is "$(cat "$E/sh2" | tr '\n' ' ')" "one two " "a grouped redirection writes everything"
+# a writer of many descriptors: its dup lies past the first page of the
+# daemon's listing of them, and is found there
+is "$(pyerr "
+fd = os.open(M + '/s/t/manyfd', os.O_WRONLY | os.O_CREAT)
+null = [os.open('/dev/null', os.O_RDONLY) for _ in range(300)]
+dup = os.dup(fd)
+assert dup > 300, dup
+os.write(fd, b'many')
+os.close(fd)
+assert os.getxattr(M + '/s/t/manyfd', 'user.omni.state') == b'writing'
+assert 'manyfd' not in os.listdir(M + '/s/t')
+os.close(dup)
+assert open(M + '/s/t/manyfd', 'rb').read() == b'many'")" "OK" \
+	"a dup found among 300 descriptors holds the publish until its own close"
 
 # O_EXCL and immutability
 echo x >"$E/pub"
