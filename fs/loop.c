@@ -5,7 +5,8 @@
  * at all; before a large read or write (a long copy) with more requests
  * waiting it hands leadership to a follower, so that other streams go on
  * meanwhile.  An idle leader polls the (non-blocking) device for spin_us,
- * yielding its core to any thread that can run, then sleeps in epoll.  A
+ * yielding its core to any thread that can run, then sleeps in epoll; after
+ * a release it sleeps at once, unless it has just answered an open.  A
  * handler about to wait on a peer, or to work on after its answer, steps
  * aside (loop_step_aside) the same way: one slow peer holds up only the
  * requests that need it.  A thread outside the loop about to answer an
@@ -37,6 +38,7 @@ struct loop {
 	struct fuse_session *se;
 	int fd, stopfd, ep;
 	uint64_t spin_ns;
+	uint64_t expect_ns;             /* until then a read is coming (loop_expect) */
 	void (*quiet)(void *arg, int idle);
 	void *arg;
 	pthread_mutex_t mu;
@@ -108,6 +110,17 @@ static int is_big(const struct fuse_buf *buf)
 	return 0;
 }
 
+/* The kernel's word that a file was closed: its caller has gone on
+ * already (close(2) does not wait for it), and nobody waits for what
+ * comes next. */
+static int is_release(const struct fuse_buf *buf)
+{
+	const struct fuse_in_header *in = buf->mem;
+
+	return buf->size >= sizeof(*in) &&
+	       (in->opcode == FUSE_RELEASE || in->opcode == FUSE_RELEASEDIR);
+}
+
 static int hand_off(const struct loop *l, const struct fuse_buf *buf)
 {
 	struct pollfd p = { .fd = l->fd, .events = POLLIN };
@@ -119,8 +132,12 @@ void loop_expect(void)
 {
 	uint64_t one = 1;
 	int fd = atomic_load(&kickfd);
-	ssize_t n = fd >= 0 && !self_leads ? write(fd, &one, sizeof(one)) : 0;
 
+	if (self_leads) {       /* it polls on, even past a release */
+		self_loop->expect_ns = clock_mono_ns() + self_loop->spin_ns;
+		return;
+	}
+	ssize_t n = fd >= 0 ? write(fd, &one, sizeof(one)) : 0;
 	(void)n;        /* a kick lost: the read itself wakes the leader */
 }
 
@@ -160,8 +177,12 @@ static void *worker(void *arg)
 			/* Spin after small requests, the links of a latency
 			 * chain; after a long copy the client is slower to
 			 * come back, and the core is better left to others
-			 * (the hasher). */
-			spin = !is_big(&buf);
+			 * (the hasher); after a release nobody waits, unless
+			 * a reader was just answered here, and the spin stood
+			 * between a cross-node hand-off and one of this
+			 * machine's two cores. */
+			spin = !is_big(&buf) &&
+			       (!is_release(&buf) || clock_mono_ns() < l->expect_ns);
 			fuse_session_process_buf(l->se, &buf);
 			/* A thread about to follow may sleep: what it held
 			 * goes now, as a leader's does before its epoll. */
