@@ -130,13 +130,12 @@ static int hand_off(const struct loop *l, const struct fuse_buf *buf)
 
 void loop_expect(void)
 {
-	uint64_t one = 1;
-	int fd = atomic_load(&kickfd);
-
 	if (self_leads) {       /* it polls on, even past a release */
 		self_loop->expect_ns = clock_mono_ns() + self_loop->spin_ns;
 		return;
 	}
+	uint64_t one = 1;
+	int fd = atomic_load(&kickfd);
 	ssize_t n = fd >= 0 ? write(fd, &one, sizeof(one)) : 0;
 	(void)n;        /* a kick lost: the read itself wakes the leader */
 }
