@@ -91,6 +91,19 @@ enum caller_intent caller_intent(pid_t tid)
 	return CALLER_OPEN_READ;
 }
 
+int caller_cpu(pid_t tid)
+{
+	char buf[1024];
+	int cpu;
+
+	if (tid <= 0 || read_proc(tid, "stat", buf, sizeof(buf)) <= 0)
+		return -1;
+	char *p = strrchr(buf, ')');    /* comm may hold spaces and parens */
+	for (int field = 2; p && field < 39; field++)   /* proc_pid_stat(5) */
+		p = strchr(p + 1, ' ');
+	return p && sscanf(p + 1, "%d", &cpu) == 1 && cpu >= 0 ? cpu : -1;
+}
+
 enum caller_state caller_state(pid_t tid)
 {
 	char buf[1024];

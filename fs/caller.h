@@ -31,5 +31,8 @@ int caller_holds_fd(pid_t tid, const char *suffix);
 enum caller_state { CALLER_ALIVE, CALLER_EXITING, CALLER_KILLED };
 /* Whether the task is exiting, and if so whether a signal killed it. */
 enum caller_state caller_state(pid_t tid);
+/* The CPU the task ran on last (blocked in its request: where it goes on
+ * when answered), or -1 when that cannot be read. */
+int caller_cpu(pid_t tid);
 
 #endif

@@ -1704,7 +1704,7 @@ ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
 		return -EIO;
 	}
 	if (!hash_pass(ns, o, off, buf, len))
-		hash_note_write(ns, o, off, off + len);
+		hash_note_write(ns, o, off, off + len, -1);
 	h->done += len;
 	pthread_mutex_unlock(&ns->lock);
 	stat_add(ns->st, ST_BYTES_WRITTEN, len);

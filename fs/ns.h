@@ -327,9 +327,10 @@ int ns_direct_bounce(struct ns *ns, struct ns_handle *h, size_t cap, struct iove
 int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct ns_span *sp,
 		    int max, int *n, enum stat_id what, int sole);
 /* A placed object's writer has filled [0, upto) for good (OMNIFS_IOC_PLACED):
- * the hasher may go ahead.  -EINVAL if h did not place, or upto is past
+ * the hasher may go ahead, on another CPU than cpu, the one the writer
+ * copies on (-1: unknown).  -EINVAL if h did not place, or upto is past
  * the end. */
-int ns_direct_placed(struct ns *ns, struct ns_handle *h, uint64_t upto);
+int ns_direct_placed(struct ns *ns, struct ns_handle *h, uint64_t upto, int cpu);
 
 int ns_getxattr(struct ns *ns, uint64_t ino, const char *name, char *buf,
 		size_t size);

@@ -172,7 +172,7 @@ int ns_direct_place(struct ns *ns, struct ns_handle *h, uint64_t size, struct ns
 	return rc;
 }
 
-int ns_direct_placed(struct ns *ns, struct ns_handle *h, uint64_t upto)
+int ns_direct_placed(struct ns *ns, struct ns_handle *h, uint64_t upto, int cpu)
 {
 	struct object *o = h->obj;
 	int rc;
@@ -182,7 +182,7 @@ int ns_direct_placed(struct ns *ns, struct ns_handle *h, uint64_t upto)
 	if (!rc && (!h->placed || upto > o->size))
 		rc = -EINVAL;
 	if (!rc)                /* as a write of [front, upto) would say */
-		hash_note_write(ns, o, o->front, upto);
+		hash_note_write(ns, o, o->front, upto, cpu);
 	pthread_mutex_unlock(&ns->lock);
 	return rc;
 }

@@ -9,6 +9,7 @@
 #define OMNIFS_NS_INTERNAL_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -145,6 +146,9 @@ struct ns {
 	uint64_t start_ns;
 	pthread_t hasher;
 	int hasher_running;
+	pid_t hasher_tid;               /* 0 until it runs; its CPUs: hasher_place() */
+	int hasher_narrowed;
+	cpu_set_t hasher_cpus;
 	pthread_cond_t hcond, hdone;    /* work queued; a hash step finished */
 	struct object *hq_head, *hq_tail;
 	/* The cluster's side. */
@@ -240,7 +244,7 @@ void ns_unlock(struct ns *ns);
 /* ----------------------------------------------------------- ns_hash.c */
 
 void obj_set_size(struct object *o, uint64_t size);
-void hash_note_write(struct ns *ns, struct object *o, uint64_t off, uint64_t end);
+void hash_note_write(struct ns *ns, struct object *o, uint64_t off, uint64_t end, int away);
 int hash_pass(struct ns *ns, struct object *o, uint64_t off, const void *buf, size_t len);
 void hasher_dequeue(struct ns *ns, struct object *o);
 void *hasher_thread(void *arg);         /* the thread; takes the lock itself */

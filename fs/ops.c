@@ -836,7 +836,7 @@ static void upto_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct ns_ha
 		return (void)fuse_reply_err(req, EINVAL);
 	memcpy(&upto, in_buf, sizeof(upto));
 	if (cmd == OMNIFS_IOC_PLACED) {
-		rc = ns_direct_placed(fs->ns, h, upto);
+		rc = ns_direct_placed(fs->ns, h, upto, caller_cpu(fuse_req_ctx(req)->pid));
 		return (void)(rc ? fuse_reply_err(req, -rc) : fuse_reply_ioctl(req, 0, NULL, 0));
 	}
 	rc = ns_direct_landing(fs->ns, h, upto, &have);
