@@ -208,6 +208,31 @@ for i in range(2):
 sleep_until_waiting() { [ "$(stat_of a waiters)" -ge 1 ]; }
 ok "the view's open waits" wait_until 5 sleep_until_waiting
 cp "$T/w.rank0of2" "$M/w.rank0of2"
+# Its job, waiting for the other shard now, keeps off the CPU of the
+# thread that opened it (view.c, step_aside): there the FUSE thread that
+# serves its reads is likely to run while the job copies.
+view_cpus() {
+	$SYSPY - "${NODE_PID[a]}" <<'EOF'
+import os, sys
+pid = sys.argv[1]
+for t in os.listdir("/proc/%s/task" % pid):
+    try:
+        if open("/proc/%s/task/%s/comm" % (pid, t)).read().strip() == "omni-view":
+            job, daemon = os.sched_getaffinity(int(t)), os.sched_getaffinity(int(pid))
+            print(len(job), len(daemon), job < daemon)
+    except OSError:
+        pass    # a thread that has just ended
+EOF
+}
+has_view_job() { [ -n "$(view_cpus)" ]; }
+if [ "$(nproc)" -lt 2 ]; then
+	skip "one CPU: nowhere else for a view's job"
+else
+	wait_until 3 has_view_job      # within the open's wait_ms (4 s)
+	read -r njob ndaemon subset < <(view_cpus)
+	ok "... its job may run on every CPU of the daemon's but one ($njob of $ndaemon)" \
+	   test "$subset" = True -a "$njob" = "$((ndaemon - 1))"
+fi
 cp "$T/w.rank1of2" "$M/w.rank1of2"
 wait_until 10 all_gone $wpid || kill $wpid 2>/dev/null
 wait $wpid
