@@ -596,7 +596,7 @@ static void serve_list(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
 	l->m.type = PT_LISTING;
 	l->m.u.listing.objects = 1;
 	l->m.u.listing.obj = l->obj;
-	ns_foreach_own(cl->ns, m->u.list.from, m->u.list.to, 0, list_one, NULL, l);
+	ns_foreach_own(cl->ns, m->u.list.from, m->u.list.to, m->u.list.base, 0, list_one, NULL, l);
 	list_flush(l, 0);
 	free(l);
 }
@@ -762,7 +762,7 @@ static void op_peer_up(void *ctx, int peer)
 		usleep(cl->peer_up_delay_ms * 1000u);
 		fprintf(stderr, "omnifs: test: resync of %s now\n", xport_peer_name(cl->x, peer));
 	}
-	ns_foreach_own(cl->ns, "", "", 1, resync_one, resync_gone, &r);
+	ns_foreach_own(cl->ns, "", "", "", 1, resync_one, resync_gone, &r);
 	if (cl->resync_hold_ms)
 		fprintf(stderr, "omnifs: test: resync of %s sent\n", xport_peer_name(cl->x, peer));
 	xport_send(cl->x, peer, &over);
@@ -1008,20 +1008,22 @@ int cluster_exists(struct cluster *cl, const char *from, const char *to, const c
 	return !cluster_ask(cl, from, to, key, 0);
 }
 
-/* A LIST of what a peer owns under from/to ("" for all). */
-static struct proto_msg list_msg(const char *from, const char *to)
+/* A LIST of what a peer owns under from/to ("" for all): the shards of the
+ * view base, or all if base is "". */
+static struct proto_msg list_msg(const char *from, const char *to, const char *base)
 {
 	struct proto_msg m = { .type = PT_LIST };
 
 	snprintf(m.u.list.from, sizeof(m.u.list.from), "%s", from);
 	snprintf(m.u.list.to, sizeof(m.u.list.to), "%s", to);
+	snprintf(m.u.list.base, sizeof(m.u.list.base), "%s", base);
 	return m;
 }
 
 /* Brings what peer owns under from/to into ns. */
 static void list_peer(struct cluster *cl, int peer, const char *from, const char *to)
 {
-	struct proto_msg m = list_msg(from, to);
+	struct proto_msg m = list_msg(from, to, "");
 	struct ask a = { cl, peer, 0 };
 
 	news_first(cl);
@@ -1029,9 +1031,9 @@ static void list_peer(struct cluster *cl, int peer, const char *from, const char
 		xport_call(cl->x, peer, &m, ask_reply, &a);
 }
 
-void cluster_refresh(struct cluster *cl, const char *from, const char *to)
+void cluster_refresh(struct cluster *cl, const char *from, const char *to, const char *base)
 {
-	struct proto_msg m = list_msg(from, to);
+	struct proto_msg m = list_msg(from, to, base);
 
 	ask_all(cl, &m, ask_reply, NULL);
 }

@@ -63,8 +63,9 @@ int cluster_exists(struct cluster *cl, const char *from, const char *to, const c
  * to claim its publish instead of asking first (ns_handle_claim); -1 where
  * no host or several do (they would have to agree), or it is down. */
 int cluster_claimer(struct cluster *cl, const char *to);
-/* Brings what the peers own under from/to ("" for all) into ns. */
-void cluster_refresh(struct cluster *cl, const char *from, const char *to);
+/* Brings what the peers own under from/to ("" for all) into ns: the shards
+ * of the view base (<base>.rank<i>of<S>), or all if base is "". */
+void cluster_refresh(struct cluster *cl, const char *from, const char *to, const char *base);
 /* rm of request id's objects on every node (ns_cleanup there), in one
  * round trip: how many went in all, and how many peers could not be told
  * (down, or no answer in time: theirs stay).  0, or -ENOMEM. */

@@ -48,6 +48,21 @@ static uint64_t base_hash(uint64_t parent, const char *name)
 	return XXH3_64bits_withSeed(name, bl, parent);
 }
 
+void node_foreach_shard(struct ns *ns, struct node *edge, const char *base,
+			void (*fn)(struct node *k, void *arg), void *arg)
+{
+	size_t len = strlen(base), bl;
+	uint32_t r, t;
+
+	for (struct hlink *l = htab_find(&ns->bybase, XXH3_64bits_withSeed(base, len, edge->ino));
+	     l; l = htab_next(l)) {
+		struct node *k = (struct node *)((char *)l - offsetof(struct node, bybase));
+		if (k->parent == edge && kv_name_split(k->name, &bl, &r, &t) && bl == len &&
+		    !memcmp(k->name, base, len))
+			fn(k, arg);
+	}
+}
+
 static int same_base(const char *a, const char *b)
 {
 	size_t la, lb;

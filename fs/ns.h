@@ -388,12 +388,13 @@ int ns_find(struct ns *ns, const char *from, const char *to, const char *key,
  * heard of; else -ENOENT. */
 int ns_exists(struct ns *ns, const char *from, const char *to, const char *key);
 /* Calls fn for each published object this node owns in the scope (from
- * and to may be "" for all), unlocked, names copied; KV headers too if
+ * and to may be "" for all; the shards of the view base, or all if base is
+ * ""), unlocked, names copied; KV headers too if
  * kvhdr is set (announces carry them, listings don't).  Then, if gone is
  * set, calls it for each of them that was removed meanwhile: its GONE
  * may have gone out before what fn said of it. */
-void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
-		    void (*fn)(void *arg, const struct ns_objinfo *o),
+void ns_foreach_own(struct ns *ns, const char *from, const char *to, const char *base,
+		    int kvhdr, void (*fn)(void *arg, const struct ns_objinfo *o),
 		    void (*gone)(void *arg, const struct ns_objinfo *o), void *arg);
 /* Calls fn, unlocked, for each key that readers wait for (in open, for
  * ms more at most) and no object holds here yet. */

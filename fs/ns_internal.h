@@ -186,6 +186,10 @@ struct ns_event {
 /* The tree. */
 struct node *node_by_ino(struct ns *ns, uint64_t ino);
 struct node *node_child(struct ns *ns, struct node *p, const char *name);
+/* fn for each key under edge that is a shard of the view base
+ * (<base>.rank<i>of<S>), by the base index: the edge is not walked. */
+void node_foreach_shard(struct ns *ns, struct node *edge, const char *base,
+			void (*fn)(struct node *k, void *arg), void *arg);
 /* A ring of the keys whose stem is that of name (NULL if none). */
 struct node *node_stem_ring(struct ns *ns, const char *name);
 int node_resolve(struct ns *ns, struct node *p, const char *name,

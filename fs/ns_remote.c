@@ -791,41 +791,69 @@ static int own_names(struct owns *w, const struct node *k)
 	return 0;
 }
 
-/* Our published objects in the scope, copied under the lock (as many as
- * memory allows). */
-static void own_collect(struct ns *ns, const char *from, const char *to, int kvhdr,
-			struct owns *w)
+struct collect { struct owns *w; int kvhdr, full; };
+
+/* Adds k's object, if ours and published; c->full once memory ran out. */
+static void own_add(struct node *k, void *arg)
 {
+	struct collect *c = arg;
+	struct owns *w = c->w;
+	struct object *o = k->obj;
+
+	if (c->full || !o || o->owner >= 0 || o->state != OS_PUBLISHED)
+		return;
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? 2 * w->cap : 64;
+		struct own *nv = realloc(w->v, cap * sizeof(*nv));
+		if (!nv) {
+			c->full = 1;
+			return;
+		}
+		w->v = nv;
+		w->cap = cap;
+	}
+	struct own *v = &w->v[w->n];
+	v->name = w->len;
+	if (own_names(w, k)) {
+		c->full = 1;
+		return;
+	}
+	objinfo_of(o, &v->info);
+	v->went = 0;
+	if (c->kvhdr && o->kvhdr && (v->info.kvhdr = malloc(o->kvhdr_len)))
+		memcpy((void *)v->info.kvhdr, o->kvhdr, o->kvhdr_len);
+	else
+		v->info.kvhdr_len = 0;
+	w->n++;
+}
+
+/* Our published objects in the scope, copied under the lock (as many as
+ * memory allows).  A view's shards on one edge come by the base index: a
+ * reader elsewhere asks for them on a lookup, and a walk of a large edge
+ * for each would hold the lock that long. */
+static void own_collect(struct ns *ns, const char *from, const char *to, const char *base,
+			int kvhdr, struct owns *w)
+{
+	struct collect c = { w, kvhdr, 0 };
+	size_t bl;
+	uint32_t r, t;
+
+	if (*base && *from && *to) {
+		struct node *e = node_child(ns, ns->root, from);
+		if (e && e->kind == NK_STAGE && (e = node_child(ns, e, to)) && e->kind == NK_EDGE)
+			node_foreach_shard(ns, e, base, own_add, &c);
+		return;
+	}
 	for (struct node *s = ns->root->child; s; s = s->next) {
 		if (s->kind != NK_STAGE || (*from && strcmp(from, s->name)))
 			continue;
 		for (struct node *e = s->child; e; e = e->next) {
 			if (*to && strcmp(to, e->name))
 				continue;
-			for (struct node *k = e->child; k; k = k->next) {
-				struct object *o = k->obj;
-				if (!o || o->owner >= 0 || o->state != OS_PUBLISHED)
-					continue;
-				if (w->n == w->cap) {
-					size_t cap = w->cap ? 2 * w->cap : 64;
-					struct own *nv = realloc(w->v, cap * sizeof(*nv));
-					if (!nv)
-						return;
-					w->v = nv;
-					w->cap = cap;
-				}
-				struct own *v = &w->v[w->n];
-				v->name = w->len;
-				if (own_names(w, k))
-					return;
-				objinfo_of(o, &v->info);
-				v->went = 0;
-				if (kvhdr && o->kvhdr && (v->info.kvhdr = malloc(o->kvhdr_len)))
-					memcpy((void *)v->info.kvhdr, o->kvhdr, o->kvhdr_len);
-				else
-					v->info.kvhdr_len = 0;
-				w->n++;
-			}
+			for (struct node *k = e->child; k && !c.full; k = k->next)
+				if (!*base || (kv_name_split(k->name, &bl, &r, &t) &&
+					       bl == strlen(base) && !memcmp(k->name, base, bl)))
+					own_add(k, &c);
 		}
 	}
 }
@@ -839,14 +867,14 @@ static int own_still(struct ns *ns, const struct ns_objinfo *i)
 	       k->obj->state == OS_PUBLISHED;
 }
 
-void ns_foreach_own(struct ns *ns, const char *from, const char *to, int kvhdr,
-		    void (*fn)(void *arg, const struct ns_objinfo *o),
+void ns_foreach_own(struct ns *ns, const char *from, const char *to, const char *base,
+		    int kvhdr, void (*fn)(void *arg, const struct ns_objinfo *o),
 		    void (*gone)(void *arg, const struct ns_objinfo *o), void *arg)
 {
 	struct owns w = { 0 };
 
 	pthread_mutex_lock(&ns->lock);
-	own_collect(ns, from, to, kvhdr, &w);
+	own_collect(ns, from, to, base, kvhdr, &w);
 	pthread_mutex_unlock(&ns->lock);
 	struct own *v = w.v;
 	size_t n = w.n;

@@ -764,6 +764,15 @@ void view_close(struct view *v)
 	view_put(v);
 }
 
+void view_base(const char *name, char *out, size_t size)
+{
+	size_t bl;
+	uint32_t r, T;
+
+	kv_name_split(name, &bl, &r, &T);
+	snprintf(out, size, "%.*s", (int)bl, name);
+}
+
 int view_exists(const struct view_env *env, uint64_t ino)
 {
 	struct want *w = malloc(sizeof(*w));

@@ -62,6 +62,9 @@ void view_flush(struct view *v);
 void view_close(struct view *v);
 /* 1 if key inode ino names a view whose shards are all published. */
 int view_exists(const struct view_env *env, uint64_t ino);
+/* The base of a view named name (what its shards' keys are of: "x" for
+ * x, x.rank1of2 and x.rank0of4), into out of size bytes. */
+void view_base(const char *name, char *out, size_t size);
 /* user.omni.kv of a view whose shards are all here: its length, or -errno. */
 int view_summary(const struct view_env *env, uint64_t ino, char *buf, size_t size);
 

@@ -230,6 +230,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 	case PT_LIST:
 		put_str(&w, m->u.list.from, 1);
 		put_str(&w, m->u.list.to, 1);
+		put_str(&w, m->u.list.base, 1);
 		break;
 	case PT_PULL:
 		put_le(&w, m->u.pull.oid, 8);
@@ -437,6 +438,7 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 	case PT_LIST:
 		get_str(&r, m->u.list.from, PROTO_NAME_MAX, 1, 1);
 		get_str(&r, m->u.list.to, PROTO_NAME_MAX, 1, 1);
+		get_str(&r, m->u.list.base, PROTO_KEY_MAX, 1, 1);
 		break;
 	case PT_PULL:
 		m->u.pull.oid = get_le(&r, 8);

@@ -21,7 +21,7 @@
 #define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
 #define PROTO_KEY_MAX    255            /* a key */
 #define PROTO_MAGIC      0x4d4fu
-#define PROTO_VERSION    10             /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
+#define PROTO_VERSION    11             /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
 					   4: OBJECT carries a small object's bytes;
 					   5: CLEANUP; 6: EXISTS; 7: CLAIM; 8: GONE of
 					   all ends a resync: what a new connection
@@ -29,7 +29,8 @@
 					   CONSUMED names its read, REMOVE and
 					   CONSUMED are acknowledged by ACKS; 10:
 					   GRANT's upto, GRANTED's ready (a stage
-					   filled a step at a time) */
+					   filled a step at a time); 11: LIST's
+					   view base */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -63,7 +64,8 @@ enum proto_type {
 			   read rid, counted once whatever the repeats; reply ACKS,
 			   none if reqid 0 */
 	PT_LOOKUP,      /* request: names; reply OBJECT or STATUS */
-	PT_LIST,        /* request: from, to (either may be ""); reply LISTING frames */
+	PT_LIST,        /* request: from, to (either may be ""), base: only the shards
+			   of the view <base> ("": all); reply LISTING frames */
 	PT_REMOVE,      /* names and oid (0: any); reply ACKS, none if reqid 0 */
 	PT_PULL,        /* request: oid, count pieces of len at off + k*stride,
 			   lease; reply DATA frames of the pieces back to back, or STATUS */
@@ -125,7 +127,10 @@ struct proto_msg {
 			 uint16_t rdma_port; uint8_t token[PROTO_TOKEN]; } welcome;
 		struct proto_obj obj;   /* ANNOUNCE GONE LOOKUP REMOVE OBJECT */
 		struct { uint64_t oid; uint32_t first, n, of; uint64_t rid; } consumed; /* of 0: whole */
-		struct { char from[PROTO_NAME_MAX + 1], to[PROTO_NAME_MAX + 1]; } list;
+		struct {
+			char from[PROTO_NAME_MAX + 1], to[PROTO_NAME_MAX + 1];
+			char base[PROTO_KEY_MAX + 1];
+		} list;
 		/* lease (0: none): the sender's name for a read of oid that
 		 * pulls it piece by piece; the owner keeps the object for it,
 		 * as for an open file, until RELEASE. */

@@ -44,8 +44,10 @@ int main(int argc, char **argv)
 				m.u.obj.datalen = 2;
 			}
 		}
-		if (t == PT_LIST)
+		if (t == PT_LIST) {
 			strcpy(m.u.list.from, "0");
+			strcpy(m.u.list.base, "k");
+		}
 		if (t == PT_CLEANUP)
 			strcpy(m.u.cleanup.id, "req-7");
 		if (t == PT_LISTING)

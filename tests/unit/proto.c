@@ -188,6 +188,18 @@ static void test_messages(void)
 	buf[0] = 0xff; buf[1] = 0xff;   /* claims 65535 entries */
 	is(proto_decode(PT_LISTING, buf, (size_t)len, &r), -EPROTO, "a LISTING over its entry limit: refused");
 
+	struct proto_msg ls = { .type = PT_LIST };
+	strcpy(ls.u.list.from, "p");
+	strcpy(ls.u.list.base, "req-7");
+	ok(roundtrip(&ls, &r) > 0 && !strcmp(r.u.list.from, "p") && !strcmp(r.u.list.to, "") &&
+	   !strcmp(r.u.list.base, "req-7"), "LIST carries its scope and a view's base");
+	memset(ls.u.list.base, 'k', PROTO_KEY_MAX);
+	ok(roundtrip(&ls, &r) > 0 && strlen(r.u.list.base) == PROTO_KEY_MAX,
+	   "... up to a key's length");
+	len = proto_encode(&ls, buf, sizeof(buf));
+	buf[len - PROTO_KEY_MAX + 3] = '/';
+	is(proto_decode(PT_LIST, buf, (size_t)len, &r), -EPROTO, "a LIST whose base holds '/': refused");
+
 	struct proto_msg h = { .type = PT_HELLO };
 	h.u.hello.version = PROTO_VERSION;
 	strcpy(h.u.hello.name, "node-a");
