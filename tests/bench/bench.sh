@@ -181,7 +181,14 @@ done
 # --- the same gather in vllm-omni's token-major layout, on one node ---------------
 printf '\na T=1 view of 4 vllm-omni shards on a (28 layers, 1024 tokens, 8 heads of 128, f16; rows of 512 B):\n'
 rm -f "$T"/a/0/1/x.rank*of4     # room in a's pool
-/usr/bin/python3 "$(dirname "$0")/vview.py" "$T/a"
+# Read where the edge's <to> is hosted elsewhere (b hosts 1: the open asks
+# the peers first), and where it is hosted here (a hosts 2): the reads' FUSE
+# thread and the reader land on one core or on two, which the view's copy
+# beside them feels (README, "KV caches and tensor-parallel views").
+printf '  edge 0/1 (on a, which does not host 1):\n'
+/usr/bin/python3 "$(dirname "$0")/vview.py" "$T/a" 15 0/1
+printf '  edge 0/2 (on a, which hosts 2):\n'
+/usr/bin/python3 "$(dirname "$0")/vview.py" "$T/a" 15 0/2
 
 # --- vllm-omni's connector: put -> get, one node and two (tests/bench/connector.py)
 CONN="env PYTHONPATH=$(cd "$(dirname "$0")/../../contrib/python" && pwd) /usr/bin/python3 $(dirname "$0")/connector.py"

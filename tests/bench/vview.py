@@ -1,5 +1,6 @@
-"""vview.py MOUNT [ROUNDS] - a T=1 view of 4 vllm-omni shards, on one node,
-against reading the same 4 shards whole (the ceiling), in the same run.
+"""vview.py MOUNT [ROUNDS [EDGE]] - a T=1 view of 4 vllm-omni shards, on one
+node, against reading the same 4 shards whole (the ceiling), in the same
+run, on EDGE (0/1 by default).
 
 The shards are token-major ([tokens, heads, head_dim] per layer: 28 layers,
 1024 tokens, 8 heads of 128, f16, 2 heads a shard), so the view is a gather
@@ -35,6 +36,7 @@ def main(argv):
         print(__doc__.strip().split("\n")[0], file=sys.stderr)
         sys.exit(2)
     mnt, rounds = argv[1], int(argv[2]) if len(argv) > 2 else 15
+    edge = argv[3] if len(argv) > 3 else "0/1"
     n = H // S
     shards = [kvpy.vllm([os.urandom(TOK * n * D * 2) for _ in range(L)],
                         [os.urandom(TOK * n * D * 2) for _ in range(L)],
@@ -43,16 +45,16 @@ def main(argv):
     for r in range(rounds):
         for i in range(S):
             for k in ("w%d" % r, "v%d" % r):
-                with open("%s/0/1/%s.rank%dof%d" % (mnt, k, i, S), "wb") as f:
+                with open("%s/%s/%s.rank%dof%d" % (mnt, edge, k, i, S), "wb") as f:
                     os.setxattr(f.fileno(), "user.omni.readers", b"1")   # the read consumes it
                     f.write(shards[i])
         time.sleep(0.02)
         t = time.monotonic()
         for i in range(S):
-            read_all("%s/0/1/w%d.rank%dof%d" % (mnt, r, i, S))
+            read_all("%s/%s/w%d.rank%dof%d" % (mnt, edge, r, i, S))
         whole.append(time.monotonic() - t)
         t = time.monotonic()
-        read_all("%s/0/1/v%d" % (mnt, r))
+        read_all("%s/%s/v%d" % (mnt, edge, r))
         view.append(time.monotonic() - t)
     mw, mv = pct(whole, 0.5), pct(view, 0.5)
     paired = pct([v / w for v, w in zip(view, whole)], 0.5)
