@@ -91,17 +91,27 @@ enum caller_intent caller_intent(pid_t tid)
 	return CALLER_OPEN_READ;
 }
 
+/* Field n (3 and on, numbered as in proc_pid_stat(5)) of a
+ * /proc/<tid>/stat line, or NULL. */
+static const char *stat_field(const char *buf, int n)
+{
+	const char *p = strrchr(buf, ')');      /* comm may hold spaces and parens */
+
+	for (int field = 2; p && field < n; field++)
+		p = strchr(p + 1, ' ');
+	return p ? p + 1 : NULL;
+}
+
 int caller_cpu(pid_t tid)
 {
 	char buf[1024];
+	const char *f;
 	int cpu;
 
 	if (tid <= 0 || read_proc(tid, "stat", buf, sizeof(buf)) <= 0)
 		return -1;
-	char *p = strrchr(buf, ')');    /* comm may hold spaces and parens */
-	for (int field = 2; p && field < 39; field++)   /* proc_pid_stat(5) */
-		p = strchr(p + 1, ' ');
-	return p && sscanf(p + 1, "%d", &cpu) == 1 && cpu >= 0 ? cpu : -1;
+	f = stat_field(buf, 39);
+	return f && sscanf(f, "%d", &cpu) == 1 && cpu >= 0 ? cpu : -1;
 }
 
 enum caller_state caller_state(pid_t tid)
@@ -110,22 +120,9 @@ enum caller_state caller_state(pid_t tid)
 
 	if (tid <= 0 || read_proc(tid, "stat", buf, sizeof(buf)) <= 0)
 		return CALLER_ALIVE;
-	char *p = strrchr(buf, ')');    /* comm may hold spaces and parens */
-	if (!p)
-		return CALLER_ALIVE;
-	/* Fields after comm: 3 state ... 9 flags ... 52 exit_code. */
-	unsigned long flags = 0;
-	long exit_code = 0;
-	int field = 2;
-	char *save;
-	for (char *tok = strtok_r(p + 1, " \n", &save); tok;
-	     tok = strtok_r(NULL, " \n", &save)) {
-		field++;
-		if (field == 9)
-			flags = strtoul(tok, NULL, 10);
-		else if (field == 52)
-			exit_code = strtol(tok, NULL, 10);
-	}
+	const char *f = stat_field(buf, 9), *e = stat_field(buf, 52);
+	unsigned long flags = f ? strtoul(f, NULL, 10) : 0;
+	long exit_code = e ? strtol(e, NULL, 10) : 0;
 	if (!(flags & PF_EXITING))
 		return CALLER_ALIVE;
 	return WIFSIGNALED((int)exit_code) ? CALLER_KILLED : CALLER_EXITING;

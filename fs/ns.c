@@ -39,13 +39,19 @@ static uint64_t name_hash(uint64_t parent, const char *name)
 
 /* Keys that are views of each other (<base>, <base>.rank<i>of<N>) share
  * this hash, so a published shard finds the opens waiting for a view. */
+/* The base index's hash of a base (len bytes) under the edge parent. */
+static uint64_t hash_of_base(uint64_t parent, const char *base, size_t len)
+{
+	return XXH3_64bits_withSeed(base, len, parent);
+}
+
 static uint64_t base_hash(uint64_t parent, const char *name)
 {
 	size_t bl;
 	uint32_t r, t;
 
 	kv_name_split(name, &bl, &r, &t);
-	return XXH3_64bits_withSeed(name, bl, parent);
+	return hash_of_base(parent, name, bl);
 }
 
 void node_foreach_shard(struct ns *ns, struct node *edge, const char *base,
@@ -54,7 +60,7 @@ void node_foreach_shard(struct ns *ns, struct node *edge, const char *base,
 	size_t len = strlen(base), bl;
 	uint32_t r, t;
 
-	for (struct hlink *l = htab_find(&ns->bybase, XXH3_64bits_withSeed(base, len, edge->ino));
+	for (struct hlink *l = htab_find(&ns->bybase, hash_of_base(edge->ino, base, len));
 	     l; l = htab_next(l)) {
 		struct node *k = (struct node *)((char *)l - offsetof(struct node, bybase));
 		if (k->parent == edge && kv_name_split(k->name, &bl, &r, &t) && bl == len &&

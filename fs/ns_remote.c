@@ -828,32 +828,24 @@ static void own_add(struct node *k, void *arg)
 }
 
 /* Our published objects in the scope, copied under the lock (as many as
- * memory allows).  A view's shards on one edge come by the base index: a
- * reader elsewhere asks for them on a lookup, and a walk of a large edge
- * for each would hold the lock that long. */
+ * memory allows).  A view's shards come by the base index: a reader
+ * elsewhere asks for them on a lookup, and a walk of a large edge for each
+ * would hold the lock that long. */
 static void own_collect(struct ns *ns, const char *from, const char *to, const char *base,
 			int kvhdr, struct owns *w)
 {
 	struct collect c = { w, kvhdr, 0 };
-	size_t bl;
-	uint32_t r, t;
 
-	if (*base && *from && *to) {
-		struct node *e = node_child(ns, ns->root, from);
-		if (e && e->kind == NK_STAGE && (e = node_child(ns, e, to)) && e->kind == NK_EDGE)
-			node_foreach_shard(ns, e, base, own_add, &c);
-		return;
-	}
 	for (struct node *s = ns->root->child; s; s = s->next) {
 		if (s->kind != NK_STAGE || (*from && strcmp(from, s->name)))
 			continue;
 		for (struct node *e = s->child; e; e = e->next) {
 			if (*to && strcmp(to, e->name))
 				continue;
-			for (struct node *k = e->child; k && !c.full; k = k->next)
-				if (!*base || (kv_name_split(k->name, &bl, &r, &t) &&
-					       bl == strlen(base) && !memcmp(k->name, base, bl)))
-					own_add(k, &c);
+			if (*base)
+				node_foreach_shard(ns, e, base, own_add, &c);
+			for (struct node *k = *base ? NULL : e->child; k && !c.full; k = k->next)
+				own_add(k, &c);
 		}
 	}
 }

@@ -173,8 +173,8 @@ static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int wil
 		return 1;
 	/* Only the shards of a view by that name: the whole edge cost each
 	 * such lookup 8 ms with 20k objects on it. */
-	char base[NAME_KEY_MAX + 1];
 	if (learn) {
+		char base[NAME_KEY_MAX + 1];
 		view_base(name, base, sizeof(base));
 		cluster_refresh(fs->cl, from, to, base);
 	}
