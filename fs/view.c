@@ -19,6 +19,17 @@
 
 #define VIEW_MAX_SHARDS 1024
 
+/* A read waiting for [lo, hi) of a view.  It is woken when that range is
+ * ready or the fill ends, not whenever something lands: a short view
+ * fills in bands of a few KiB, and waking a 1 MiB read at each of them
+ * cost a pair of switches per band, on the fill's own core. */
+struct reader {
+	uint64_t lo, hi;
+	int waiting;
+	pthread_cond_t cond;
+	struct reader *next;
+};
+
 /* An open view.  Its open returns once it is planned; its bytes land
  * while it is read (reads wait for their range), each (tensor, head)
  * checked against the shards' sums before it counts as landed. */
@@ -31,7 +42,7 @@ struct view {
 	struct kv_cover *cover;
 	struct kv_info kv;              /* its own header */
 	pthread_mutex_t lock;           /* all below */
-	pthread_cond_t cond;            /* more landed, or the filling ended */
+	struct reader *readers;         /* waiting for their ranges */
 	struct rangeset seen, ready;
 	int err, filled, refs;
 	int reused;                      /* buf is a kept one: its gaps are not zero */
@@ -338,6 +349,26 @@ static int check(struct view *v, const struct kv_seg *s)
 	return -EIO;
 }
 
+/* Wakes the reads whose range is ready, or all once the fill has failed
+ * or ended; v->lock held.  How many it woke. */
+static int wake_readers(struct view *v)
+{
+	int n = 0;
+
+	for (struct reader **r = &v->readers; *r;) {
+		struct reader *x = *r;
+		if (v->err || v->filled || rangeset_covers(&v->ready, x->lo, x->hi)) {
+			*r = x->next;
+			x->waiting = 0;
+			pthread_cond_signal(&x->cond);
+			n++;
+		} else {
+			r = &x->next;
+		}
+	}
+	return n;
+}
+
 /* Segment s is in (err 0) or will never be: its heads are checked, then
  * its bytes are readable. */
 static void land(struct view *v, const struct kv_seg *s, int err)
@@ -352,7 +383,7 @@ static void land(struct view *v, const struct kv_seg *s, int err)
 	else
 		for (uint32_t k = 0; !err && k < s->count; k++)
 			rangeset_add(&v->ready, s->doff + k * s->dstride, s->doff + k * s->dstride + s->len);
-	pthread_cond_broadcast(&v->cond);
+	wake_readers(v);
 	pthread_mutex_unlock(&v->lock);
 }
 
@@ -474,18 +505,19 @@ static int fill_local(struct view *v, const struct ns_srcinfo *si, const struct 
 				rc = check(v, s);
 		}
 		if (!remote) {
-			/* The fill is a long copy beside the reader's requests:
-			 * one woken onto this core would wait for the
-			 * scheduler's tick (4 ms here, in every other view's
-			 * first read) unless the fill steps aside. */
-			sched_yield();
 			pthread_mutex_lock(&v->lock);
 			if (rc && !v->err)
 				v->err = rc == -ENOENT ? -ENOENT : -EIO;
 			else if (!rc)
 				rangeset_add(&v->ready, lo, hi);
-			pthread_cond_broadcast(&v->cond);
+			int woke = wake_readers(v);
 			pthread_mutex_unlock(&v->lock);
+			/* The fill is a long copy beside the reader's requests:
+			 * one woken onto this core would wait for the
+			 * scheduler's tick (4 ms here, in every other view's
+			 * first read) unless the fill steps aside. */
+			if (woke)
+				sched_yield();
 		}
 	}
 	free(ix);
@@ -506,7 +538,7 @@ static void fill(struct view *v, const struct ns_srcinfo *si, const struct kv_pl
 	if (!v->err && (rc || !rangeset_covers(&v->ready, 0, v->size)))
 		v->err = rc == -ENOENT ? -ENOENT : -EIO;
 	v->filled = 1;
-	pthread_cond_broadcast(&v->cond);
+	wake_readers(v);
 	pthread_mutex_unlock(&v->lock);
 }
 
@@ -524,7 +556,6 @@ static void view_free(struct view *v)
 	kv_free(&v->kv);
 	rangeset_fini(&v->seen);
 	rangeset_fini(&v->ready);
-	pthread_cond_destroy(&v->cond);
 	pthread_mutex_destroy(&v->lock);
 	free(v);
 }
@@ -565,7 +596,6 @@ static int prepare(const struct view_env *env, uint64_t ino, struct view **out,
 		v->env = *env;
 		v->refs = 1;
 		pthread_mutex_init(&v->lock, NULL);
-		pthread_cond_init(&v->cond, NULL);
 		rangeset_init(&v->seen);
 		rangeset_init(&v->ready);
 	}
@@ -726,8 +756,14 @@ ssize_t view_read(struct view *v, uint64_t off, size_t len, struct iovec *iov)
 	if (len > v->size - off)
 		len = v->size - off;
 	pthread_mutex_lock(&v->lock);
-	while (!v->err && !v->filled && !rangeset_covers(&v->ready, off, off + len))
-		pthread_cond_wait(&v->cond, &v->lock);  /* fill() always ends */
+	if (!v->err && !v->filled && !rangeset_covers(&v->ready, off, off + len)) {
+		struct reader r = { off, off + len, 1, .next = v->readers };
+		pthread_cond_init(&r.cond, NULL);
+		v->readers = &r;
+		while (r.waiting)       /* fill() always ends, and wakes all */
+			pthread_cond_wait(&r.cond, &v->lock);
+		pthread_cond_destroy(&r.cond);
+	}
 	int ok = rangeset_covers(&v->ready, off, off + len);
 	if (ok)
 		rangeset_add(&v->seen, off, off + len);
