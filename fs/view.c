@@ -644,7 +644,6 @@ struct job {
 	uint64_t ino;
 	view_done_fn done;
 	void *arg;
-	int opener_cpu;         /* where view_open() ran, or -1 */
 };
 
 /* A view's fill copies beside the reads it feeds, which a FUSE thread
@@ -655,15 +654,18 @@ struct job {
  * shards, vview.py: 1.25x the time of reading the shards whole; 0.8x
  * with them apart).  So a job keeps off the CPU that opened it, where the
  * FUSE thread that serves the reads is likely to run, within the CPUs the
- * daemon was given; with one CPU it changes nothing. */
-static void step_aside(int cpu)
+ * daemon was given; with one CPU it changes nothing.  The job is made
+ * there rather than moved once started: a move waits for the kernel's
+ * migration thread first (about 50 us of a view's open here). */
+static void step_aside(pthread_attr_t *at)
 {
+	int cpu = sched_getcpu();
 	cpu_set_t m;
 
 	if (cpu >= 0 && !sched_getaffinity(0, sizeof(m), &m) && CPU_COUNT(&m) > 1 &&
 	    CPU_ISSET(cpu, &m)) {
 		CPU_CLR(cpu, &m);
-		sched_setaffinity(0, sizeof(m), &m);
+		pthread_attr_setaffinity_np(at, sizeof(m), &m);
 	}
 }
 
@@ -697,7 +699,6 @@ static void *job_thread(void *arg)
 	uint32_t nsi = 0;
 
 	pthread_setname_np(pthread_self(), "omni-view");
-	step_aside(j->opener_cpu);
 	int rc = prepare(&j->env, j->ino, &v, &p, &si, &nsi);
 
 	if (!rc) {
@@ -731,13 +732,14 @@ int view_open(const struct view_env *env, uint64_t ino, int64_t wait_ms, view_do
 
 	if (!j)
 		return -ENOMEM;
-	*j = (struct job){ *env, ino, done, arg, sched_getcpu() };
+	*j = (struct job){ *env, ino, done, arg };
 	j->env.wait_ms = wait_ms;
 	pthread_mutex_lock(&env->jobs->lock);
 	env->jobs->n++;
 	pthread_mutex_unlock(&env->jobs->lock);
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	step_aside(&at);
 	rc = -pthread_create(&t, &at, job_thread, j);
 	pthread_attr_destroy(&at);
 	if (rc) {
