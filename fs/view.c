@@ -617,7 +617,8 @@ static int prepare(const struct view_env *env, uint64_t ino, struct view **out,
 	if (!rc) {
 		v->size = p->size;
 		memcpy(v->buf, p->hdr, p->hdr_len);
-		rc = kv_parse(v->buf, p->hdr_len, v->size, &v->kv, err, sizeof(err)) ? -EIO : 0;
+		v->kv = p->kv;
+		memset(&p->kv, 0, sizeof(p->kv));
 		v->cover = p->cover;
 		p->cover = NULL;
 	}

@@ -140,6 +140,7 @@ struct kv_seg {
 struct kv_cover { uint32_t first, n, of; };
 struct kv_plan {
 	uint8_t *hdr;                   /* the view's header bytes */
+	struct kv_info kv;              /* the same, parsed (a merge or slice: no json) */
 	uint64_t hdr_len, size, data_bytes;
 	struct kv_seg *seg;
 	size_t nseg;

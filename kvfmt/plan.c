@@ -114,6 +114,8 @@ static int plan_copy(const struct kv_info *src, const void *const *hdr, uint32_t
 	memcpy(p->hdr, hdr[0], src->hdr_len);
 	p->hdr_len = src->hdr_len;
 	p->size = src->total;
+	if ((rc = kv_parse(p->hdr, p->hdr_len, p->size, &p->kv, NULL, 0)))
+		return rc;
 	for (uint32_t i = 0; i < src->ntensors; i++)
 		if (src->t[i].len && (rc = seg_add(pl, (struct kv_seg){ 0, 1, src->t[i].off,
 				src->t[i].len, src->t[i].off, src->t[i].len, src->t[i].len })))
@@ -294,6 +296,10 @@ static int plan_split(const struct kv_info *src, const void *const *hdr, uint32_
 	for (uint32_t k = 0; k < nsrc; k++)
 		p->cover[k] = (struct kv_cover){ lf, nh, src->head_count };
 	p->data_bytes = v.data_bytes;
+	v.hdr_len = p->hdr_len;
+	v.total = p->size;
+	p->kv = v;              /* the view's own: its opener needs no parse */
+	memset(&v, 0, sizeof(v));
 free_v:
 	kv_free(&v);
 	free(present);
@@ -327,6 +333,7 @@ int kv_plan_view(const struct kv_info *src, const void *const *hdr, uint32_t nsr
 
 void kv_plan_free(struct kv_plan *p)
 {
+	kv_free(&p->kv);
 	free(p->hdr);
 	free(p->seg);
 	free(p->cover);

@@ -40,6 +40,11 @@ static void views(const struct kv_info *kv, const uint8_t *hdr)
 			    p.seg[s].doff + (uint64_t)(p.seg[s].count - 1) * p.seg[s].dstride +
 			    p.seg[s].len > p.size)
 				__builtin_trap();
+		struct kv_info v;       /* the view's opener takes p.kv for this */
+		if (kv_parse(p.hdr, p.hdr_len, p.size, &v, NULL, 0) || v.ntensors != p.kv.ntensors ||
+		    memcmp(v.t, p.kv.t, v.ntensors * sizeof(*v.t)))
+			__builtin_trap();
+		kv_free(&v);
 		kv_plan_free(&p);
 	}
 }

@@ -45,6 +45,25 @@ static int parse(const uint8_t *p, uint64_t n, struct kv_info *kv)
 }
 
 /* Flips byte off and says whether the payload is refused (parse or verify). */
+/* Whether a plan's parsed header is what kv_parse() makes of its bytes
+ * (json aside): the view's opener takes it instead of parsing. */
+static int plan_info_is_parse(const struct kv_plan *p)
+{
+	struct kv_info v, *k = (struct kv_info *)&p->kv;
+	int same = !kv_parse(p->hdr, p->hdr_len, p->size, &v, NULL, 0) &&
+		   k->format == v.format && k->dtype == v.dtype && k->layout == v.layout &&
+		   k->kind == v.kind && k->layers == v.layers && k->tokens == v.tokens &&
+		   k->heads_total == v.heads_total && k->head_first == v.head_first &&
+		   k->head_count == v.head_count && k->head_dim == v.head_dim &&
+		   k->ntensors == v.ntensors && k->esize == v.esize && k->hdr_len == v.hdr_len &&
+		   k->total == v.total && k->data_bytes == v.data_bytes &&
+		   (v.format != KV_FMT_NATIVE || (k->meta_off == v.meta_off && k->meta_len == v.meta_len)) &&
+		   !memcmp(k->t, v.t, v.ntensors * sizeof(*v.t)) &&
+		   (!v.sums || !memcmp(k->sums, v.sums, (uint64_t)v.ntensors * v.head_count * 8));
+	kv_free(&v);
+	return same;
+}
+
 static int refused_with(uint8_t *p, uint64_t n, uint64_t off, uint8_t x)
 {
 	struct kv_info kv;
@@ -231,6 +250,7 @@ static void plans(void)
 	parse(src, n, &kv);
 	const void *h[1] = { src };
 	is(kv_plan_view(&kv, h, 1, 1, 1, 2, &p, NULL, 0), 0, "plans rank 1 of 2 of one NHD shard");
+	ok(plan_info_is_parse(&p), "the plan's parsed header is its header's parse (native)");
 	uint8_t *view = calloc(1, p.size);
 	memcpy(view, p.hdr, p.hdr_len);
 	for (size_t i = 0; i < p.nseg; i++)
@@ -350,6 +370,7 @@ static void vllm_views(void)
 	}
 	const void *h[2] = { src[0], src[1] };
 	is(kv_plan_view(&kv[1], &h[1], 1, 2, 3, 4, &p, NULL, 0), 0, "plans rank 3 of 4 from shard 1 of 2");
+	ok(plan_info_is_parse(&p), "the plan's parsed header is its header's parse (a vllm slice)");
 	const char *mark = "\"meta\":{\"seq_len\":2,\"f\":1e-05,\"tp_head_slice\":{\"applied\":true,\"side\":\"sender\","
 			   "\"target_rank\":3,\"source_rank\":1,\"from_tp\":2,\"to_tp\":4,"
 			   "\"offset_in_shard\":1,\"num_slices\":2}}";
@@ -360,7 +381,11 @@ static void vllm_views(void)
 	ok(memmem(src[1], n[1], "tp_head_slice", 13) == NULL, "the shard itself is left as it was");
 	kv_plan_free(&p);
 	is(kv_plan_view(kv, h, 2, 2, 0, 1, &p, NULL, 0), 0, "plans the merge of both");
+	ok(plan_info_is_parse(&p), "... and of a vllm merge");
 	ok(memmem(p.hdr, p.hdr_len, "tp_head_slice", 13) == NULL, "a merge carries no slice mark");
+	kv_plan_free(&p);
+	is(kv_plan_view(&kv[1], &h[1], 1, 2, 1, 2, &p, NULL, 0), 0, "plans rank 1 of 2 as it is");
+	ok(plan_info_is_parse(&p), "... and of a view that is one shard");
 	kv_plan_free(&p);
 	for (int k = 0; k < 2; k++) {
 		kv_free(&kv[k]);
