@@ -189,6 +189,9 @@ printf '  edge 0/1 (on a, which does not host 1):\n'
 /usr/bin/python3 "$(dirname "$0")/vview.py" "$T/a" 15 0/1
 printf '  edge 0/2 (on a, which hosts 2):\n'
 /usr/bin/python3 "$(dirname "$0")/vview.py" "$T/a" 15 0/2
+printf '  the same with 16 tokens (1.8 MB: mostly the open), edge 0/1, then 0/2:\n'
+/usr/bin/python3 "$(dirname "$0")/vview.py" "$T/a" 40 0/1 16
+/usr/bin/python3 "$(dirname "$0")/vview.py" "$T/a" 40 0/2 16
 
 # --- vllm-omni's connector: put -> get, one node and two (tests/bench/connector.py)
 CONN="env PYTHONPATH=$(cd "$(dirname "$0")/../../contrib/python" && pwd) /usr/bin/python3 $(dirname "$0")/connector.py"
