@@ -903,14 +903,15 @@ static int callees_up(struct cluster *cl, const char *hosting, struct ask *a,
 	return n;
 }
 
-/* Sends m to every peer that is up, at once (asking never waits for a
- * peer to connect), on_reply taking each answer; what they found in all,
- * and, if told is set, which of them answered without an error. */
-static uint64_t ask_all(struct cluster *cl, const struct proto_msg *m, xport_reply_fn on_reply,
-			uint8_t *told)
+/* Sends m, and also unless it is NULL, to every peer that is up, all at
+ * once (asking never waits for a peer to connect), on_reply taking each
+ * answer; what they found in all, and, if told is set, which of them
+ * answered m without an error. */
+static uint64_t ask_all(struct cluster *cl, const struct proto_msg *m,
+			const struct proto_msg *also, xport_reply_fn on_reply, uint8_t *told)
 {
-	struct ask *a = calloc(cl->npeers + 1, sizeof(*a));
-	struct xport_callee *to = calloc(cl->npeers + 1, sizeof(*to));
+	struct ask *a = calloc(2 * cl->npeers + 1, sizeof(*a));
+	struct xport_callee *to = calloc(2 * cl->npeers + 1, sizeof(*to));
 	uint64_t found = 0;
 	int n = 0;
 
@@ -918,10 +919,14 @@ static uint64_t ask_all(struct cluster *cl, const struct proto_msg *m, xport_rep
 		goto free_asks;
 	news_first(cl);
 	n = callees_up(cl, NULL, a, to);
-	if (!xport_call_each(cl->x, to, n, m, on_reply))
-		for (int i = 0; i < n; i++) {
+	for (int i = 0; also && i < n; i++) {   /* each peer's second ask, after m */
+		a[n + i] = a[i];
+		to[n + i] = (struct xport_callee){ .peer = to[i].peer, .arg = &a[n + i], .req = also };
+	}
+	if (!xport_call_each(cl->x, to, also ? 2 * n : n, m, on_reply))
+		for (int i = 0; i < (also ? 2 * n : n); i++) {
 			found += a[i].found;
-			if (told)
+			if (told && i < n)
 				told[to[i].peer] = !to[i].rc;
 		}
 free_asks:
@@ -942,13 +947,27 @@ static struct proto_msg name_msg(enum proto_type type, const char *from, const c
 	return m;
 }
 
-int cluster_ask(struct cluster *cl, const char *from, const char *to,
-		const char *key, unsigned subscribe_ms)
+/* A LIST of what a peer owns under from/to ("" for all): the shards of the
+ * view base, or all if base is "". */
+static struct proto_msg list_msg(const char *from, const char *to, const char *base)
 {
-	struct proto_msg m = name_msg(PT_LOOKUP, from, to, key);
+	struct proto_msg m = { .type = PT_LIST };
+
+	snprintf(m.u.list.from, sizeof(m.u.list.from), "%s", from);
+	snprintf(m.u.list.to, sizeof(m.u.list.to), "%s", to);
+	snprintf(m.u.list.base, sizeof(m.u.list.base), "%s", base);
+	return m;
+}
+
+int cluster_ask(struct cluster *cl, const char *from, const char *to,
+		const char *key, unsigned subscribe_ms, const char *base)
+{
+	struct proto_msg m = name_msg(PT_LOOKUP, from, to, key), list;
 
 	m.u.obj.size = subscribe_ms;
-	return ask_all(cl, &m, ask_reply, NULL) ? 0 : -ENOENT;
+	if (base)
+		list = list_msg(from, to, base);
+	return ask_all(cl, &m, base ? &list : NULL, ask_reply, NULL) ? 0 : -ENOENT;
 }
 
 /* A claim needs one answer for the cluster: with several hosts of <to>,
@@ -1005,19 +1024,7 @@ int cluster_exists(struct cluster *cl, const char *from, const char *to, const c
 	free(c);
 	if (found || answered)
 		return found;
-	return !cluster_ask(cl, from, to, key, 0);
-}
-
-/* A LIST of what a peer owns under from/to ("" for all): the shards of the
- * view base, or all if base is "". */
-static struct proto_msg list_msg(const char *from, const char *to, const char *base)
-{
-	struct proto_msg m = { .type = PT_LIST };
-
-	snprintf(m.u.list.from, sizeof(m.u.list.from), "%s", from);
-	snprintf(m.u.list.to, sizeof(m.u.list.to), "%s", to);
-	snprintf(m.u.list.base, sizeof(m.u.list.base), "%s", base);
-	return m;
+	return !cluster_ask(cl, from, to, key, 0, NULL);
 }
 
 /* Brings what peer owns under from/to into ns. */
@@ -1035,7 +1042,7 @@ void cluster_refresh(struct cluster *cl, const char *from, const char *to, const
 {
 	struct proto_msg m = list_msg(from, to, base);
 
-	ask_all(cl, &m, ask_reply, NULL);
+	ask_all(cl, &m, NULL, ask_reply, NULL);
 }
 
 /* At most this many messages owed to one peer: past it, the oldest is
@@ -1187,7 +1194,7 @@ int cluster_cleanup(struct cluster *cl, const char *id, uint64_t *removed, size_
 	if (!told)
 		return -ENOMEM;
 	snprintf(m.u.cleanup.id, sizeof(m.u.cleanup.id), "%s", id);
-	*removed = ask_all(cl, &m, cleaned_reply, told);
+	*removed = ask_all(cl, &m, NULL, cleaned_reply, told);
 	*missed = 0;
 	for (size_t i = 0; i < cl->npeers; i++)
 		if (!told[i]) {

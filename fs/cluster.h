@@ -52,10 +52,11 @@ void cluster_destroy(struct cluster *cl);
 /* Whether this node hosts stage to (its announces come unasked). */
 int cluster_hosts(const struct cluster *cl, const char *to);
 /* Asks the peers for from/to/key; those that lack it announce it when
- * published within subscribe_ms (0: don't).  0 if some peer had it (it is
- * now in ns), -ENOENT if none. */
+ * published within subscribe_ms (0: don't).  Unless base is NULL, the
+ * same round trip brings in what cluster_refresh(base) would.  0 if some
+ * peer had the key (it is now in ns), -ENOENT if none. */
 int cluster_ask(struct cluster *cl, const char *from, const char *to,
-		const char *key, unsigned subscribe_ms);
+		const char *key, unsigned subscribe_ms, const char *base);
 /* Whether a node of the cluster knows from/to/key (for an O_EXCL create
  * on a node that does not host to): 1 or 0. */
 int cluster_exists(struct cluster *cl, const char *from, const char *to, const char *key);

@@ -152,10 +152,10 @@ static void op_init(void *data, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 }
 
-/* 1 if a peer had parent/name (it is in ns now).  If none had and learn
- * is set, the shards of a view by that name that the edge holds are
- * brought in: a reader of a missing key may want a view of shards
- * published elsewhere under other names.  A reader
+/* 1 if a peer had parent/name (it is in ns now).  If learn is set, the
+ * shards of a view by that name that the edge holds are brought in too:
+ * a reader of a missing key may want a view of shards published
+ * elsewhere under other names.  A reader
  * that will wait says so (own_ms: its own wait, or 0 for the edge's), and
  * the peers tell it when the key comes. */
 static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait,
@@ -167,18 +167,15 @@ static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int wil
 	    name_check_key(name))
 		return 0;
 	int64_t ms = !will_wait ? 0 : own_ms > 0 ? own_ms : ns_wait_ms(fs->ns, parent);
+	char base[NAME_KEY_MAX + 1];
 
+	/* With the key, in the same round trip, only the shards of a view
+	 * by that name: the whole edge cost each such lookup 8 ms with 20k
+	 * objects on it. */
+	view_base(name, base, sizeof(base));
 	loop_step_aside();      /* a round trip: other requests go on */
-	if (!cluster_ask(fs->cl, from, to, name, ms > 0 ? (unsigned)ms : 0))
-		return 1;
-	/* Only the shards of a view by that name: the whole edge cost each
-	 * such lookup 8 ms with 20k objects on it. */
-	if (learn) {
-		char base[NAME_KEY_MAX + 1];
-		view_base(name, base, sizeof(base));
-		cluster_refresh(fs->cl, from, to, base);
-	}
-	return 0;
+	return !cluster_ask(fs->cl, from, to, name, ms > 0 ? (unsigned)ms : 0,
+			    learn ? base : NULL);
 }
 
 /* O_EXCL means "nowhere in the cluster": whether another node knows the

@@ -196,7 +196,7 @@ static int source_headers(const struct view_env *env, struct want *w, struct ns_
 		if (si[k].kvhdr || si[k].owner < 0 || !env->cl)
 			continue;
 		if (ns_dir_names(env->ns, w->edge, from, to) == NK_EDGE)
-			cluster_ask(env->cl, from, to, w->names[k], 0);
+			cluster_ask(env->cl, from, to, w->names[k], 0, NULL);
 		if ((rc = ns_source_info(env->ns, h[k], &si[k])))
 			return rc;
 	}

@@ -1246,7 +1246,8 @@ int xport_call_each(struct xport *x, struct xport_callee *to, int n,
 		k->p = (struct pending){ .peer = to[i].peer, .on_reply = on_reply,
 					 .arg = to[i].arg, .cond = &cond };
 		k->c = peer_conn(x, to[i].peer);
-		to[i].rc = k->c ? call_send(x, k->c, &k->p, req) : -EHOSTDOWN;
+		to[i].rc = k->c ? call_send(x, k->c, &k->p, to[i].req ? to[i].req : req)
+				: -EHOSTDOWN;
 		waiting += !to[i].rc;
 	}
 	pthread_mutex_lock(&x->lock);

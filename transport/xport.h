@@ -166,9 +166,10 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 	       xport_reply_fn on_reply, void *arg);
 /* The same request to each of to[0, n) at once, so that asking n peers
  * takes one round trip, not n: on_reply(to[i].arg, ...) for to[i].peer's
- * replies, and its end (as xport_call returns) in to[i].rc.  0, or
- * -ENOMEM with nothing sent. */
-struct xport_callee { int peer; void *arg; int rc; };
+ * replies, and its end (as xport_call returns) in to[i].rc.  A callee may
+ * have a request of its own (req), so that one peer is asked two things
+ * in that round trip.  0, or -ENOMEM with nothing sent. */
+struct xport_callee { int peer; void *arg; int rc; const struct proto_msg *req; };
 int xport_call_each(struct xport *x, struct xport_callee *to, int n,
 		    const struct proto_msg *req, xport_reply_fn on_reply);
 
