@@ -350,23 +350,19 @@ static int check(struct view *v, const struct kv_seg *s)
 }
 
 /* Wakes the reads whose range is ready, or all once the fill has failed
- * or ended; v->lock held.  How many it woke. */
-static int wake_readers(struct view *v)
+ * or ended; v->lock held. */
+static void wake_readers(struct view *v)
 {
-	int n = 0;
-
 	for (struct reader **r = &v->readers; *r;) {
 		struct reader *x = *r;
 		if (v->err || v->filled || rangeset_covers(&v->ready, x->lo, x->hi)) {
 			*r = x->next;
 			x->waiting = 0;
 			pthread_cond_signal(&x->cond);
-			n++;
 		} else {
 			r = &x->next;
 		}
 	}
-	return n;
 }
 
 /* Segment s is in (err 0) or will never be: its heads are checked, then
@@ -505,19 +501,18 @@ static int fill_local(struct view *v, const struct ns_srcinfo *si, const struct 
 				rc = check(v, s);
 		}
 		if (!remote) {
+			/* The fill is a long copy beside the reader's requests:
+			 * one woken onto this core would wait for the
+			 * scheduler's tick (4 ms here, in every other view's
+			 * first read) unless the fill steps aside. */
+			sched_yield();
 			pthread_mutex_lock(&v->lock);
 			if (rc && !v->err)
 				v->err = rc == -ENOENT ? -ENOENT : -EIO;
 			else if (!rc)
 				rangeset_add(&v->ready, lo, hi);
-			int woke = wake_readers(v);
+			wake_readers(v);
 			pthread_mutex_unlock(&v->lock);
-			/* The fill is a long copy beside the reader's requests:
-			 * one woken onto this core would wait for the
-			 * scheduler's tick (4 ms here, in every other view's
-			 * first read) unless the fill steps aside. */
-			if (woke)
-				sched_yield();
 		}
 	}
 	free(ix);
