@@ -1038,9 +1038,9 @@ static void list_peer(struct cluster *cl, int peer, const char *from, const char
 		xport_call(cl->x, peer, &m, ask_reply, &a);
 }
 
-void cluster_refresh(struct cluster *cl, const char *from, const char *to, const char *base)
+void cluster_refresh(struct cluster *cl, const char *from, const char *to)
 {
-	struct proto_msg m = list_msg(from, to, base);
+	struct proto_msg m = list_msg(from, to, "");
 
 	ask_all(cl, &m, NULL, ask_reply, NULL);
 }

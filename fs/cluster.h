@@ -53,8 +53,9 @@ void cluster_destroy(struct cluster *cl);
 int cluster_hosts(const struct cluster *cl, const char *to);
 /* Asks the peers for from/to/key; those that lack it announce it when
  * published within subscribe_ms (0: don't).  Unless base is NULL, the
- * same round trip brings in what cluster_refresh(base) would.  0 if some
- * peer had the key (it is now in ns), -ENOENT if none. */
+ * same round trip brings into ns what they own of the view base's shards
+ * (<base>.rank<i>of<S>).  0 if some peer had the key (it is now in ns),
+ * -ENOENT if none. */
 int cluster_ask(struct cluster *cl, const char *from, const char *to,
 		const char *key, unsigned subscribe_ms, const char *base);
 /* Whether a node of the cluster knows from/to/key (for an O_EXCL create
@@ -64,9 +65,8 @@ int cluster_exists(struct cluster *cl, const char *from, const char *to, const c
  * to claim its publish instead of asking first (ns_handle_claim); -1 where
  * no host or several do (they would have to agree), or it is down. */
 int cluster_claimer(struct cluster *cl, const char *to);
-/* Brings what the peers own under from/to ("" for all) into ns: the shards
- * of the view base (<base>.rank<i>of<S>), or all if base is "". */
-void cluster_refresh(struct cluster *cl, const char *from, const char *to, const char *base);
+/* Brings all the peers own under from/to ("" for all) into ns. */
+void cluster_refresh(struct cluster *cl, const char *from, const char *to);
 /* rm of request id's objects on every node (ns_cleanup there), in one
  * round trip: how many went in all, and how many peers could not be told
  * (down, or no answer in time: theirs stay).  0, or -ENOMEM. */

@@ -37,14 +37,14 @@ static uint64_t name_hash(uint64_t parent, const char *name)
 	return XXH3_64bits_withSeed(name, strlen(name), parent);
 }
 
-/* Keys that are views of each other (<base>, <base>.rank<i>of<N>) share
- * this hash, so a published shard finds the opens waiting for a view. */
 /* The base index's hash of a base (len bytes) under the edge parent. */
 static uint64_t hash_of_base(uint64_t parent, const char *base, size_t len)
 {
 	return XXH3_64bits_withSeed(base, len, parent);
 }
 
+/* Keys that are views of each other (<base>, <base>.rank<i>of<N>) share
+ * this hash, so a published shard finds the opens waiting for a view. */
 static uint64_t base_hash(uint64_t parent, const char *name)
 {
 	size_t bl;

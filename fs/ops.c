@@ -172,7 +172,8 @@ static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int wil
 	/* With the key, in the same round trip, only the shards of a view
 	 * by that name: the whole edge cost each such lookup 8 ms with 20k
 	 * objects on it. */
-	view_base(name, base, sizeof(base));
+	if (learn)
+		view_base(name, base, sizeof(base));
 	loop_step_aside();      /* a round trip: other requests go on */
 	return !cluster_ask(fs->cl, from, to, name, ms > 0 ? (unsigned)ms : 0,
 			    learn ? base : NULL);
@@ -345,7 +346,7 @@ static int dir_take(struct fs *fs, fuse_ino_t ino, struct dir_snap *d)
 
 	if (fs->cl && (kind == NK_ROOT || kind == NK_STAGE || kind == NK_EDGE)) {
 		loop_step_aside();
-		cluster_refresh(fs->cl, from, to, "");
+		cluster_refresh(fs->cl, from, to);
 	}
 	if (!(rc = ns_readdir(fs->ns, ino, &d->ents, &d->n)))
 		d->taken = 1;

@@ -5,11 +5,11 @@ in the same run, on EDGE (0/1 by default).
 The shards are token-major ([tokens, heads, head_dim] per layer: 28 layers,
 TOKENS tokens (1024 by default), 8 heads of 128, f16, 2 heads a shard), so
 the view of 1024 tokens is a gather of ~229k rows of 512 bytes, and one of
-16 tokens (a short prompt: 1.8 MB) is mostly its open.  Each round writes fresh shards (readers 1:
-consumed by the read), waits 20 ms, then reads.  Prints medians and p99,
-and the median of each round's view/shards ratio: on a shared VM one
-read of the same bytes takes 20 or 35 ms as its threads happen to land
-on one core or two, and a round's pair shares its luck.
+16 tokens (a short prompt: 1.8 MB) is mostly its open.  Each round writes
+fresh shards (readers 1: consumed by the read), waits 20 ms, then reads.
+Prints medians and p99, and the median of each round's view/shards ratio:
+on a shared VM one read of the same bytes takes 20 or 35 ms as its threads
+happen to land on one core or two, and a round's pair shares its luck.
 """
 import os
 import sys
