@@ -555,21 +555,42 @@ static void view_free(struct view *v)
 	free(v);
 }
 
-/* Parses the sources' headers and plans rank r of T over them. */
+/* An earlier source whose header parses as source k's would (the same
+ * bytes and size), or -1.  The S ranks of one request write the same
+ * header (vllm-omni's: rid, block ids, metadata, shapes), and a json-c
+ * parse of one costs more than the plan. */
+static int same_header(const struct ns_srcinfo *si, uint32_t k)
+{
+	for (uint32_t j = 0; j < k; j++)
+		if (si[j].size == si[k].size && si[j].kvhdr_len == si[k].kvhdr_len &&
+		    !memcmp(si[j].kvhdr, si[k].kvhdr, si[k].kvhdr_len))
+			return (int)j;
+	return -1;
+}
+
+/* Parses the sources' headers, each distinct one once, and plans rank r
+ * of T over them. */
 static int plan(struct want *w, struct ns_srcinfo *si, struct kv_plan *p, char *err, size_t errlen)
 {
 	struct kv_info *kv = calloc(w->n, sizeof(*kv));
 	const void **hdr = calloc(w->n, sizeof(*hdr));
-	int rc = kv && hdr ? 0 : -ENOMEM;
+	uint8_t *shared = calloc(w->n, 1);      /* kv[k] borrows an earlier one's */
+	int rc = kv && hdr && shared ? 0 : -ENOMEM;
 
 	for (uint32_t k = 0; !rc && k < w->n; k++) {
+		int j = same_header(si, k);
 		hdr[k] = si[k].kvhdr;
-		rc = kv_parse(si[k].kvhdr, si[k].kvhdr_len, si[k].size, &kv[k], err, errlen);
+		if ((shared[k] = j >= 0))
+			kv[k] = kv[j];          /* the planner only reads its sources */
+		else
+			rc = kv_parse(si[k].kvhdr, si[k].kvhdr_len, si[k].size, &kv[k], err, errlen);
 	}
 	if (!rc)
 		rc = kv_plan_view(kv, (const void *const *)hdr, w->n, w->S, w->r, w->T, p, err, errlen);
-	for (uint32_t k = 0; kv && k < w->n; k++)
-		kv_free(&kv[k]);
+	for (uint32_t k = 0; kv && shared && k < w->n; k++)
+		if (!shared[k])
+			kv_free(&kv[k]);
+	free(shared);
 	free(kv);
 	free(hdr);
 	return rc;
