@@ -1516,6 +1516,8 @@ static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int 
 {
 	struct ns_policy p = policy_of(ns, n->parent);
 
+	if (!w)
+		return -ENOENT;         /* an open that may not wait */
 	if (w->wait_ms > 0)
 		p.wait_ms = w->wait_ms;         /* the opener armed its own (callwait.h) */
 	if (fetch && p.wait_ms <= 0)

@@ -221,8 +221,9 @@ int ns_create_known(struct ns *ns, uint64_t ino, uint32_t uid, uint32_t gid, int
 /* Opens a key.  0 with *h, or -EINPROGRESS when the open waits: then w is
  * queued and will be answered through wake().  -EAGAIN: the key is not
  * there but other names of its base are (<base>.rank<i>of<S>): open it as
- * a view; a waiting open is answered so too when one comes.  Other
- * errors: -errno.  Flags beyond open(2)'s: */
+ * a view; a waiting open is answered so too when one comes.  w NULL:
+ * an open that may not wait, -ENOENT where it would.  Other errors:
+ * -errno.  Flags beyond open(2)'s: */
 #define NS_OPEN_SOURCE (1 << 30)        /* a view's source: answered once published,
 					   never fetched whole, never counted */
 #define NS_OPEN_EXACT  (1 << 29)        /* this name only, never -EAGAIN */

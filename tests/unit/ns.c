@@ -357,6 +357,45 @@ static void test_create_known(void)
 	pool_destroy(pool);
 }
 
+/* An open that may not wait (no waiter: a view's source, a view's
+ * summary) of a name whose object is being written, or was consumed
+ * while the kernel kept the name, answers ENOENT: it queues nothing. */
+static void test_open_nowait(void)
+{
+	struct pool *pool;
+	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
+	struct stats st = { 0 };
+	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake };
+	const int src = O_RDONLY | NS_OPEN_SOURCE | NS_OPEN_EXACT;
+	struct ns *ns;
+	struct ns_attr a;
+	struct ns_handle *w, *r;
+	struct iovec iov[8];
+	int niov;
+	char err[128];
+
+	pool_create(&pool, &spec, err, sizeof(err));
+	ok(ns_create(&ns, pool, &st, &set) == 0 && ns_start(ns) == 0, "ns up");
+	uint64_t e = edge(ns, "0", "1");
+	ns_create_key(ns, e, "s.rank0of1", 1, 0, 0, &a, &w);
+	is(ns_open(ns, a.ino, src, NULL, &r), -ENOENT, "no waiter, an object being written: ENOENT");
+	is(stat_get(&st, ST_WAITERS), 0, "... nothing queued");
+	ns_write(ns, w, "abc", 3, 0);
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
+	ns_release(ns, w);
+	uint64_t ino = put3(ns, e, "c.rank0of1");
+	ns_open(ns, ino, O_RDONLY, NULL, &r);
+	ns_read(ns, r, 0, 3, iov, &niov, 8);
+	ns_flush(ns, r, NS_CLOSE_LAST, NULL);          /* consumed; the name is kept */
+	ns_release(ns, r);
+	is(ns_open(ns, ino, src, NULL, &r), -ENOENT, "no waiter, its object consumed: ENOENT");
+	is(stat_get(&st, ST_WAITERS), 0, "... nothing queued");
+	ns_forget(ns, ino, 1);
+	ns_stop(ns);
+	ns_destroy(ns);
+	pool_destroy(pool);
+}
+
 int main(void)
 {
 	struct pool *pool;
@@ -650,5 +689,6 @@ int main(void)
 	test_claims();
 	test_consumed_later();
 	test_create_known();
+	test_open_nowait();
 	return done_testing();
 }
