@@ -462,10 +462,12 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void view_answer(void *arg, int err, struct view *v);
 
-/* Opens a view (SPEC §5) for a waiting or new open; w answers it. */
-static void open_view(struct fs *fs, struct op_wait *w)
+/* Opens a view (SPEC §5) for a new open (here: on its FUSE thread, which
+ * may plan it) or a waiting one (woken by a publish or a peer's message,
+ * whose thread may not); w answers it. */
+static void open_view(struct fs *fs, struct op_wait *w, int here)
 {
-	int rc = view_open(&fs->venv, w->ino, w->w.wait_ms, view_answer, w);
+	int rc = view_open(&fs->venv, w->ino, w->w.wait_ms, here, view_answer, w);
 
 	if (rc) {
 		fuse_reply_err(w->req, -rc);
@@ -479,7 +481,7 @@ static void wait_answer(struct ns_waiter *nw, int err, struct ns_handle *h)
 	struct fs *fs = fs_of(w->req);
 
 	if (err == -EAGAIN)             /* shards of its name came: a view */
-		return open_view(fs, w);
+		return open_view(fs, w, 0);
 	if (err) {
 		fuse_reply_err(w->req, -err);
 	} else {
@@ -603,7 +605,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (rc == -EINPROGRESS)
 		return;                 /* answered by wait_answer() */
 	if (rc == -EAGAIN)
-		return open_view(fs, w);        /* answered by view_answer() */
+		return open_view(fs, w, 1);     /* answered by view_answer() */
 	free(w);
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);

@@ -51,8 +51,11 @@ struct view_env {
 typedef void (*view_done_fn)(void *arg, int err, struct view *v);
 /* Resolves and assembles the view named by key inode ino on a thread of
  * its own (it may wait for shards, wait_ms or the edge's if 0, and pull);
- * done() is called once.  0, or -errno (then done is not called). */
-int view_open(const struct view_env *env, uint64_t ino, int64_t wait_ms, view_done_fn done,
+ * done() is called once, on the caller's thread if here (the caller may
+ * take the time to plan) and the shards are all published.  0, or -errno
+ * (then done is not called). */
+int view_open(const struct view_env *env, uint64_t ino, int64_t wait_ms, int here,
+	      view_done_fn done,
 	      void *arg);
 /* The bytes of [off, off+len): iov into the view, valid until close. */
 ssize_t view_read(struct view *v, uint64_t off, size_t len, struct iovec *iov);

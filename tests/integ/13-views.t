@@ -135,6 +135,26 @@ for i in range($S):
 	done
 done
 ok "<key> alone merges them into the whole" cmp "$T/v.whole" "$M/v"
+# A view of up to 16 MiB of this node's shards is filled before its open
+# is answered; a larger one (32 MiB here) fills on a thread of its own
+# while it is read (view.c, small_local): both byte-exact.
+$SYSPY -c "$KVPY
+import os
+tok, H, D = 8192, 4, 128
+full = {(l, kv): os.urandom(tok * H * D * 2) for l in range(2) for kv in 'KV'}
+def part(t, h0, n):
+    return b''.join(t[(k * H + h0) * D * 2:(k * H + h0 + n) * D * 2] for k in range(tok))
+for i in range(2):
+    open('$T/L.rank%dof2' % i, 'wb').write(kvpy.vllm(
+        [part(full[l, 'K'], 2 * i, 2) for l in range(2)],
+        [part(full[l, 'V'], 2 * i, 2) for l in range(2)], tokens=tok, heads=2, head_dim=D))
+open('$T/L.whole', 'wb').write(kvpy.vllm([full[l, 'K'] for l in range(2)],
+                                         [full[l, 'V'] for l in range(2)], tokens=tok, heads=H,
+                                         head_dim=D))
+"
+for i in 0 1; do $PY -c "import shutil; shutil.copyfile('$T/L.rank${i}of2', '$M/L.rank${i}of2')"; done
+ok "a 32 MiB merge, filled while it is read, is the whole" cmp "$T/L.whole" "$M/L"
+rm -f "$M"/L.rank*of2 "$T"/L.*
 ok "every head of both shards was delivered once: both consumed" \
    sh -c "! test -e '$M/v.rank0of2' && ! test -e '$M/v.rank1of2'"
 
