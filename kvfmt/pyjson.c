@@ -13,6 +13,7 @@
 
 #include <json-c/json.h>
 #include <json-c/printbuf.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +87,9 @@ static void put_str(struct out *o, const char *str, size_t n)
 		if (e[1]) {
 			put(o, e, 2);
 		} else if (s[i] >= 0x20 && s[i] < 0x7f) {
-			put(o, (const char *)s + i, 1);
+			while (i + k < n && s[i + k] >= 0x20 && s[i + k] < 0x7f && !short_escape(s[i + k]))
+				k++;    /* a run that stands as it is: one append */
+			put(o, (const char *)s + i, k);
 		} else {
 			unsigned cp = utf8_next(s + i, n - i, &k);
 			if (cp >= 0x10000) {
@@ -105,6 +108,8 @@ static void put_value(struct out *o, json_object *v)
 {
 	size_t i = 0;
 	const char *t;
+	char num[24];
+	int64_t x;
 
 	switch (json_object_get_type(v)) {
 	case json_type_string:
@@ -131,6 +136,13 @@ static void put_value(struct out *o, json_object *v)
 		put(o, "]", 1);
 		break;
 	default:        /* null, booleans, numbers: json-c writes them as read */
+		if (json_object_is_type(v, json_type_int) &&
+		    (x = json_object_get_int64(v)) != INT64_MAX) {
+			/* the same, without json-c's buffer for each number
+			 * (above INT64_MAX json-c keeps a uint64) */
+			put(o, num, (size_t)snprintf(num, sizeof(num), "%" PRId64, x));
+			break;
+		}
 		t = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
 		if (t)
 			put(o, t, strlen(t));

@@ -314,7 +314,8 @@ static void convert(void)
 	 * floats as repr() spells them, keys in their order. */
 	const char *js = "{\"rid\":\"chat/7\\u00e9\\ud83d\\ude00\\n\\\"\\u007f\",\"bids\":[3,1],"
 		"\"meta\":{\"z\":1e-05,\"a\":0.1,\"t\":1.0,\"n\":null,\"b\":[true,false],"
-		"\"big\":12345678901234567890},"
+		"\"big\":12345678901234567890,\"max\":9223372036854775807,\"neg\":-42,"
+		"\"min\":-9223372036854775808},"
 		"\"td\":[{\"n\":\"key_cache_0\",\"i\":0,\"d\":\"float16\",\"s\":[1,2,2],\"o\":0,\"b\":8},"
 		"{\"n\":\"value_cache_0\",\"i\":0,\"d\":\"float16\",\"s\":[1,2,2],\"o\":8,\"b\":8}],"
 		"\"nl\":1}";
