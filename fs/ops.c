@@ -659,11 +659,14 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (fi->fh & FH_VIEW) {
-		ssize_t got = view_read((struct view *)(uintptr_t)(fi->fh & ~(uint64_t)FH_TAGS),
-					(uint64_t)off, size, iov);
+		struct view *v = (struct view *)(uintptr_t)(fi->fh & ~(uint64_t)FH_TAGS);
+		ssize_t got = view_read(v, (uint64_t)off, size, iov);
 		if (got < 0)
 			return (void)fuse_reply_err(req, (int)-got);
-		return (void)fuse_reply_iov(req, iov, got > 0);
+		fuse_reply_iov(req, iov, got > 0);
+		if (got > 0)
+			view_read_done(v);      /* the reply is out: the close may free it */
+		return;
 	}
 	struct ns *ns = fs_of(req)->ns;
 	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;

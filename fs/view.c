@@ -865,8 +865,10 @@ ssize_t view_read(struct view *v, uint64_t off, size_t len, struct iovec *iov)
 		pthread_cond_destroy(&r.cond);
 	}
 	int ok = rangeset_covers(&v->ready, off, off + len);
-	if (ok)
+	if (ok) {
 		rangeset_add(&v->seen, off, off + len);
+		v->refs++;              /* the reply's, until view_read_done() */
+	}
 	int err = v->err;
 	pthread_mutex_unlock(&v->lock);
 	if (!ok) {
@@ -876,6 +878,11 @@ ssize_t view_read(struct view *v, uint64_t off, size_t len, struct iovec *iov)
 	*iov = (struct iovec){ v->buf + off, len };
 	stat_add(v->env.st, ST_BYTES_READ, len);
 	return (ssize_t)len;
+}
+
+void view_read_done(struct view *v)
+{
+	view_put(v);
 }
 
 uint64_t view_size(const struct view *v) { return v->size; }

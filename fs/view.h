@@ -55,10 +55,13 @@ typedef void (*view_done_fn)(void *arg, int err, struct view *v);
  * take the time to plan) and the shards are all published.  0, or -errno
  * (then done is not called). */
 int view_open(const struct view_env *env, uint64_t ino, int64_t wait_ms, int here,
-	      view_done_fn done,
-	      void *arg);
-/* The bytes of [off, off+len): iov into the view, valid until close. */
+	      view_done_fn done, void *arg);
+/* The bytes of [off, off+len): iov into the view.  When that is more than
+ * none it stays valid until view_read_done(), even past the view's close:
+ * the reader may close it, and its release be served, while the reply
+ * that answered its read is still being sent. */
 ssize_t view_read(struct view *v, uint64_t off, size_t len, struct iovec *iov);
+void view_read_done(struct view *v);
 uint64_t view_size(const struct view *v);
 /* A close(2): a complete read is counted towards its sources' consumption. */
 void view_flush(struct view *v);

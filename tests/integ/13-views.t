@@ -263,6 +263,20 @@ is "$(M=$M pyerr "open(M + '/u')")" ENOENT "a view whose other shard never comes
 
 stop_node a
 
+# --- views while their shards come and go -----------------------------------------
+# Readers close views, and their releases are served, while other threads
+# are still sending the replies to their reads, and shards are consumed or
+# removed between a view's lookup and its open (under SAN=1 the daemon is
+# sanitized: a use after free or a crash ends it).
+start_node v "pool=host:128M,node=v,wait_ms=200"
+mkdir -p "$T/v/0/2"
+out=$($SYSPY "$SRC/tests/tools/viewchurn.py" "$T/v/0/2" 5 2>&1); rc=$?
+ok "5 s of views opened, read and closed while their shards come and go ($out)" test $rc = 0
+ok "... the daemon is still up" kill -0 "${NODE_PID[v]}"
+rm -f "$T"/v/0/2/*
+is "$(grep -o '"used":[0-9]*' "$T/v/.omni/health")" '"used":0' "... and once the shards are removed its pool is empty"
+stop_node v
+
 # --- three nodes ----------------------------------------------------------------
 read -r PA PB PC < <(free_ports 3)
 new_secret "$T/secret"
