@@ -5,8 +5,9 @@ usage: viewchurn.py EDGE_DIR SECONDS
 For SECONDS, two writers publish vllm-omni shards of six bases (S of 1, 2
 or 4 ranks, some consumed by one read) and now and then remove some, while
 four readers open views of them (any T of 1 to 8, or the bare base), read
-them whole or in part, and close them.  What can happen meanwhile is
-expected (ENOENT, EIO, EINVAL, EEXIST, EACCES, ESTALE); any other error
+them whole or in part, and close them, and ask for their summaries
+(user.omni.kv).  What can happen meanwhile is expected (ENOENT, EIO,
+EINVAL, EEXIST, EACCES, ESTALE, ENODATA); any other error
 stops it with exit status 1.  At the end it prints one line: `writes N
 views M refused R`.
 """
@@ -21,7 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../
 import kvpy  # noqa: E402
 
 TOK, H, D, L = 8, 8, 16, 4
-EXPECTED = (errno.ENOENT, errno.EIO, errno.EINVAL, errno.EEXIST, errno.EACCES, errno.ESTALE)
+EXPECTED = (errno.ENOENT, errno.EIO, errno.EINVAL, errno.EEXIST, errno.EACCES, errno.ESTALE,
+            errno.ENODATA)
 
 
 def writer(edge, secs, seed):
@@ -57,6 +59,8 @@ def reader(edge, secs, seed):
         base, T = "b%d" % rnd.randrange(6), rnd.choice((1, 2, 4, 8))
         name = base if T == 1 and rnd.random() < 0.5 else "%s.rank%dof%d" % (base, rnd.randrange(T), T)
         try:
+            if rnd.random() < 0.2:      # its summary, planned without opening it
+                os.getxattr(os.path.join(edge, name), "user.omni.kv")
             fd = os.open(os.path.join(edge, name), os.O_RDONLY)
             try:
                 while os.read(fd, rnd.choice((4096, 1 << 16, 1 << 20))) and rnd.random() > 0.05:
