@@ -582,23 +582,21 @@ static int plan(struct want *w, struct ns_srcinfo *si, struct kv_plan *p, char *
 {
 	struct kv_info *kv = calloc(w->n, sizeof(*kv));
 	const void **hdr = calloc(w->n, sizeof(*hdr));
-	uint8_t *shared = calloc(w->n, 1);      /* kv[k] borrows an earlier one's */
-	int rc = kv && hdr && shared ? 0 : -ENOMEM;
+	int rc = kv && hdr ? 0 : -ENOMEM;
 
 	for (uint32_t k = 0; !rc && k < w->n; k++) {
 		int j = same_header(si, k);
 		hdr[k] = si[k].kvhdr;
-		if ((shared[k] = j >= 0))
+		if (j >= 0)
 			kv[k] = kv[j];          /* the planner only reads its sources */
 		else
 			rc = kv_parse(si[k].kvhdr, si[k].kvhdr_len, si[k].size, &kv[k], err, errlen);
 	}
 	if (!rc)
 		rc = kv_plan_view(kv, (const void *const *)hdr, w->n, w->S, w->r, w->T, p, err, errlen);
-	for (uint32_t k = 0; kv && shared && k < w->n; k++)
-		if (!shared[k])
+	for (uint32_t k = 0; kv && k < w->n; k++)
+		if (same_header(si, k) < 0)     /* a borrowed parse is freed by its owner */
 			kv_free(&kv[k]);
-	free(shared);
 	free(kv);
 	free(hdr);
 	return rc;
