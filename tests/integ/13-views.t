@@ -270,7 +270,7 @@ stop_node a
 # sanitized: a use after free or a crash ends it).
 start_node v "pool=host:128M,node=v,wait_ms=200"
 mkdir -p "$T/v/0/2"
-out=$($SYSPY "$SRC/tests/tools/viewchurn.py" "$T/v/0/2" 5 2>&1); rc=$?
+out=$(timeout 60 $SYSPY "$SRC/tests/tools/viewchurn.py" "$T/v/0/2" 5 2>&1); rc=$?
 ok "5 s of views opened, read and closed while their shards come and go ($out)" test $rc = 0
 ok "... the daemon is still up" kill -0 "${NODE_PID[v]}"
 rm -f "$T"/v/0/2/*

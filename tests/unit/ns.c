@@ -54,6 +54,26 @@ static uint64_t put3(struct ns *ns, uint64_t e, const char *key)
 	return a.ino;
 }
 
+/* A namespace over an 8 MiB host pool, started (checked as what). */
+static struct ns *ns_up(struct pool **pool, struct stats *st, const struct ns_settings *set,
+			const char *what)
+{
+	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
+	struct ns *ns = NULL;
+	char err[128];
+
+	pool_create(pool, &spec, err, sizeof(err));
+	ok(ns_create(&ns, *pool, st, set) == 0 && ns_start(ns) == 0, "%s", what);
+	return ns;
+}
+
+static void ns_down(struct ns *ns, struct pool *pool)
+{
+	ns_stop(ns);
+	ns_destroy(ns);
+	pool_destroy(pool);
+}
+
 static struct ns_waiter *waiter(struct ns *ns)
 {
 	struct ns_waiter *w = calloc(1, sizeof(*w));
@@ -133,7 +153,6 @@ static uint64_t two_reads(struct ns *ns, uint64_t e, const char *key)
 static void test_claims(void)
 {
 	struct pool *pool;
-	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
 	struct pool_usage u0, u1;
 	struct stats st = { 0 };
 	struct ns_hooks hk = { .published = hook_published, .gone = hook_gone, .claim = hook_claim };
@@ -141,10 +160,8 @@ static void test_claims(void)
 				   .hooks = &hk };
 	struct ns *ns;
 	struct ns_attr a;
-	char err[128];
 
-	pool_create(&pool, &spec, err, sizeof(err));
-	ok(ns_create(&ns, pool, &st, &set) == 0 && ns_start(ns) == 0, "ns with cluster hooks up");
+	ns = ns_up(&pool, &st, &set, "ns with cluster hooks up");
 	uint64_t e = edge(ns, "0", "1");
 	claim_rc = 0;
 	is(claimed_put(ns, e, "c1"), 0, "a claim the peer takes: the close publishes");
@@ -218,9 +235,7 @@ static void test_claims(void)
 	is(ns_consumed(ns, oid, &lo, 2, 1), 0, "one more of peer 2's");
 	is(ns_consumed(ns, oid, NULL, 1, 1), 0, "... and 1's read 1 told again");
 	is(ns_lookup(ns, e, "c7", 0, &a), -ENOENT, "... is forgotten: it counts, and uses it up");
-	ns_stop(ns);
-	ns_destroy(ns);
-	pool_destroy(pool);
+	ns_down(ns, pool);
 }
 
 /* A complete read of a peer's object is news for its owner
@@ -262,7 +277,6 @@ static struct ns_handle *read_remote(struct ns *ns, uint64_t e, const char *key,
 static void test_consumed_later(void)
 {
 	struct pool *pool;
-	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
 	struct stats st = { 0 };
 	struct ns_hooks hk = { .consumed = hook_consumed };
 	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake,
@@ -270,10 +284,8 @@ static void test_consumed_later(void)
 	struct ns *ns;
 	struct ns_attr a;
 	struct ns_wakes later = { 0 };
-	char err[128];
 
-	pool_create(&pool, &spec, err, sizeof(err));
-	ok(ns_create(&ns, pool, &st, &set) == 0 && ns_start(ns) == 0, "ns with cluster hooks up");
+	ns = ns_up(&pool, &st, &set, "ns with cluster hooks up");
 	uint64_t e = edge(ns, "0", "1");
 	struct ns_handle *r = read_remote(ns, e, "r1", 77);
 	ok(r != NULL, "a peer's object, read whole");
@@ -301,9 +313,7 @@ static void test_consumed_later(void)
 	ok(!later.deliver && consumed_calls == 2, "a read of this node's own object: no news to tell");
 	ns_wake(ns, &later);
 	ns_release(ns, r);
-	ns_stop(ns);
-	ns_destroy(ns);
-	pool_destroy(pool);
+	ns_down(ns, pool);
 }
 
 /* What an O_CREAT open of a name the kernel kept goes through (op_lookup,
@@ -311,16 +321,13 @@ static void test_consumed_later(void)
 static void test_create_known(void)
 {
 	struct pool *pool;
-	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
 	struct stats st = { 0 };
 	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake };
 	struct ns *ns;
 	struct ns_attr a, ka;
 	struct ns_handle *w, *w2, *r;
-	char err[128];
 
-	pool_create(&pool, &spec, err, sizeof(err));
-	ok(ns_create(&ns, pool, &st, &set) == 0 && ns_start(ns) == 0, "ns up");
+	ns = ns_up(&pool, &st, &set, "ns up");
 	uint64_t e = edge(ns, "0", "1");
 	is(ns_lookup(ns, e, "k", NS_LOOKUP_KNOWN, &a), -ENOENT, "KNOWN of a name nobody asked for: ENOENT");
 	is(ns_lookup(ns, e, "k", NS_LOOKUP_OBJECT, &a), -ENOENT, "... and it made nothing");
@@ -352,9 +359,7 @@ static void test_create_known(void)
 	is(ns_create_known(ns, 1u << 30, 0, 0, O_WRONLY, &w), -ENOENT, "an inode ns never gave: ENOENT");
 	is(ns_create_known(ns, e, 0, 0, O_WRONLY, &w), -EISDIR, "an edge: EISDIR");
 	ns_forget(ns, ka.ino, 1);
-	ns_stop(ns);
-	ns_destroy(ns);
-	pool_destroy(pool);
+	ns_down(ns, pool);
 }
 
 /* An open that may not wait (no waiter: a view's source, a view's
@@ -363,7 +368,6 @@ static void test_create_known(void)
 static void test_open_nowait(void)
 {
 	struct pool *pool;
-	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
 	struct stats st = { 0 };
 	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake };
 	const int src = O_RDONLY | NS_OPEN_SOURCE | NS_OPEN_EXACT;
@@ -372,10 +376,8 @@ static void test_open_nowait(void)
 	struct ns_handle *w, *r;
 	struct iovec iov[8];
 	int niov;
-	char err[128];
 
-	pool_create(&pool, &spec, err, sizeof(err));
-	ok(ns_create(&ns, pool, &st, &set) == 0 && ns_start(ns) == 0, "ns up");
+	ns = ns_up(&pool, &st, &set, "ns up");
 	uint64_t e = edge(ns, "0", "1");
 	ns_create_key(ns, e, "s.rank0of1", 1, 0, 0, &a, &w);
 	is(ns_open(ns, a.ino, src, NULL, &r), -ENOENT, "no waiter, an object being written: ENOENT");
@@ -391,15 +393,12 @@ static void test_open_nowait(void)
 	is(ns_open(ns, ino, src, NULL, &r), -ENOENT, "no waiter, its object consumed: ENOENT");
 	is(stat_get(&st, ST_WAITERS), 0, "... nothing queued");
 	ns_forget(ns, ino, 1);
-	ns_stop(ns);
-	ns_destroy(ns);
-	pool_destroy(pool);
+	ns_down(ns, pool);
 }
 
 int main(void)
 {
 	struct pool *pool;
-	struct pool_spec spec = { POOL_HOST, 0, 8 << 20 };
 	struct stats st = { 0 };
 	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake,
 				   .stale = stale };
@@ -408,10 +407,8 @@ int main(void)
 	struct ns_handle *w, *r;
 	struct iovec iov[8];
 	int niov;
-	char err[128];
 
-	pool_create(&pool, &spec, err, sizeof(err));
-	ok(ns_create(&ns, pool, &st, &set) == 0 && ns_start(ns) == 0, "ns up");
+	ns = ns_up(&pool, &st, &set, "ns up");
 	uint64_t e = edge(ns, "0", "1");
 	is(ns_lookup(ns, e, "k", 0, &a), -ENOENT, "missing key: ENOENT");
 	is(ns_lookup(ns, e, ".k", 0, &a), -EINVAL, "bad key: EINVAL");
@@ -683,9 +680,7 @@ int main(void)
 	ok(woken == 1 && wake_err == -ENOENT, "which answers the waiting open at once: ENOENT");
 	is(stat_get(&st, ST_WAITERS), 0, "no waiter left");
 	is(ns_cleanup(ns, "0_0123456789abc", NULL), 0, "and nothing is left");
-	ns_stop(ns);
-	ns_destroy(ns);
-	pool_destroy(pool);
+	ns_down(ns, pool);
 	test_claims();
 	test_consumed_later();
 	test_create_known();
