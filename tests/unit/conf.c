@@ -62,20 +62,23 @@ static void test_options(void)
 	conf_free(&c);
 }
 
-static char *write_tmp(const char *text)
+/* Each file gets its own name in the caller's path[]: a shared static
+ * one let load() reuse it while a secret file was still to be unlinked,
+ * and that file stayed in /tmp after every run. */
+static void write_tmp(char path[static 64], const char *text)
 {
-	static char path[64];
-	snprintf(path, sizeof(path), "/tmp/omnifs-conf-XXXXXX");
+	snprintf(path, 64, "/tmp/omnifs-conf-XXXXXX");
 	int fd = mkstemp(path);
-	if (write(fd, text, strlen(text)) < 0)
+	if (fd < 0 || write(fd, text, strlen(text)) < 0)
 		path[0] = 0;
-	close(fd);
-	return path;
+	if (fd >= 0)
+		close(fd);
 }
 
 static int load(struct conf *c, const char *text)
 {
-	char *p = write_tmp(text);
+	char p[64];
+	write_tmp(p, text);
 	conf_defaults(c);
 	err[0] = 0;
 	int rc = conf_load(c, p, err, sizeof(err));
@@ -102,7 +105,8 @@ static void test_yaml(void)
 	free(r);
 	conf_free(&c);
 
-	char *sp = write_tmp("s3cret\n"), yaml[512];
+	char sp[64], yaml[512];
+	write_tmp(sp, "s3cret\n");
 	snprintf(yaml, sizeof(yaml), "secret_file: %s\nnodes:\n  a: { addr: 10.0.0.1:7070, stages: [\"0\"] }\n"
 		 "  b: { addr: 10.0.0.2:7070, stages: [\"1\", \"2\"] }\n", sp);
 	is(load(&c, yaml), 0, "nodes load: %s", err);
