@@ -48,6 +48,14 @@ ok "config names the embedded default" grep -q "^config: (embedded default)$" "$
 exec 7<"$M/x/y/k"
 ok "transfers lists an open object" grep -q "^x/y/k local out 0/5 " "$M/.omni/transfers"
 exec 7<&-
+# a key may hold a space, a newline or a backslash: one line still, escaped
+k=$'a b\nc\\d'
+printf data >"$M/x/y/$k"
+exec 7<"$M/x/y/$k"
+ok "transfers escapes a key's space, newline and backslash" grep -qxF 'x/y/a\040b\012c\134d local out 0/4 0.0' "$M/.omni/transfers"
+ok "the key's tail forges no line of its own" sh -c "! grep -q '^c' '$M/.omni/transfers'"
+exec 7<&-
+rm "$M/x/y/$k"
 ok "df shows the pool size" sh -c "df -B1 '$M' | awk 'NR==2 { exit !(\$2 == 32 * 1048576) }'"
 is "$(pyerr "open(M + '/.omni/stats', 'w')")" "EACCES" ".omni files are read-only"
 
