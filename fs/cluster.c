@@ -655,9 +655,12 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 	switch (m->type) {
 	case PT_ANNOUNCE:
 		o = from_proto(&m->u.obj);
-		if (ns_remote_add(cl->ns, peer, &o) == -EEXIST)
+		if (ns_remote_add(cl->ns, peer, &o) == -EEXIST) {
+			char key[NAME_ESC_MAX];
 			fprintf(stderr, "omnifs: %s/%s/%s published by %s exists here too; "
-				"keeping ours\n", o.from, o.to, o.key, xport_peer_name(cl->x, peer));
+				"keeping ours\n", o.from, o.to, name_escape(o.key, key),
+				xport_peer_name(cl->x, peer));
+		}
 		break;
 	case PT_GONE:           /* oid 0: its resync is over (op_peer_up) */
 		if (m->u.obj.oid)

@@ -2,6 +2,7 @@
 #include "names.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 int name_check_stage(const char *name)
@@ -62,4 +63,17 @@ size_t name_stem(const char *key, const char **stem)
 int name_stem_finds(const char *id)
 {
 	return strlen(id) >= NAME_STEM && strncmp(id, "omni", 4) && !strstr(id, "kv_cache_");
+}
+
+const char *name_escape(const char *name, char out[static NAME_ESC_MAX])
+{
+	size_t n = 0;
+
+	for (const unsigned char *p = (const unsigned char *)name; *p && n + 5 <= NAME_ESC_MAX; p++)
+		if (*p <= ' ' || *p == 0x7f || *p == '\\')
+			n += (size_t)snprintf(out + n, 5, "\\%03o", *p);
+		else
+			out[n++] = (char)*p;
+	out[n] = 0;
+	return out;
 }

@@ -28,4 +28,11 @@ int name_of_request(const char *key, const char *id);
 size_t name_stem(const char *key, const char **stem);
 int name_stem_finds(const char *id);
 
+/* A name as a line of text shows it: its spaces, control bytes and '\'
+ * as \ooo, as /proc/mounts writes them, so that a key (any byte but '/'
+ * and NUL) can neither split a line of .omni/transfers or the log nor
+ * forge one.  out holds NAME_ESC_MAX bytes; longer names are cut. */
+#define NAME_ESC_MAX (4 * (2 * NAME_STAGE_MAX + NAME_KEY_MAX + 2) + 1)
+const char *name_escape(const char *name, char out[static NAME_ESC_MAX]);
+
 #endif

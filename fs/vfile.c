@@ -95,18 +95,6 @@ static char *render_health(const struct vfile_ctx *c)
 	return s;
 }
 
-/* A key may hold any byte but '/' and NUL (SPEC §3): a space, a newline
- * or a control byte in it would split or forge the line a tool parses,
- * so they go out as \ooo, as /proc/mounts writes them, and '\' too. */
-static void put_escaped(FILE *f, const char *s)
-{
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-		if (*p <= ' ' || *p == 0x7f || *p == '\\')
-			fprintf(f, "\\%03o", *p);
-		else
-			putc(*p, f);
-}
-
 static char *render_transfers(const struct vfile_ctx *c)
 {
 	struct ns_xfer *v;
@@ -121,10 +109,10 @@ static char *render_transfers(const struct vfile_ctx *c)
 		fprintf(f, "# key peer dir done/total rate_MiB_s\n");
 		for (size_t i = 0; i < n; i++) {
 			double s = v[i].elapsed_ns / 1e9;
-			put_escaped(f, v[i].path);
-			putc(' ', f);
-			put_escaped(f, v[i].peer);
-			fprintf(f, " %s %" PRIu64 "/%" PRIu64 " %.1f\n", v[i].writing ? "in" : "out", v[i].done,
+			char path[NAME_ESC_MAX], peer[NAME_ESC_MAX];
+			fprintf(f, "%s %s %s %" PRIu64 "/%" PRIu64 " %.1f\n",
+				name_escape(v[i].path, path), name_escape(v[i].peer, peer),
+				v[i].writing ? "in" : "out", v[i].done,
 				v[i].total, s > 0 ? v[i].done / s / 1048576.0 : 0.0);
 		}
 		fclose(f);

@@ -30,6 +30,15 @@ int main(void)
 	is(name_check_key(""), -EINVAL, "empty key");
 	is(name_check_key(".hidden"), -EINVAL, "leading dot key");
 	is(name_check_key("a/b"), -EINVAL, "slash");
+	char esc[NAME_ESC_MAX], kfull[4 * NAME_KEY_MAX + 1];
+	is_str(name_escape("0/1/req-7.rank0of2", esc), "0/1/req-7.rank0of2", "a plain name as it is");
+	is_str(name_escape("a b\nc\\d\t\x7f\xc3\xa9", esc), "a\\040b\\012c\\134d\\011\\177\xc3\xa9",
+	       "space, newline, '\\', tab, DEL escaped; UTF-8 kept");
+	memset(k255, '\n', 255);
+	memset(kfull, 0, sizeof(kfull));
+	for (int i = 0; i < 255; i++)
+		memcpy(kfull + 4 * i, "\\012", 4);
+	is_str(name_escape(k255, esc), kfull, "a key of 255 newlines fits");
 	ok(name_of_request("r1", "r1"), "a request's own key");
 	ok(name_of_request("r1_0_0_1_2", "r1"), "id then '_'");
 	ok(name_of_request("r1.rank0of2", "r1"), "id then '.' (a rank shard)");
