@@ -14,6 +14,18 @@ ok "readers=1: one complete read deletes it" sh -c "! ls '$E' | grep -qx a"
 is "$(stat_of a consumed)" "1" "counted as consumed"
 is "$(pyerr "open(M + '/0/1/a', 'rb')")" "ENOENT" "a consumed key: ENOENT (after wait_ms)"
 
+# The kernel keeps a consumed object's name (it was published: its name
+# and attributes were stable).  A writer's O_CREAT through that name
+# creates on it at once: no ESTALE and second lookup, which the kernel
+# tries only once (an rm between the two reached the writer as ESTALE).
+echo one >"$E/again"
+cat "$E/again" >/dev/null
+l0=$(stat_of a lookups)
+l1=$(stat_of a lookups)                 # reading .omni/stats asks its own
+$PY -c "open('$E/again', 'wb').write(b'two')"
+is "$(( $(stat_of a lookups) - l1 ))" "$(( l1 - l0 ))" "a writer's O_CREAT through a consumed name asks no lookup"
+is "$(cat "$E/again")" two "... and publishes its new bytes"
+
 head -c 1000000 /dev/urandom >"$E/half"
 $PY -c "f = open('$E/half', 'rb', buffering=0); assert len(f.read(500000)) == 500000; f.close()"
 ok "a partial read leaves it" listed 0/1 half
