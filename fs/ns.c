@@ -1501,6 +1501,8 @@ int ns_create_known(struct ns *ns, uint64_t ino, uint32_t uid, uint32_t gid, int
 	struct node *n = node_by_ino(ns, ino);
 	if (!n || n->kind != NK_KEY)
 		rc = !n ? -ENOENT : -EISDIR;
+	else if (n->stale)
+		rc = -ESTALE;           /* as ns_open */
 	else if (!(rc = key_write(ns, n, 0, uid, gid, h)) && (flags & O_TRUNC))
 		obj_set_size(n->obj, 0);
 	pthread_mutex_unlock(&ns->lock);

@@ -581,16 +581,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int rc;
 
 	/* ENOENT: a name the kernel kept after its object left (see
-	 * ns_open); ESTALE makes the kernel look it up again.  Not for a
-	 * writer's O_CREAT, which creates on that name at once, as the
-	 * lookup again would have it do: the kernel looks again only once,
-	 * and an rm between that lookup and this open gave it ESTALE. */
-	if ((rc = ns_getattr(fs->ns, ino, &a))) {
-		if (rc == -ENOENT && (fi->flags & O_ACCMODE) != O_RDONLY &&
-		    opens_to_create(fs, fuse_req_ctx(req)->pid, ino))
-			return open_create(req, ino, fi);
+	 * ns_open); ESTALE makes the kernel look it up again. */
+	if ((rc = ns_getattr(fs->ns, ino, &a)))
 		return (void)fuse_reply_err(req, rc == -ENOENT ? ESTALE : -rc);
-	}
 	if (a.kind == NK_VFILE)
 		return open_vfile(req, ino, fi);
 	if ((fi->flags & O_ACCMODE) != O_RDONLY &&
