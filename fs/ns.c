@@ -331,7 +331,7 @@ void obj_detach(struct ns *ns, struct object *o, enum stat_id why)
 	replica_forget(ns, o);          /* its handles may keep the bytes */
 	if (o->state == OS_PUBLISHED)
 		npub_add(key, -1);
-	if (o->state == OS_PUBLISHED && key->nlookup) {
+	if ((o->state == OS_PUBLISHED || key->long_entry) && key->nlookup) {
 		key->stale = 1;
 		if (ns->set.stale)
 			ns->set.stale(ns->set.sarg, key->ino);
@@ -1323,6 +1323,7 @@ int ns_lookup(struct ns *ns, uint64_t parent, const char *name,
 		n->nlookup++;
 		n->stale = 0;
 		node_attr(ns, n, out);
+		n->long_entry = out->stable;
 	}
 	pthread_mutex_unlock(&ns->lock);
 	return rc;
@@ -1347,6 +1348,21 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct ns_attr *out)
 	struct node *n = node_by_ino(ns, ino);
 	if (n && !n->stale) {           /* stale: see ns_open */
 		node_attr(ns, n, out);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+int ns_key_name(struct ns *ns, uint64_t ino, uint64_t *parent, char name[NAME_KEY_MAX + 1])
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->lock);
+	struct node *n = node_by_ino(ns, ino);
+	if (n && n->kind == NK_KEY) {
+		*parent = n->parent->ino;
+		snprintf(name, NAME_KEY_MAX + 1, "%s", n->name);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&ns->lock);
@@ -1501,8 +1517,6 @@ int ns_create_known(struct ns *ns, uint64_t ino, uint32_t uid, uint32_t gid, int
 	struct node *n = node_by_ino(ns, ino);
 	if (!n || n->kind != NK_KEY)
 		rc = !n ? -ENOENT : -EISDIR;
-	else if (n->stale)
-		rc = -ESTALE;           /* as ns_open */
 	else if (!(rc = key_write(ns, n, 0, uid, gid, h)) && (flags & O_TRUNC))
 		obj_set_size(n->obj, 0);
 	pthread_mutex_unlock(&ns->lock);
@@ -1582,9 +1596,10 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	struct object *o = n ? n->obj : NULL;
 	if (!n || n->kind != NK_KEY) {
 		rc = !n ? -ENOENT : -EISDIR;
-	} else if (n->stale && !(flags & NS_OPEN_SOURCE)) {
+	} else if (n->stale && !(flags & (NS_OPEN_SOURCE | NS_OPEN_KEPT))) {
 		/* Through a name the kernel kept after its object left: the
-		 * kernel looks it up again and opens what that says. */
+		 * kernel looks it up again and opens what that says (ops.c's
+		 * open_kept does that lookup's work itself: NS_OPEN_KEPT). */
 		rc = -ESTALE;
 	} else if ((flags & O_ACCMODE) != O_RDONLY) {
 		if (!o)

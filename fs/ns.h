@@ -205,6 +205,8 @@ int ns_lookup(struct ns *ns, uint64_t parent, const char *name,
 	      int mode, struct ns_attr *out);
 void ns_forget(struct ns *ns, uint64_t ino, uint64_t n);
 int ns_getattr(struct ns *ns, uint64_t ino, struct ns_attr *out);
+/* A key's edge (its ino) and name: 0, or -ENOENT if ino is no key. */
+int ns_key_name(struct ns *ns, uint64_t ino, uint64_t *parent, char name[NAME_KEY_MAX + 1]);
 int ns_readdir(struct ns *ns, uint64_t ino, struct ns_dirent **ents, size_t *n);
 
 /* Creates key name in edge parent for writing (O_CREAT).  Also counts a
@@ -212,7 +214,8 @@ int ns_readdir(struct ns *ns, uint64_t ino, struct ns_dirent **ents, size_t *n);
 int ns_create_key(struct ns *ns, uint64_t parent, const char *name, int excl,
 		  uint32_t uid, uint32_t gid, struct ns_attr *out,
 		  struct ns_handle **h);
-/* The O_CREAT open of a key node that ns_lookup(NS_LOOKUP_KNOWN) gave:
+/* The O_CREAT open of a key node that ns_lookup(NS_LOOKUP_KNOWN) gave, or
+ * of one whose name the kernel kept after its object left (stale):
  * as ns_create_key without O_EXCL, by inode; O_TRUNC in flags empties an
  * object being written.  No lookup reference is counted (an open's reply
  * adds none). */
@@ -229,6 +232,8 @@ int ns_create_known(struct ns *ns, uint64_t ino, uint32_t uid, uint32_t gid, int
 #define NS_OPEN_EXACT  (1 << 29)        /* this name only, never -EAGAIN */
 #define NS_OPEN_HERE   (1 << 28)        /* -EREMOTE for a published object whose
 					   bytes are elsewhere: start no pull */
+#define NS_OPEN_KEPT   (1 << 27)        /* through a name the kernel kept after
+					   its object left: as after a lookup */
 int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	    struct ns_handle **h);
 /* A fresh waiter id, to register for interrupts before ns_open. */

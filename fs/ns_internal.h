@@ -97,8 +97,11 @@ struct node {
 	struct node *req_next, *req_prev;
 	int req_head;
 	uint64_t lost_ns;               /* its object went with its owner then */
-	int stale;      /* its published object left while the kernel knew the
-			 * name; until the next lookup or object (see ns_open) */
+	int stale;      /* its object left while the kernel kept the name (a
+			 * published one, or any under a kept name: long_entry);
+			 * until the next lookup or object (see ns_open) */
+	int long_entry; /* the kernel's last entry for it was a published
+			 * object's, which it keeps (ops.c's attr_timeout) */
 };
 
 /* Other nodes' objects that they said are gone, lately.  A listing or a

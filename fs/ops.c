@@ -572,6 +572,39 @@ static void open_create(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		ns_release(ns, h);
 }
 
+/* An open through a name the kernel kept after its object left (ns_getattr
+ * says ENOENT).  ESTALE would make the kernel look the name up again, but
+ * it does that once, and an rm between that lookup and its open reached
+ * the caller as ESTALE (a churn of rm, readers and writers of a few keys).
+ * So the open does here what that lookup would have let it do: a writer's
+ * O_CREAT creates on the name, a reader asks the peers for the key and
+ * waits on the name.  ns keeps one node per name, and the name stays
+ * stale to the kernel's other questions (stat: ENOENT) until an object is
+ * on it, and is so again if that one leaves unpublished.  1 if answered;
+ * else 0 with a filled (a reader's), or -errno. */
+static int open_kept(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+		     struct ns_attr *a)
+{
+	struct fs *fs = fs_of(req);
+	pid_t pid = fuse_req_ctx(req)->pid;
+	char name[NAME_KEY_MAX + 1];
+	uint64_t parent;
+
+	if (ns_key_name(fs->ns, ino, &parent, name))
+		return -ESTALE;         /* gone: the kernel looks again */
+	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+		if (!opens_to_create(fs, pid, ino))
+			return -ESTALE;
+		open_create(req, ino, fi);
+		return 1;
+	}
+	if (fs->cl)
+		ask_peers(fs, parent, name, 1, callwait_peek(&fs->cw, pid), 1);
+	if (ns_getattr(fs->ns, ino, a))
+		*a = (struct ns_attr){ .ino = ino, .kind = NK_KEY };
+	return 0;
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
@@ -580,10 +613,15 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct op_wait *w;
 	int rc;
 
-	/* ENOENT: a name the kernel kept after its object left (see
-	 * ns_open); ESTALE makes the kernel look it up again. */
-	if ((rc = ns_getattr(fs->ns, ino, &a)))
-		return (void)fuse_reply_err(req, rc == -ENOENT ? ESTALE : -rc);
+	int kept = 0;
+
+	if ((rc = ns_getattr(fs->ns, ino, &a)) == -ENOENT) {
+		if ((rc = open_kept(req, ino, fi, &a)) > 0)
+			return;
+		kept = NS_OPEN_KEPT;
+	}
+	if (rc)
+		return (void)fuse_reply_err(req, -rc);
 	if (a.kind == NK_VFILE)
 		return open_vfile(req, ino, fi);
 	if ((fi->flags & O_ACCMODE) != O_RDONLY &&
@@ -601,7 +639,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* Registered before queueing; an interrupt that comes first is
 	 * seen by wait_interrupted() under ns's lock. */
 	fuse_req_interrupt_func(req, wait_interrupt, (void *)(uintptr_t)w->w.id);
-	rc = ns_open(fs->ns, ino, fi->flags, &w->w, &h);
+	rc = ns_open(fs->ns, ino, fi->flags | kept, &w->w, &h);
 	if (rc == -EINPROGRESS)
 		return;                 /* answered by wait_answer() */
 	if (rc == -EAGAIN)

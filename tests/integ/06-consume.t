@@ -14,14 +14,39 @@ ok "readers=1: one complete read deletes it" sh -c "! ls '$E' | grep -qx a"
 is "$(stat_of a consumed)" "1" "counted as consumed"
 is "$(pyerr "open(M + '/0/1/a', 'rb')")" "ENOENT" "a consumed key: ENOENT (after wait_ms)"
 
-# The kernel keeps a consumed object's name (it was stable).  An open
-# through it hears ESTALE and the kernel looks again, which leaves no
-# trace of a writer that dies there before its close: stat says ENOENT,
-# not an empty file behind the kept name.
+# The kernel keeps a consumed object's name (it was published).  An open
+# through it is served there: no ESTALE and second lookup, which the
+# kernel tries only once (an rm between the two reached the caller as
+# ESTALE).  A writer's O_CREAT creates on it; a reader waits on it.
 echo one >"$E/again"
+cat "$E/again" >/dev/null
+l0=$(stat_of a lookups)
+l1=$(stat_of a lookups)
+per=$(( l1 - l0 ))                      # reading .omni/stats asks its own
+$PY -c "open('$E/again', 'wb').write(b'two')"
+is "$(( $(stat_of a lookups) - l1 ))" "$per" "a writer's O_CREAT through a consumed name asks no lookup"
+is "$(cat "$E/again")" two "... and publishes its new bytes"
+polls=0
+waits() { polls=$((polls + 1)); [ "$(stat_of a waiters)" = 1 ]; }
+l0=$(stat_of a lookups)
+$PY -c "print(open('$E/again').read())" >"$T/again.out" &
+RD=$!
+ok "a reader through a consumed name waits" wait_until 5 waits
+l2=$(stat_of a lookups)
+is "$(pyerr "os.stat(M + '/0/1/again')")" ENOENT "... while stat says it is not there"
+echo three >"$E/again"
+wait "$RD"
+is "$(cat "$T/again.out")" three "... and reads the next object under it"
+is "$(( l2 - l0 ))" "$(( (polls + 1) * per ))" "... having asked no lookup"
+is "$(pyerr "open(M + '/0/1/again', 'rb')")" ENOENT "a reader through it that is not answered: ENOENT (wait_ms)"
+is "$(pyerr "os.stat(M + '/0/1/again')")" ENOENT "... and stat still says so"
+# ... and a writer killed there leaves no trace: stat says ENOENT, not
+# an empty file behind the kept name.
+echo four >"$E/again"
 cat "$E/again" >/dev/null
 $PY -c "import os; f = open('$E/again', 'wb'); f.write(b'partial'); os.kill(os.getpid(), 9)" 2>/dev/null
 is "$(pyerr "os.stat(M + '/0/1/again')")" ENOENT "a writer killed through a consumed name leaves no empty file"
+is "$(pyerr "open(M + '/0/1/again', 'rb')")" ENOENT "... nor anything to read"
 
 head -c 1000000 /dev/urandom >"$E/half"
 $PY -c "f = open('$E/half', 'rb', buffering=0); assert len(f.read(500000)) == 500000; f.close()"
