@@ -30,6 +30,13 @@ ok "a native payload built from FORMAT.md publishes" cmp "$T/good" "$M/good"
 is "$(M=$M pyerr "f = open(M + '/torn', 'wb'); f.write(open('$T/torn', 'rb').read()); f.close()")" \
    EIO "a payload whose bytes fail a head's checksum: close gives EIO"
 is "$(M=$M pyerr "os.stat(M + '/torn')")" ENOENT "... and it is not published"
+# The same through a name the kernel kept after its object left, by the
+# Python module's small PUT (one ioctl): no empty file stays behind it.
+echo once >"$M/kept"
+cat "$M/kept" >/dev/null
+is "$(PYTHONPATH="$SRC/contrib/python" pyerr "import omnifs; omnifs.Mount('$T/a').put('p', 'q', 'kept', open('$T/torn', 'rb').read())")" \
+   EIO "a torn payload's small PUT through a consumed name: EIO"
+is "$(M=$M pyerr "os.stat(M + '/kept')")" ENOENT "... and no empty file is left behind that name"
 is "$(M=$M pyerr "f = open(M + '/lie', 'wb'); f.write(open('$T/lie', 'rb').read()); f.close()")" \
    EIO "a header that lies about its shape: EIO"
 is "$(M=$M pyerr "f = open(M + '/cut', 'wb'); f.write(open('$T/cut', 'rb').read()); f.close()")" \
