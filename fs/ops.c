@@ -611,9 +611,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct ns_attr a;
 	struct ns_handle *h;
 	struct op_wait *w;
-	int rc;
-
-	int kept = 0;
+	int rc, kept = 0;
 
 	if ((rc = ns_getattr(fs->ns, ino, &a)) == -ENOENT) {
 		if ((rc = open_kept(req, ino, fi, &a)) > 0)
