@@ -659,8 +659,7 @@ void ns_unlock(struct ns *ns)
 
 /* ---------------------------------------------------------------- waiters */
 
-static void wake_push(struct ns_wakes *wl, struct ns_waiter *w, int err,
-		      struct ns_handle *h)
+void wake_push(struct ns_wakes *wl, struct ns_waiter *w, int err, struct ns_handle *h)
 {
 	w->wake_err = err;
 	w->wake_h = h;
@@ -673,6 +672,11 @@ void ns_wake(struct ns *ns, struct ns_wakes *wl)
 	if (wl->deliver) {
 		wl->deliver = 0;
 		ns_deliver(ns);
+	}
+	if (wl->pump) {                 /* windows whose first pulls answer their opens */
+		struct stream *s = wl->pump;
+		wl->pump = NULL;
+		stream_pump_all(ns, s);
 	}
 	while (wl->head) {
 		struct ns_waiter *w = wl->head;
@@ -726,22 +730,29 @@ struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
 }
 
 /* Answers the opens waiting on a key: with a handle on its object, or
- * with err. */
+ * with err.  A reader of a streamed object is answered later, by its
+ * window's first pull (stream_open). */
 void wake_key(struct ns *ns, struct node *key, int err, struct ns_wakes *wl)
 {
 	while (key->waiters) {
 		struct ns_waiter *w = key->waiters;
-		struct ns_handle *h = err ? NULL : handle_new(ns, key->obj, 0);
-		if (h)
-			h->source = !!(w->flags & NS_OPEN_SOURCE);
 		key->waiters = w->next;         /* the key stays: it has an object */
 		if (key->waiters)
 			key->waiters->prev = NULL;
 		htab_del(&ns->waiters, &w->byid);
 		timerq_del(&ns->tq, &w->timer);
 		stat_sub(ns->st, ST_WAITERS, 1);
-		if (h)
+		if (!err && obj_streamed(key->obj) && !(w->flags & (NS_OPEN_SOURCE | NS_OPEN_HERE))) {
+			int rc = stream_open(ns, key->obj, w, wl);
+			if (rc != -EINPROGRESS)
+				wake_push(wl, w, rc, NULL);
+			continue;
+		}
+		struct ns_handle *h = err ? NULL : handle_new(ns, key->obj, 0);
+		if (h) {
+			h->source = !!(w->flags & NS_OPEN_SOURCE);
 			stat_add(ns->st, ST_GETS, 1);
+		}
 		wake_push(wl, w, err ? err : h ? 0 : -ENOMEM, h);
 	}
 }
@@ -1566,29 +1577,11 @@ static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int 
 	return -EINPROGRESS;
 }
 
-/* A reader's handle on a streamed object (ns_stream.c), with its window. */
-static int stream_open(struct ns *ns, struct object *o, struct ns_handle **h)
-{
-	struct stream *s;
-	int owner, rc = stream_new(ns, o, &s);
-	uint64_t lease;
-
-	if (rc)
-		return rc;
-	if (!(*h = handle_new(ns, o, 0))) {
-		stream_close(s, &owner, &lease);        /* it pulled nothing yet */
-		return -ENOMEM;
-	}
-	(*h)->stream = s;
-	stat_add(ns->st, ST_GETS, 1);
-	return 0;
-}
-
 int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	    struct ns_handle **h)
 {
 	struct fetch_start fs;
-	struct stream *stream = NULL;
+	struct ns_wakes wl = { 0 };
 	int rc = 0, start = 0;
 
 	pthread_mutex_lock(&ns->lock);
@@ -1623,9 +1616,7 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 		   o->fetch != F_DONE) {
 		rc = -EREMOTE;
 	} else if (o && o->state == OS_PUBLISHED && obj_streamed(o)) {
-		rc = stream_open(ns, o, h);     /* streamed: its window fills from now */
-		if (!rc)
-			stream = (*h)->stream;
+		rc = stream_open(ns, o, w, &wl);        /* answered by its window's first pull */
 	} else if (o && o->state == OS_PUBLISHED && o->owner >= 0 &&
 		   o->fetch != F_DONE && (o->fetch != F_RUNNING || !o->have)) {
 		/* Another node's: answered once its first bytes are here,
@@ -1648,8 +1639,7 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	pthread_mutex_unlock(&ns->lock);
 	if (start)
 		fetch_go(ns, &fs);
-	if (stream)
-		stream_pump(ns, stream);
+	ns_wake(ns, &wl);
 	return rc;
 }
 
@@ -1790,13 +1780,6 @@ ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 		pthread_mutex_unlock(&ns->lock);
 		return -EREMOTE;        /* a view pulls its ranges itself */
 	}
-	if (!h->stream && stream_wanted(h)) {   /* a waiting open's handle */
-		int rc = stream_new(ns, o, &h->stream);
-		if (rc) {
-			pthread_mutex_unlock(&ns->lock);
-			return rc;
-		}
-	}
 	if ((o->state != OS_PUBLISHED && !h->write) ||
 	    (o->owner >= 0 && !h->stream && fetch_wait(ns, h, off, len)))
 		goto fail;
@@ -1894,6 +1877,17 @@ unlock:
 	return rc;
 }
 
+void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease)
+{
+	if (h->stream)
+		stream_close(h->stream, owner, lease);
+	h->prev->next = h->next;
+	h->next->prev = h->prev;
+	rangeset_fini(&h->seen);
+	obj_put(ns, h->obj);
+	free(h);
+}
+
 void ns_release(struct ns *ns, struct ns_handle *h)
 {
 	struct object *o = h->obj;
@@ -1919,13 +1913,7 @@ void ns_release(struct ns *ns, struct ns_handle *h)
 	 * before that read's ns_read_done: its turn must end first. */
 	while (h->stream && stream_reading(h->stream))
 		pthread_cond_wait(&ns->fcond, &ns->lock);
-	if (h->stream)
-		stream_close(h->stream, &owner, &lease);
-	h->prev->next = h->next;
-	h->next->prev = h->prev;
-	rangeset_fini(&h->seen);
-	obj_put(ns, o);
-	free(h);
+	handle_drop(ns, h, &owner, &lease);
 	ns_unlock(ns);
 	ns_wake(ns, &wl);
 	if (lease && ns->set.hooks && ns->set.hooks->release)

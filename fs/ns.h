@@ -151,8 +151,11 @@ struct ns_waiter {
 /* Waiters a call has answered, told by ns_wake() once the lock is
  * dropped.  They chain through their own links, so waking never
  * allocates.  deliver: the call left its news for the cluster (a
- * reader's CONSUMED) queued, for ns_wake to deliver. */
-struct ns_wakes { struct ns_waiter *head; int deliver; };
+ * reader's CONSUMED) queued, for ns_wake to deliver.  pump: windows of
+ * streamed reads (ns_stream.c) whose opens wait for their first pulls,
+ * which ns_wake sends. */
+struct stream;
+struct ns_wakes { struct ns_waiter *head; int deliver; struct stream *pump; };
 void ns_wake(struct ns *ns, struct ns_wakes *wl);
 /* Delivers the news for the cluster that calls queued (ns_hooks'
  * published, gone and consumed), waiting for a thread delivering them.

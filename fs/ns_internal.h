@@ -239,9 +239,13 @@ void land_free(struct ns *ns, void *buf);
 int obj_bounce(struct ns *ns, const struct object *o, uint64_t off, size_t len,
 	       struct iovec *iov);
 struct ns_handle *handle_new(struct ns *ns, struct object *o, int write);
+/* Frees h (no reads counted, no writer's publish); a streamed reader's
+ * owner and lease, for the owner to be told the lease is over. */
+void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease);
 
 /* Waking waiters: queued under the lock, answered by ns_wake() after it
  * is dropped.  ns_unlock() drops it and delivers queued events. */
+void wake_push(struct ns_wakes *wl, struct ns_waiter *w, int err, struct ns_handle *h);
 void wake_key(struct ns *ns, struct node *key, int err, struct ns_wakes *wl);
 void wake_readers(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_sources(struct ns *ns, struct node *key, struct ns_wakes *wl);
@@ -291,8 +295,12 @@ int replica_evict(struct ns *ns, const struct object *keep, uint64_t need);
  * node (obj_streamed) reads it through a window (see there). */
 int obj_streamed(const struct object *o);
 int stream_wanted(const struct ns_handle *h);
-int stream_new(struct ns *ns, struct object *o, struct stream **out);  /* -ENOSPC, -ENOMEM */
+/* A reader's handle on streamed o and its window, for the open w, which
+ * the window's first pull answers: -EINPROGRESS (ns_wake(wl) pumps it),
+ * or -errno (-ENOSPC, -ENOMEM). */
+int stream_open(struct ns *ns, struct object *o, struct ns_waiter *w, struct ns_wakes *wl);
 void stream_pump(struct ns *ns, struct stream *s);      /* unlocked: pulls the window */
+void stream_pump_all(struct ns *ns, struct stream *list);       /* unlocked: ns_wake's */
 /* Waits for its turn and for [off, off+len) (len > 0, clipped to a slot)
  * and points iov (2 entries) at it: the byte count, or -EIO.  The bytes
  * stay until stream_done() ends the turn. */

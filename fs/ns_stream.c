@@ -10,7 +10,11 @@
  * Nothing of the object stays here after the read.
  *
  * The pulls run under a lease (lease.h), so the owner keeps the object for
- * this read as an open file would, however long it takes.  Reads of one
+ * this read as an open file would, however long it takes.  The owner
+ * grants it at the first pull it serves, so that pull answers the open:
+ * an rm that reaches the owner before it fails the open with ENOENT, as
+ * it would have a moment earlier, where a handle already given out could
+ * only fail its first read with EIO.  Reads of one
  * open file take turns, from stream_read until its reply has copied the
  * bytes out (stream_done): a window follows one reader, threads that share
  * a descriptor and jump about would otherwise take each other's slots for
@@ -52,6 +56,9 @@ struct stream {
 	uint64_t pos;                   /* where the latest read began */
 	unsigned refs;                  /* the handle's, and each pull's in flight */
 	int reading;                    /* a read's turn: stream_read..stream_done */
+	struct ns_waiter *opener;       /* the open that the first pull answers ... */
+	struct ns_handle *h;            /* ... with this handle (or not) */
+	struct stream *pump_next;       /* on an ns_wakes' pump list */
 	struct slot slot[STREAM_SLOTS];
 };
 
@@ -65,7 +72,7 @@ int stream_wanted(const struct ns_handle *h)
 	return !h->write && !h->source && !h->served && obj_streamed(h->obj);
 }
 
-int stream_new(struct ns *ns, struct object *o, struct stream **out)
+static int stream_new(struct ns *ns, struct object *o, struct stream **out)
 {
 	struct stream *s = calloc(1, sizeof(*s));
 	uint64_t poff = 0, got;
@@ -166,46 +173,106 @@ static struct slot *stream_gap(struct stream *s, uint64_t *piece)
 	return NULL;
 }
 
+int stream_open(struct ns *ns, struct object *o, struct ns_waiter *w, struct ns_wakes *wl)
+{
+	struct stream *s;
+	uint64_t lease;
+	int owner, rc;
+
+	if (!w)
+		return -ENOENT;         /* an open that may not wait */
+	if ((rc = stream_new(ns, o, &s)))
+		return rc;
+	if (!(s->h = handle_new(ns, o, 0))) {
+		stream_close(s, &owner, &lease);        /* it pulled nothing yet */
+		return -ENOMEM;
+	}
+	s->h->stream = s;
+	s->opener = w;
+	s->pump_next = wl->pump;
+	wl->pump = s;
+	return -EINPROGRESS;
+}
+
+/* The first pull has bytes (the owner holds the object for this read from
+ * now on) or failed: the open hears so.  Only the owner's "no such
+ * object" refuses it, and then no lease was granted, so the handle just
+ * goes (s may go with it).  Any other failure is the read's to report,
+ * EIO, as it would be a moment later. */
+static void stream_answer(struct ns *ns, struct stream *s, int err, struct ns_wakes *wl)
+{
+	struct ns_waiter *w = s->opener;
+	struct ns_handle *h = s->h;
+	uint64_t lease;
+	int owner;
+
+	s->opener = NULL;
+	s->h = NULL;
+	if (err == -ENOENT) {
+		handle_drop(ns, h, &owner, &lease);
+		wake_push(wl, w, -ENOENT, NULL);
+		return;
+	}
+	stat_add(ns->st, ST_GETS, 1);
+	wake_push(wl, w, 0, h);
+}
+
 /* From the transport's thread: a pull moved on, or ended. */
 static void stream_progress(void *arg, uint64_t upto, int err)
 {
 	struct slot *sl = arg;
-	struct ns *ns = sl->s->ns;
+	struct stream *s = sl->s;
+	struct ns *ns = s->ns;
+	struct ns_wakes wl = { 0 };
 
 	pthread_mutex_lock(&ns->lock);
 	if (!err && upto > sl->have)
 		sl->have = upto;
+	if (s->opener && (err || upto))
+		stream_answer(ns, s, err, &wl);         /* the pull's reference keeps s */
 	if (err || upto >= sl->len) {
 		sl->state = SL_DONE;
 		sl->err = err ? -EIO : 0;
-		stream_put(sl->s);
+		stream_put(s);          /* s may go */
 	}
 	pthread_cond_broadcast(&ns->fcond);
 	pthread_mutex_unlock(&ns->lock);
+	ns_wake(ns, &wl);
 }
 
 void stream_pump(struct ns *ns, struct stream *s)
 {
 	const struct ns_hooks *hk = ns->set.hooks;
 
+	pthread_mutex_lock(&ns->lock);
+	s->refs++;              /* a pull refused at once may free the handle's */
 	for (;;) {
 		uint64_t x;
-		pthread_mutex_lock(&ns->lock);
 		stream_recycle(s);
 		struct slot *sl = stream_gap(s, &x);
-		if (sl) {
-			*sl = (struct slot){ .s = s, .state = SL_BUSY, .start = x,
-					     .len = s->size - x < STREAM_SLOT ? s->size - x : STREAM_SLOT };
-			s->refs++;      /* the pull's, until it ends */
-		}
-		pthread_mutex_unlock(&ns->lock);
 		if (!sl)
-			return;
+			break;
+		*sl = (struct slot){ .s = s, .state = SL_BUSY, .start = x,
+				     .len = s->size - x < STREAM_SLOT ? s->size - x : STREAM_SLOT };
+		s->refs++;      /* the pull's, until it ends */
+		pthread_mutex_unlock(&ns->lock);
 		int rc = hk && hk->pull ? hk->pull(ns->set.hctx, s->owner, s->oid, s->lease, sl->start,
 						   sl->len, slot_mem(sl), stream_progress, sl)
 					: -ENOTCONN;
 		if (rc)
 			stream_progress(sl, 0, rc);
+		pthread_mutex_lock(&ns->lock);
+	}
+	stream_put(s);
+	pthread_mutex_unlock(&ns->lock);
+}
+
+void stream_pump_all(struct ns *ns, struct stream *list)
+{
+	while (list) {
+		struct stream *s = list;
+		list = s->pump_next;    /* s may go once pumped */
+		stream_pump(ns, s);
 	}
 }
 

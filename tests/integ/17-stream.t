@@ -184,4 +184,33 @@ umount -l "$T/a" 2>/dev/null
 unset "NODE_PID[a]"
 is "$(used b)" 0 "... and b's pool is empty again"
 
+# An rm that reaches the owner before a reader's first pull: the owner has
+# not taken the object for that read yet (its lease), so the open fails
+# with ENOENT, as it would have a moment earlier, instead of succeeding for
+# its first read to fail with EIO.  b hears of the rm late (its GONE held).
+stop_node b
+OMNIFS_TEST_GONE_HOLD_MS=3000 node b 40
+node a 400
+ok "a and b are up again" wait_until 10 peers_up b
+cp "$T/big" "$T/a/0/2/late"
+ok "b knows of a's late" wait_until 5 stat "$T/b/0/2/late"
+rm "$T/a/0/2/late"
+is "$(M=$T/b pyerr "open(M + '/0/2/late', 'rb').read(1)")" ENOENT \
+   "an open on b of it after a removed it, before b hears so: ENOENT"
+ok "... and b's window is given back" wait_until 10 used_is b 0
+
+# The same for an open that waits for its key: b hears of a's publish late
+# (its ANNOUNCE held), after a's rm of it.
+stop_node b
+OMNIFS_TEST_HOLD_MS=2000 node b 40
+ok "a and b are up, once more" wait_until 10 peers_up b
+M=$T/b pyerr "open(M + '/0/0/held', 'rb').read(1)" >"$T/held.out" &
+HELD=$!
+ok "an open on b of a's key not yet written waits" wait_until 10 waiting
+cp "$T/big" "$T/a/0/0/held"
+rm "$T/a/0/0/held"
+timeout -s KILL 60 tail --pid="$HELD" -f /dev/null
+is "$(cat "$T/held.out")" ENOENT "a's publish answers it once b hears of it, and a's rm: ENOENT"
+ok "... and b's window is given back" wait_until 10 used_is b 0
+
 done_testing
