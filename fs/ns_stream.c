@@ -14,14 +14,15 @@
  * grants it at the first pull it serves, so that pull answers the open:
  * an rm that reaches the owner before it fails the open with ENOENT, as
  * it would have a moment earlier, where a handle already given out could
- * only fail its first read with EIO.  Reads of one
- * open file take turns, from stream_read until its reply has copied the
- * bytes out (stream_done): a window follows one reader, threads that share
- * a descriptor and jump about would otherwise take each other's slots for
- * ever, and no slot moves on while a reply copies out of it, since only a
- * read in its turn (or the open, before any) recycles slots.  The window's
- * memory lives until its last pull has ended, since a pull cannot be called
- * back.  Called with ns->lock held unless said otherwise.
+ * only fail its first read with EIO.
+ *
+ * Reads of one open file take turns, from stream_read until its reply has
+ * copied the bytes out (stream_done): a window follows one reader, threads
+ * that share a descriptor and jump about would otherwise take each other's
+ * slots for ever, and no slot moves on while a reply copies out of it,
+ * since only a read in its turn (or the open, before any) recycles slots.
+ * The window's memory lives until its last pull has ended, since a pull
+ * cannot be called back.  Called with ns->lock held unless said otherwise.
  */
 #define _GNU_SOURCE
 #include "ns_internal.h"
