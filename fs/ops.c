@@ -58,6 +58,7 @@ struct op_wait {
 	fuse_req_t req;
 	struct fuse_file_info fi;
 	fuse_ino_t ino;
+	int kept;                       /* NS_OPEN_KEPT: through a stale name */
 };
 
 /* Directory and virtual-file handles; key handles are ns handles.  A
@@ -537,7 +538,7 @@ static void view_answer(void *arg, int err, struct view *v)
 	struct ns_handle *h;
 
 	if (err == -EXDEV) {            /* the name is the one shard: wait for it */
-		err = ns_open(fs->ns, w->ino, w->fi.flags | NS_OPEN_EXACT, &w->w, &h);
+		err = ns_open(fs->ns, w->ino, w->fi.flags | NS_OPEN_EXACT | w->kept, &w->w, &h);
 		if (err == -EINPROGRESS)
 			return;
 		return wait_answer(&w->w, err, err ? NULL : h);
@@ -630,6 +631,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	w->req = req;
 	w->fi = *fi;
 	w->ino = ino;
+	w->kept = kept;
 	w->w.ctx = w;
 	w->w.interrupted = wait_interrupted;
 	w->w.wait_ms = callwait_take(&fs->cw, fuse_req_ctx(req)->pid);
