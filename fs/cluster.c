@@ -328,23 +328,38 @@ static void hook_buf_free(void *ctx, void *buf)
 
 /* ---------------------------------------------------------------- views */
 
-struct pullset {
+struct cluster_pulls {
+	struct cluster *cl;
+	const struct cluster_piece *pc;
+	size_t n;
+	uint64_t *lease;
+	char *first;            /* first[i]: piece i is its lease's first */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	size_t left;
 	int err;
 };
 
-struct piece_ctx { struct pullset *ps; uint64_t total; const struct cluster_piece *pc; };
+struct piece_ctx {
+	struct cluster_pulls *ps;
+	uint64_t total;
+	const struct cluster_piece *pc;
+	int begun;
+};
 
-/* The transport reports the end of each pull exactly once. */
+/* The transport reports the end of each pull exactly once, and may
+ * report bytes come before it. */
 static void piece_progress(void *arg, uint64_t upto, int err)
 {
 	struct piece_ctx *pc = arg;
-	struct pullset *ps = pc->ps;
+	struct cluster_pulls *ps = pc->ps;
 
-	if (!err && upto < pc->total)
+	if (!err && upto < pc->total) {
+		if (upto && !pc->begun && pc->pc->begun)
+			pc->pc->begun(pc->pc->arg);
+		pc->begun |= upto > 0;
 		return;
+	}
 	if (pc->pc->done)
 		pc->pc->done(pc->pc->arg, err);
 	free(pc);
@@ -370,17 +385,28 @@ static void pull_leases(struct cluster *cl, const struct cluster_piece *pc, size
 	}
 }
 
-int cluster_pull(struct cluster *cl, const struct cluster_piece *pc, size_t n)
+int cluster_pull_start(struct cluster *cl, const struct cluster_piece *pc, size_t n,
+		       struct cluster_pulls **out)
 {
-	struct pullset ps = { .left = 0 };
-	uint64_t *lease = malloc((n ? n : 1) * sizeof(*lease));
-	char *first = malloc(n ? n : 1);
-	int rc = lease && first ? 0 : -ENOMEM;
+	struct cluster_pulls *ps = calloc(1, sizeof(*ps));
+	int rc = 0;
 
-	pthread_mutex_init(&ps.lock, NULL);
-	pthread_cond_init(&ps.cond, NULL);
-	if (!rc)
-		pull_leases(cl, pc, n, lease, first);
+	if (!ps)
+		return -ENOMEM;
+	ps->lease = malloc((n ? n : 1) * sizeof(*ps->lease));
+	ps->first = malloc(n ? n : 1);
+	if (!ps->lease || !ps->first) {
+		free(ps->lease);
+		free(ps->first);
+		free(ps);
+		return -ENOMEM;
+	}
+	ps->cl = cl;
+	ps->pc = pc;
+	ps->n = n;
+	pthread_mutex_init(&ps->lock, NULL);
+	pthread_cond_init(&ps->cond, NULL);
+	pull_leases(cl, pc, n, ps->lease, ps->first);
 	/* All in flight at once: one round trip, however many pieces. */
 	for (size_t i = 0; i < n && !rc; i++) {
 		struct piece_ctx *c = malloc(sizeof(*c));
@@ -388,33 +414,44 @@ int cluster_pull(struct cluster *cl, const struct cluster_piece *pc, size_t n)
 			rc = -ENOMEM;
 			break;
 		}
-		*c = (struct piece_ctx){ &ps, pc[i].len * pc[i].count, &pc[i] };
-		pthread_mutex_lock(&ps.lock);
-		ps.left++;
-		pthread_mutex_unlock(&ps.lock);
-		struct xport_range r = { pc[i].oid, pc[i].off, pc[i].len, pc[i].stride, lease[i],
-					 pc[i].count };
+		*c = (struct piece_ctx){ ps, pc[i].len * pc[i].count, &pc[i], 0 };
+		pthread_mutex_lock(&ps->lock);
+		ps->left++;
+		pthread_mutex_unlock(&ps->lock);
+		struct xport_range r = { pc[i].oid, pc[i].off, pc[i].len, pc[i].stride,
+					 ps->lease[i], pc[i].count };
 		if ((rc = xport_pull(cl->x, pc[i].owner, &r, pc[i].dst, pc[i].ndst,
 				     XPORT_CALLER_CHECKS, piece_progress, c))) {
 			free(c);
-			pthread_mutex_lock(&ps.lock);
-			ps.left--;
-			pthread_mutex_unlock(&ps.lock);
+			pthread_mutex_lock(&ps->lock);
+			ps->left--;
+			pthread_mutex_unlock(&ps->lock);
 		}
 	}
-	pthread_mutex_lock(&ps.lock);
-	while (ps.left)         /* every pull ends: done, failed or timed out */
-		pthread_cond_wait(&ps.cond, &ps.lock);
-	if (!rc)
-		rc = ps.err;
-	pthread_mutex_unlock(&ps.lock);
-	pthread_cond_destroy(&ps.cond);
-	pthread_mutex_destroy(&ps.lock);
-	for (size_t i = 0; lease && first && i < n; i++)
-		if (first[i])
-			xport_release(cl->x, pc[i].owner, lease[i]);
-	free(lease);
-	free(first);
+	if (rc) {               /* the rest are not sent: the wait says so */
+		pthread_mutex_lock(&ps->lock);
+		ps->err = ps->err ? ps->err : rc;
+		pthread_mutex_unlock(&ps->lock);
+	}
+	*out = ps;
+	return 0;
+}
+
+int cluster_pull_wait(struct cluster_pulls *ps)
+{
+	pthread_mutex_lock(&ps->lock);
+	while (ps->left)        /* every pull ends: done, failed or timed out */
+		pthread_cond_wait(&ps->cond, &ps->lock);
+	int rc = ps->err;
+	pthread_mutex_unlock(&ps->lock);
+	for (size_t i = 0; i < ps->n; i++)
+		if (ps->first[i])
+			xport_release(ps->cl->x, ps->pc[i].owner, ps->lease[i]);
+	pthread_cond_destroy(&ps->cond);
+	pthread_mutex_destroy(&ps->lock);
+	free(ps->lease);
+	free(ps->first);
+	free(ps);
 	return rc == -EHOSTDOWN ? -EIO : rc;
 }
 

@@ -20,6 +20,8 @@
 #define VIEW_MAX_SHARDS 1024
 #define VIEW_INLINE_MAX (16u << 20)
 
+struct job;
+
 /* A read waiting for [lo, hi) of a view.  It is woken when that range is
  * ready or the fill ends, not whenever something lands: a short view
  * fills in bands of a few KiB, and waking a 1 MiB read at each of them
@@ -31,10 +33,14 @@ struct reader {
 	struct reader *next;
 };
 
-/* An open view.  Its open returns once it is planned (a small one of
- * this node's shards: once filled); its bytes land while it is read
- * (reads wait for their range), each (tensor, head) checked against the
- * shards' sums before it counts as landed. */
+/* An open view.  Its open returns once it is planned and its sources are
+ * held for it (a small one of this node's shards: once filled); its
+ * bytes land while it is read (reads wait for their range), each (tensor,
+ * head) checked against the shards' sums before it counts as landed.
+ * A source on another node is held for the view by its owner (a lease)
+ * from the moment the view's first pull of it reaches it, not before: an
+ * rm or a consumption there in between makes the open fail with ENOENT,
+ * as it would have a moment earlier, rather than a read later. */
 struct view {
 	struct view_env env;
 	uint8_t *buf;
@@ -49,6 +55,9 @@ struct view {
 	int err, filled, refs;
 	int reused;                      /* buf is a kept one: its gaps are not zero */
 	size_t bufsize;                 /* buf's own size, >= size */
+	struct job *opening;            /* an open to answer once its sources are held */
+	uint32_t unheld;                /* remote sources no pull has reached yet */
+	uint8_t *held;                  /* [nsrc]: 0 not pulled, 1 pulled, 2 held */
 };
 
 /* What a view's name asks for, and which shards make it. */
@@ -390,21 +399,70 @@ static void land(struct view *v, const struct kv_seg *s, int err)
 	pthread_mutex_unlock(&v->lock);
 }
 
+static void job_answer(struct job *j, int rc);
+
+/* Answers the view's open if it waits and may be: once every remote
+ * source is held, at the first error (ENOENT: the open's; another: its
+ * reads'), or now. */
+static void answer_open(struct view *v, int err, int now)
+{
+	struct job *j = NULL;
+
+	pthread_mutex_lock(&v->lock);
+	if (v->opening && (err || now || !v->unheld)) {
+		j = v->opening;
+		v->opening = NULL;
+	}
+	pthread_mutex_unlock(&v->lock);
+	if (j)
+		job_answer(j, err == -ENOENT ? -ENOENT : 0);
+}
+
+/* Source k's owner answered a pull of it: with bytes (it holds the
+ * source for the view from then on) or with err. */
+static void source_held(struct view *v, uint32_t k, int err)
+{
+	pthread_mutex_lock(&v->lock);
+	if (!err && v->held[k] == 1) {
+		v->held[k] = 2;
+		v->unheld--;
+	}
+	pthread_mutex_unlock(&v->lock);
+	answer_open(v, err, 0);
+}
+
 struct landing { struct view *v; const struct kv_seg *s; };
 static void landed(void *arg, int err)
 {
 	struct landing *l = arg;
 	land(l->v, l->s, err);
+	source_held(l->v, l->s->src, err);
 }
 
-/* Remote segments: each one strided pull, all of them in flight at once. */
-static int pull_remote(struct view *v, const struct ns_srcinfo *si, const struct kv_plan *p)
+static void begun(void *arg)
 {
-	struct cluster_piece *pc = calloc(p->nseg, sizeof(*pc));
-	struct iovec **iovs = calloc(p->nseg, sizeof(*iovs));
-	struct landing *ls = calloc(p->nseg, sizeof(*ls));
-	size_t n = 0;
-	int rc = pc && iovs && ls ? 0 : -ENOMEM;
+	struct landing *l = arg;
+	source_held(l->v, l->s->src, 0);
+}
+
+/* The remote segments' pulls in flight, and what they land through. */
+struct pulls {
+	struct cluster_pulls *ps;
+	struct cluster_piece *pc;
+	struct iovec **iovs;
+	struct landing *ls;
+	size_t n;
+};
+
+/* Sends the remote segments' pulls, each one strided pull, all of them
+ * at once; the remote sources they read are the ones the open waits for. */
+static int pulls_start(struct view *v, const struct ns_srcinfo *si, const struct kv_plan *p,
+		       struct pulls *pl)
+{
+	int rc = (pl->pc = calloc(p->nseg, sizeof(*pl->pc))) &&
+		 (pl->iovs = calloc(p->nseg, sizeof(*pl->iovs))) &&
+		 (pl->ls = calloc(p->nseg, sizeof(*pl->ls))) ? 0 : -ENOMEM;
+	uint32_t unheld = 0;
 
 	for (size_t i = 0; !rc && i < p->nseg; i++) {
 		const struct kv_seg *s = &p->seg[i];
@@ -412,25 +470,40 @@ static int pull_remote(struct view *v, const struct ns_srcinfo *si, const struct
 			continue;
 		/* Pieces land back to back unless the view spaces them out. */
 		uint32_t nd = s->count > 1 && s->dstride != s->len ? s->count : 1;
-		if (!(iovs[n] = malloc(nd * sizeof(struct iovec)))) {
+		struct iovec *iov = malloc(nd * sizeof(*iov));
+		if (!iov) {
 			rc = -ENOMEM;
 			break;
 		}
 		for (uint32_t j = 0; j < nd; j++)
-			iovs[n][j] = (struct iovec){ v->buf + s->doff + j * s->dstride,
-						     nd > 1 ? s->len : s->len * s->count };
-		ls[n] = (struct landing){ v, s };
-		pc[n] = (struct cluster_piece){ si[s->src].owner, si[s->src].oid, s->soff, s->len,
-						s->sstride, s->count, iovs[n], (int)nd, landed, &ls[n] };
-		n++;
+			iov[j] = (struct iovec){ v->buf + s->doff + j * s->dstride,
+						 nd > 1 ? s->len : s->len * s->count };
+		unheld += !v->held[s->src];
+		v->held[s->src] = 1;
+		pl->iovs[pl->n] = iov;
+		pl->ls[pl->n] = (struct landing){ v, s };
+		pl->pc[pl->n] = (struct cluster_piece){ si[s->src].owner, si[s->src].oid, s->soff,
+			s->len, s->sstride, s->count, iov, (int)nd, begun, landed, &pl->ls[pl->n] };
+		pl->n++;
 	}
-	if (!rc && n)
-		rc = v->env.cl ? cluster_pull(v->env.cl, pc, n) : -EIO;
-	for (size_t i = 0; iovs && i < n; i++)
-		free(iovs[i]);
-	free(iovs);
-	free(ls);
-	free(pc);
+	pthread_mutex_lock(&v->lock);
+	v->unheld = rc ? 0 : unheld;
+	pthread_mutex_unlock(&v->lock);
+	if (!rc && pl->n)
+		rc = v->env.cl ? cluster_pull_start(v->env.cl, pl->pc, pl->n, &pl->ps) : -EIO;
+	return rc;
+}
+
+/* Waits for the pulls sent to end: 0, or the first error. */
+static int pulls_wait(struct pulls *pl)
+{
+	int rc = pl->ps ? cluster_pull_wait(pl->ps) : 0;
+
+	for (size_t i = 0; pl->iovs && i < pl->n; i++)
+		free(pl->iovs[i]);
+	free(pl->iovs);
+	free(pl->ls);
+	free(pl->pc);
 	return rc;
 }
 
@@ -526,23 +599,31 @@ static int fill_local(struct view *v, const struct ns_srcinfo *si, const struct 
 	return rc;
 }
 
-/* Brings the view's bytes in, on the job's thread after the open has
- * been answered (a small local view: on the opener's, before): local
- * ranges copied from the pool, remote ones pulled. */
+/* Brings the view's bytes in, on the job's thread (a small local view:
+ * on the opener's, before its open is answered): remote ranges pulled,
+ * all in flight while the local ones are copied from the pool.  A waiting
+ * open is answered once the remote sources are held, or at once if there
+ * are none. */
 static void fill(struct view *v, const struct ns_srcinfo *si, const struct kv_plan *p)
 {
+	struct pulls pl = { 0 };
 	int rc = mark_gaps(v, p);
 
 	if (!rc)
-		rc = fill_local(v, si, p);
+		rc = pulls_start(v, si, p, &pl);
+	answer_open(v, 0, 0);
 	if (!rc)
-		rc = pull_remote(v, si, p);
+		rc = fill_local(v, si, p);
+	int prc = pulls_wait(&pl);
+	rc = rc ? rc : prc;
 	pthread_mutex_lock(&v->lock);
 	if (!v->err && (rc || !rangeset_covers(&v->ready, 0, v->size)))
 		v->err = rc == -ENOENT ? -ENOENT : -EIO;
 	v->filled = 1;
 	wake_readers(v);
+	int err = v->err;
 	pthread_mutex_unlock(&v->lock);
+	answer_open(v, err, 1);
 }
 
 /* ---------------------------------------------------------------- the open */
@@ -553,6 +634,7 @@ static void view_free(struct view *v)
 		if (v->src[k])
 			ns_release(v->env.ns, v->src[k]);
 	free(v->src);
+	free(v->held);
 	free(v->cover);
 	if (v->buf)
 		buf_put(&v->env, v->buf, v->bufsize);
@@ -625,7 +707,7 @@ static int prepare(const struct view_env *env, uint64_t ino, int now, struct vie
 	if (!rc)
 		rc = resolve(env->ns, ino, w);
 	if (!rc && (!(v->src = calloc(w->n, sizeof(*v->src))) ||
-		    !(si = calloc(w->n, sizeof(*si)))))
+		    !(v->held = calloc(w->n, 1)) || !(si = calloc(w->n, sizeof(*si)))))
 		rc = -ENOMEM;
 	if (!rc)
 		v->nsrc = *nsi = w->n;
@@ -668,7 +750,7 @@ struct job {
 	uint64_t ino;
 	view_done_fn done;
 	void *arg;
-	struct view *v;                 /* prepared: the open is answered */
+	struct view *v;                 /* prepared (the open answered, or v->opening) */
 	struct kv_plan p;
 	struct ns_srcinfo *si;
 	uint32_t nsi;
@@ -734,9 +816,41 @@ static void job_answer(struct job *j, int rc)
 {
 	if (!rc) {
 		stat_add(j->env.st, ST_GETS, 1);
+		pthread_mutex_lock(&j->v->lock);
 		j->v->refs++;
+		pthread_mutex_unlock(&j->v->lock);
 	}
 	j->done(j->arg, rc, rc ? NULL : j->v);
+}
+
+/* Whether all the view's sources are in this node's pool. */
+static int all_local(const struct job *j)
+{
+	for (uint32_t k = 0; k < j->nsi; k++)
+		if (j->si[k].owner >= 0)
+			return 0;
+	return 1;
+}
+
+/* A view small enough to fill on the opener's thread before answering,
+ * from this node's pool only.  A T=1 view of four vllm-omni shards of 16
+ * tokens (1.8 MB) took 1.9-2.0 ms against 1.4 ms so (vview.py, 0/2):
+ * the job's thread started late and woke its reader band by band.  At
+ * 29 MB the two ways took the same time; 16 MiB keeps an open's thread
+ * busy for 2-3 ms at most. */
+static int small_local(const struct job *j)
+{
+	return j->v->size <= VIEW_INLINE_MAX && all_local(j);
+}
+
+/* A prepared view's open: answered now if its sources are all here,
+ * else by the fill, once their owners hold them for it. */
+static void job_prepared(struct job *j)
+{
+	if (all_local(j))
+		job_answer(j, 0);
+	else
+		j->v->opening = j;
 }
 
 /* A job is over: the drain at unmount waits for none left. */
@@ -757,7 +871,10 @@ static void job_run(struct job *j)
 {
 	if (!j->v) {
 		int rc = prepare(&j->env, j->ino, 0, &j->v, &j->p, &j->si, &j->nsi);
-		job_answer(j, rc);
+		if (rc)
+			job_answer(j, rc);
+		else
+			job_prepared(j);
 	}
 	if (j->v) {
 		fill(j->v, j->si, &j->p);
@@ -787,28 +904,14 @@ static int job_start(struct job *j)
 	return rc;
 }
 
-/* A view small enough to fill on the opener's thread before answering,
- * from this node's pool only.  A T=1 view of four vllm-omni shards of 16
- * tokens (1.8 MB) took 1.9-2.0 ms against 1.4 ms so (vview.py, 0/2):
- * the job's thread started late and woke its reader band by band.  At
- * 29 MB the two ways took the same time; 16 MiB keeps an open's thread
- * busy for 2-3 ms at most. */
-static int small_local(const struct job *j)
-{
-	if (j->v->size > VIEW_INLINE_MAX)
-		return 0;
-	for (uint32_t k = 0; k < j->nsi; k++)
-		if (j->si[k].owner >= 0)
-			return 0;
-	return 1;
-}
-
 /* Shards all here with their headers (the common case: a reader opens
- * what was published before) are planned and the open answered on the
- * opener's thread, here: starting a thread first cost 175-250 us, mostly
- * waking the other vCPU.  A small view of this node's shards is filled
- * there too; a job's thread fills the others while the answer travels,
- * and prepares too where the open must wait. */
+ * what was published before) are planned on the opener's thread, here,
+ * and if they are all in this node's pool the open is answered there:
+ * starting a thread first cost 175-250 us, mostly waking the other vCPU.
+ * A small view of this node's shards is filled there too; a job's thread
+ * fills the others while the answer travels, and prepares too where the
+ * open must wait.  Remote shards answer the open from the job, once
+ * their owners hold them for it (fill). */
 int view_open(const struct view_env *env, uint64_t ino, int64_t wait_ms, int here,
 	      view_done_fn done, void *arg)
 {
@@ -841,7 +944,7 @@ int view_open(const struct view_env *env, uint64_t ino, int64_t wait_ms, int her
 		job_drop(j);
 		return 0;
 	}
-	job_answer(j, 0);
+	job_prepared(j);
 	if (job_start(j))
 		job_run(j);             /* no thread: it fills here */
 	return 0;

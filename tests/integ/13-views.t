@@ -284,6 +284,32 @@ rm -f "$T"/v/0/2/*
 is "$(grep -o '"used":[0-9]*' "$T/v/.omni/health")" '"used":0' "... and once the shards are removed its pool is empty"
 stop_node v
 
+# The same with the writers on v and the readers on w: a view of shards on
+# another node holds them from its open on (a read of it must not fail
+# because the owner removed one), and its opens through names the kernel
+# kept see no ESTALE.
+read -r PV PW < <(free_ports 2)
+new_secret "$T/vsecret"
+cat >"$T/vw.yaml" <<EOF
+secret_file: $T/vsecret
+pool: host:128MiB
+wait_ms: 200
+nodes:
+  v: { addr: 127.0.0.1:$PV, stages: ["2"] }
+  w: { addr: 127.0.0.1:$PW, stages: ["2"] }
+EOF
+for n in v w; do start_node $n "config=$T/vw.yaml,node=$n"; done
+vw_up() { [ "$(health w "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
+ok "v and w up" wait_until 10 vw_up
+mkdir -p "$T/v/0/2"
+out=$(timeout 60 $SYSPY "$SRC/tests/tools/viewchurn.py" "$T/v/0/2" 5 "$T/w/0/2" 2>&1); rc=$?
+ok "5 s of views on w of shards on v that come and go ($out)" test $rc = 0
+rm -f "$T"/v/0/2/*
+vw_empty() { [ "$(health v "d['pool']['used']")" = 0 ] && [ "$(health w "d['pool']['used']")" = 0 ]; }
+ok "... and once the shards are removed both pools are empty" wait_until 10 vw_empty
+stop_node v
+stop_node w
+
 # --- three nodes ----------------------------------------------------------------
 read -r PA PB PC < <(free_ports 3)
 new_secret "$T/secret"
@@ -378,4 +404,49 @@ bad=$(stat_of c checksum_failures)
 is "$(M=$T/c pyerr "open(M + '/p/q/x.rank0of2', 'rb').read()")" EIO \
 	"a view whose pulled chunk fails its hash: EIO on c"
 ok "... counted" test "$(stat_of c checksum_failures)" -gt "$bad"
+
+# A view's sources on another node are taken for it (their owner's lease)
+# when its first pulls reach them, so an rm there before that must fail
+# the view's open with ENOENT, as it would have a moment earlier, not
+# succeed for its reads to fail.  c hears of the rm late (its GONE held).
+stop_node c
+OMNIFS_TEST_GONE_HOLD_MS=3000 start_node c "config=$T/omni.yaml,node=c"
+ok "c restarted rejoins" wait_until 10 all_up
+used_b=$(health b "d['pool']['used']")
+$SYSPY -c "$KVPY
+import os
+for i in range(2):
+    t = [os.urandom(4 * 64 * 128 * 2) for _ in range(8)]
+    open('$T/b/p/q/g.rank%dof2' % i, 'wb').write(kvpy.native(t, layers=4, tokens=64, head_dim=128,
+        heads_total=8, head_first=4 * i, head_count=4))
+"
+ok "c hears of b's shards" wait_until 5 test -e "$T/c/p/q/g.rank1of2"
+rm "$T/b/p/q/g.rank1of2"
+is "$(M=$T/c pyerr "open(M + '/p/q/g.rank0of1', 'rb')")" ENOENT \
+	"a view's open on c after b removed a shard, before c hears so: ENOENT"
+is "$(M=$T/c pyerr "open(M + '/p/q/g.rank0of4', 'rb').read()")" OK \
+	"... while a view of the shard that is left reads"
+
+# ... and a view that has opened holds them: an rm at their owner since
+# does not cut its read short.
+$SYSPY -c "$KVPY
+import os
+for i in range(2):
+    t = [os.urandom(4 * 64 * 128 * 2) for _ in range(8)]
+    open('$T/h.rank%dof2' % i, 'wb').write(kvpy.native(t, layers=4, tokens=64, head_dim=128,
+        heads_total=8, head_first=4 * i, head_count=4))
+"
+"$B/omnikv" view --rank 0 --of 1 -o "$T/h.view" "$T"/h.rank?of2
+for i in 0 1; do cp "$T/h.rank${i}of2" "$T/b/p/q/"; done
+ok "c hears of b's other shards" wait_until 5 test -e "$T/c/p/q/h.rank1of2"
+exec 3<"$T/c/p/q/h.rank0of1"
+rm "$T"/b/p/q/h.rank?of2
+ok "a view opened on c, its shards removed at b since, reads whole and right" \
+	sh -c "cmp '$T/h.view' - <&3"
+exec 3<&-
+used_is() { [ "$(health "$1" "d['pool']['used']")" = "$2" ]; }
+ok "... c's pool is empty again" wait_until 10 used_is c 0
+rm "$T/b/p/q/g.rank0of2"
+ok "... and b's holds what it held before, once the shard is removed" \
+	wait_until 10 used_is b "$used_b"
 done_testing
