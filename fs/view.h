@@ -3,9 +3,10 @@
  * Opening <key>.rank<r>of<T> (or <key>) over shards <key>.rank<i>of<S>
  * finds the shards, waits for the missing ones as any open would, plans
  * the view from their headers (kvfmt) and brings exactly the byte ranges
- * it needs: from this node's pool, or pulled from the owners.  The view
- * is verified against its sources' per-head checksums before the open
- * returns.  A complete read of a view counts, at each source's owner, the
+ * it needs: from this node's pool, or pulled from the owners, which hold
+ * the shards for the view from its open on.  Each range is verified
+ * against its sources' per-head checksums as it lands, before a read
+ * sees it.  A complete read of a view counts, at each source's owner, the
  * heads it delivered (consumption by coverage).
  */
 #ifndef OMNI_VIEW_H
@@ -51,9 +52,11 @@ struct view_env {
 typedef void (*view_done_fn)(void *arg, int err, struct view *v);
 /* Resolves and assembles the view named by key inode ino on a thread of
  * its own (it may wait for shards, wait_ms or the edge's if 0, and pull);
- * done() is called once, on the caller's thread if here (the caller may
- * take the time to plan) and the shards are all published.  0, or -errno
- * (then done is not called). */
+ * done() is called once: on the caller's thread if here (the caller may
+ * take the time to plan) and the shards are all published, none of them
+ * on another node (or the view is refused); else on the view's thread, or
+ * on a peer's when a pull answers it (ENOENT: an owner no longer has its
+ * shard).  0, or -errno (then done is not called). */
 int view_open(const struct view_env *env, uint64_t ino, int64_t wait_ms, int here,
 	      view_done_fn done, void *arg);
 /* The bytes of [off, off+len): iov into the view.  When that is more than
