@@ -333,36 +333,56 @@ struct cluster_pulls {
 	const struct cluster_piece *pc;
 	size_t n;
 	uint64_t *lease;
-	char *first;            /* first[i]: piece i is its lease's first */
+	size_t *lead;           /* lead[i]: the first piece of piece i's lease */
+	char *held;             /* held[lead[i]]: its owner has answered a piece */
+	void (*on_held)(void *arg, int err);    /* until told */
+	void *held_arg;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	size_t left;
+	size_t left, unheld;    /* pieces in flight; leases not held yet */
 	int err;
 };
 
-struct piece_ctx {
-	struct cluster_pulls *ps;
-	uint64_t total;
-	const struct cluster_piece *pc;
-	int begun;
-};
+struct piece_ctx { struct cluster_pulls *ps; uint64_t total; size_t i; };
+
+/* Piece i's owner answered it: with bytes (it holds the object for the
+ * lease from now on) or with err.  on_held hears once: when every lease
+ * is held, or of the first error before that. */
+static void lease_answered(struct cluster_pulls *ps, size_t i, int err)
+{
+	void (*tell)(void *, int) = NULL;
+
+	pthread_mutex_lock(&ps->lock);
+	if (!err && !ps->held[ps->lead[i]]) {
+		ps->held[ps->lead[i]] = 1;
+		ps->unheld--;
+	}
+	if (err || !ps->unheld) {
+		tell = ps->on_held;
+		ps->on_held = NULL;
+	}
+	pthread_mutex_unlock(&ps->lock);
+	if (tell)               /* ps stays: piece i has not ended yet */
+		tell(ps->held_arg, err);
+}
 
 /* The transport reports the end of each pull exactly once, and may
  * report bytes come before it. */
 static void piece_progress(void *arg, uint64_t upto, int err)
 {
-	struct piece_ctx *pc = arg;
-	struct cluster_pulls *ps = pc->ps;
+	struct piece_ctx *c = arg;
+	struct cluster_pulls *ps = c->ps;
+	const struct cluster_piece *pc = &ps->pc[c->i];
 
-	if (!err && upto < pc->total) {
-		if (upto && !pc->begun && pc->pc->begun)
-			pc->pc->begun(pc->pc->arg);
-		pc->begun |= upto > 0;
+	if (!err && upto < c->total) {
+		if (upto)
+			lease_answered(ps, c->i, 0);
 		return;
 	}
-	if (pc->pc->done)
-		pc->pc->done(pc->pc->arg, err);
-	free(pc);
+	if (pc->done)
+		pc->done(pc->arg, err);
+	lease_answered(ps, c->i, err);
+	free(c);
 	pthread_mutex_lock(&ps->lock);
 	if (err && !ps->err)
 		ps->err = err;
@@ -372,21 +392,25 @@ static void piece_progress(void *arg, uint64_t upto, int err)
 }
 
 /* One lease per owner and object among the pieces: lease[i] is piece i's,
- * and first[i] says whether piece i is the first of its lease. */
-static void pull_leases(struct cluster *cl, const struct cluster_piece *pc, size_t n,
-			uint64_t *lease, char *first)
+ * lead[i] the first piece of it; how many leases. */
+static size_t pull_leases(struct cluster *cl, const struct cluster_piece *pc, size_t n,
+			  uint64_t *lease, size_t *lead)
 {
+	size_t leases = 0;
+
 	for (size_t i = 0; i < n; i++) {
 		size_t j = 0;
 		while (j < i && (pc[j].owner != pc[i].owner || pc[j].oid != pc[i].oid))
 			j++;
-		first[i] = j == i;
+		lead[i] = j;
+		leases += j == i;
 		lease[i] = j == i ? ns_lease_id(cl->ns) : lease[j];
 	}
+	return leases;
 }
 
 int cluster_pull_start(struct cluster *cl, const struct cluster_piece *pc, size_t n,
-		       struct cluster_pulls **out)
+		       void (*held)(void *arg, int err), void *arg, struct cluster_pulls **out)
 {
 	struct cluster_pulls *ps = calloc(1, sizeof(*ps));
 	int rc = 0;
@@ -394,19 +418,23 @@ int cluster_pull_start(struct cluster *cl, const struct cluster_piece *pc, size_
 	if (!ps)
 		return -ENOMEM;
 	ps->lease = malloc((n ? n : 1) * sizeof(*ps->lease));
-	ps->first = malloc(n ? n : 1);
-	if (!ps->lease || !ps->first) {
+	ps->lead = malloc((n ? n : 1) * sizeof(*ps->lead));
+	ps->held = calloc(n ? n : 1, 1);
+	if (!ps->lease || !ps->lead || !ps->held) {
 		free(ps->lease);
-		free(ps->first);
+		free(ps->lead);
+		free(ps->held);
 		free(ps);
 		return -ENOMEM;
 	}
 	ps->cl = cl;
 	ps->pc = pc;
 	ps->n = n;
+	ps->on_held = held;
+	ps->held_arg = arg;
 	pthread_mutex_init(&ps->lock, NULL);
 	pthread_cond_init(&ps->cond, NULL);
-	pull_leases(cl, pc, n, ps->lease, ps->first);
+	ps->unheld = pull_leases(cl, pc, n, ps->lease, ps->lead);
 	/* All in flight at once: one round trip, however many pieces. */
 	for (size_t i = 0; i < n && !rc; i++) {
 		struct piece_ctx *c = malloc(sizeof(*c));
@@ -414,7 +442,7 @@ int cluster_pull_start(struct cluster *cl, const struct cluster_piece *pc, size_
 			rc = -ENOMEM;
 			break;
 		}
-		*c = (struct piece_ctx){ ps, pc[i].len * pc[i].count, &pc[i], 0 };
+		*c = (struct piece_ctx){ ps, pc[i].len * pc[i].count, i };
 		pthread_mutex_lock(&ps->lock);
 		ps->left++;
 		pthread_mutex_unlock(&ps->lock);
@@ -445,12 +473,13 @@ int cluster_pull_wait(struct cluster_pulls *ps)
 	int rc = ps->err;
 	pthread_mutex_unlock(&ps->lock);
 	for (size_t i = 0; i < ps->n; i++)
-		if (ps->first[i])
+		if (ps->lead[i] == i)
 			xport_release(ps->cl->x, ps->pc[i].owner, ps->lease[i]);
 	pthread_cond_destroy(&ps->cond);
 	pthread_mutex_destroy(&ps->lock);
 	free(ps->lease);
-	free(ps->first);
+	free(ps->lead);
+	free(ps->held);
 	free(ps);
 	return rc == -EHOSTDOWN ? -EIO : rc;
 }

@@ -73,29 +73,31 @@ void cluster_refresh(struct cluster *cl, const char *from, const char *to);
 int cluster_cleanup(struct cluster *cl, const char *id, uint64_t *removed, size_t *missed);
 
 /* Brings pieces of objects from their owners, all pulls in flight at once
- * (each piece's begun and done, if set, are called on a peer's thread):
+ * (each piece's done, if set, is called as it ends, on a peer's thread):
  * count pieces of len bytes at off + k*stride, into dst back to back
  * (memory from cluster_buf_alloc).  The caller checks the bytes itself
  * (a view, against its shards' per-head sums).  The pieces of one object
- * share a lease, so its owner keeps it for all of them from the moment
- * one of them reaches it: a piece begun, or done without error, says the
- * object is held until the wait.
- * Start sends them and returns at once (0, or -ENOMEM: none sent); p must
- * stay as it is until the wait, which returns once every piece has ended:
- * 0, or -EIO (owner lost, a chunk that fails its hash), -ENOENT (gone). */
+ * share a lease: its owner keeps the object for all of them from the
+ * moment one of them reaches it until the wait.
+ * Start sends them and returns at once (0, or -ENOMEM: none sent); held,
+ * if set, is called once, on a peer's thread: held(arg, 0) when the owner
+ * of every object has answered one of its pieces with bytes, or
+ * held(arg, err) at the first failure before that (-ENOENT: the object is
+ * gone).  p must stay as it is until the wait, which returns once every
+ * piece has ended: 0, or -EIO (owner lost, a chunk that fails its hash),
+ * -ENOENT (gone). */
 struct cluster_piece {
 	int owner;
 	uint64_t oid, off, len, stride;
 	uint32_t count;
 	const struct iovec *dst;
 	int ndst;
-	void (*begun)(void *arg);               /* optional: its first bytes came */
 	void (*done)(void *arg, int err);       /* optional: this piece ended */
 	void *arg;
 };
 struct cluster_pulls;
 int cluster_pull_start(struct cluster *cl, const struct cluster_piece *p, size_t n,
-		       struct cluster_pulls **out);
+		       void (*held)(void *arg, int err), void *arg, struct cluster_pulls **out);
 int cluster_pull_wait(struct cluster_pulls *ps);
 
 /* Memory that pulls may land in (zeroed); NULL on failure. */

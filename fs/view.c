@@ -56,8 +56,6 @@ struct view {
 	int reused;                      /* buf is a kept one: its gaps are not zero */
 	size_t bufsize;                 /* buf's own size, >= size */
 	struct job *opening;            /* an open to answer once its sources are held */
-	uint32_t unheld;                /* remote sources no pull has reached yet */
-	uint8_t *held;                  /* [nsrc]: 0 not pulled, 1 pulled, 2 held */
 };
 
 /* What a view's name asks for, and which shards make it. */
@@ -401,34 +399,20 @@ static void land(struct view *v, const struct kv_seg *s, int err)
 
 static void job_answer(struct job *j, int rc);
 
-/* Answers the view's open if it waits and may be: once every remote
- * source is held, at the first error (ENOENT: the open's; another: its
- * reads'), or now. */
-static void answer_open(struct view *v, int err, int now)
+/* Answers view arg's open if it still waits: with the view (err is its
+ * reads' then, if any), or ENOENT.  Also cluster_pull_start's held: the
+ * owners of the remote sources hold them for the view now, or one failed
+ * first. */
+static void answer_open(void *arg, int err)
 {
-	struct job *j = NULL;
+	struct view *v = arg;
 
 	pthread_mutex_lock(&v->lock);
-	if (v->opening && (err || now || !v->unheld)) {
-		j = v->opening;
-		v->opening = NULL;
-	}
+	struct job *j = v->opening;
+	v->opening = NULL;
 	pthread_mutex_unlock(&v->lock);
 	if (j)
 		job_answer(j, err == -ENOENT ? -ENOENT : 0);
-}
-
-/* Source k's owner answered a pull of it: with bytes (it holds the
- * source for the view from then on) or with err. */
-static void source_held(struct view *v, uint32_t k, int err)
-{
-	pthread_mutex_lock(&v->lock);
-	if (!err && v->held[k] == 1) {
-		v->held[k] = 2;
-		v->unheld--;
-	}
-	pthread_mutex_unlock(&v->lock);
-	answer_open(v, err, 0);
 }
 
 struct landing { struct view *v; const struct kv_seg *s; };
@@ -436,13 +420,6 @@ static void landed(void *arg, int err)
 {
 	struct landing *l = arg;
 	land(l->v, l->s, err);
-	source_held(l->v, l->s->src, err);
-}
-
-static void begun(void *arg)
-{
-	struct landing *l = arg;
-	source_held(l->v, l->s->src, 0);
 }
 
 /* The remote segments' pulls in flight, and what they land through. */
@@ -462,7 +439,6 @@ static int pulls_start(struct view *v, const struct ns_srcinfo *si, const struct
 	int rc = (pl->pc = calloc(p->nseg, sizeof(*pl->pc))) &&
 		 (pl->iovs = calloc(p->nseg, sizeof(*pl->iovs))) &&
 		 (pl->ls = calloc(p->nseg, sizeof(*pl->ls))) ? 0 : -ENOMEM;
-	uint32_t unheld = 0;
 
 	for (size_t i = 0; !rc && i < p->nseg; i++) {
 		const struct kv_seg *s = &p->seg[i];
@@ -478,19 +454,15 @@ static int pulls_start(struct view *v, const struct ns_srcinfo *si, const struct
 		for (uint32_t j = 0; j < nd; j++)
 			iov[j] = (struct iovec){ v->buf + s->doff + j * s->dstride,
 						 nd > 1 ? s->len : s->len * s->count };
-		unheld += !v->held[s->src];
-		v->held[s->src] = 1;
 		pl->iovs[pl->n] = iov;
 		pl->ls[pl->n] = (struct landing){ v, s };
 		pl->pc[pl->n] = (struct cluster_piece){ si[s->src].owner, si[s->src].oid, s->soff,
-			s->len, s->sstride, s->count, iov, (int)nd, begun, landed, &pl->ls[pl->n] };
+			s->len, s->sstride, s->count, iov, (int)nd, landed, &pl->ls[pl->n] };
 		pl->n++;
 	}
-	pthread_mutex_lock(&v->lock);
-	v->unheld = rc ? 0 : unheld;
-	pthread_mutex_unlock(&v->lock);
 	if (!rc && pl->n)
-		rc = v->env.cl ? cluster_pull_start(v->env.cl, pl->pc, pl->n, &pl->ps) : -EIO;
+		rc = v->env.cl ? cluster_pull_start(v->env.cl, pl->pc, pl->n, answer_open, v,
+						    &pl->ps) : -EIO;
 	return rc;
 }
 
@@ -611,7 +583,8 @@ static void fill(struct view *v, const struct ns_srcinfo *si, const struct kv_pl
 
 	if (!rc)
 		rc = pulls_start(v, si, p, &pl);
-	answer_open(v, 0, 0);
+	if (rc || !pl.n)        /* no owner to hold anything for it */
+		answer_open(v, 0);
 	if (!rc)
 		rc = fill_local(v, si, p);
 	int prc = pulls_wait(&pl);
@@ -623,7 +596,7 @@ static void fill(struct view *v, const struct ns_srcinfo *si, const struct kv_pl
 	wake_readers(v);
 	int err = v->err;
 	pthread_mutex_unlock(&v->lock);
-	answer_open(v, err, 1);
+	answer_open(v, err);
 }
 
 /* ---------------------------------------------------------------- the open */
@@ -634,7 +607,6 @@ static void view_free(struct view *v)
 		if (v->src[k])
 			ns_release(v->env.ns, v->src[k]);
 	free(v->src);
-	free(v->held);
 	free(v->cover);
 	if (v->buf)
 		buf_put(&v->env, v->buf, v->bufsize);
@@ -707,7 +679,7 @@ static int prepare(const struct view_env *env, uint64_t ino, int now, struct vie
 	if (!rc)
 		rc = resolve(env->ns, ino, w);
 	if (!rc && (!(v->src = calloc(w->n, sizeof(*v->src))) ||
-		    !(v->held = calloc(w->n, 1)) || !(si = calloc(w->n, sizeof(*si)))))
+		    !(si = calloc(w->n, sizeof(*si)))))
 		rc = -ENOMEM;
 	if (!rc)
 		v->nsrc = *nsi = w->n;
