@@ -1158,7 +1158,7 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	if (htab_init(&ns->byino, 1024) || htab_init(&ns->byname, 1024) ||
 	    htab_init(&ns->waiters, 1024) || htab_init(&ns->byoid, 1024) ||
 	    htab_init(&ns->bybase, 1024) || htab_init(&ns->byreq, 1024) ||
-	    htab_init(&ns->gone_byoid, NS_GONE_RECENT))
+	    htab_init(&ns->gone_byoid, 1024))
 		goto free_tables;
 	pthread_mutex_init(&ns->ev_lock, NULL);
 	pthread_cond_init(&ns->fcond, NULL);
@@ -1264,6 +1264,7 @@ void ns_destroy(struct ns *ns)
 		ns_release(ns, ns->handles.next);
 	if (ns->root)
 		node_free_tree(ns, ns->root);
+	gone_fini(ns);
 	tables_fini(ns);
 	timerq_fini(&ns->tq);
 	pthread_cond_destroy(&ns->fcond);

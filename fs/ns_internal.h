@@ -104,13 +104,16 @@ struct node {
 			 * object's, which it keeps (ops.c's attr_timeout) */
 };
 
-/* Other nodes' objects that they said are gone, lately.  A listing or a
- * lookup answered before the GONE (which came on another connection) may
- * arrive after it, and must not bring the object back (ns_remote_answer).
- * A ring of the last NS_GONE_RECENT, found by oid in ns->gone_byoid. */
-#define NS_GONE_RECENT 1024
+/* Other nodes' objects that they said are gone, or that an rm here took,
+ * lately.  A listing or a lookup answered before that (it came on another
+ * connection) may arrive after it, and must not bring the object back
+ * (ns_remote_answer).  Those of the last NS_GONE_KEEP_NS, oldest first, at
+ * most NS_GONE_MAX (about 10 MiB; an rm of 100k names takes 3 s here, and
+ * a fixed ring of 1024 forgot all but its last 35 ms), found by oid in
+ * ns->gone_byoid. */
 #define NS_GONE_KEEP_NS (30ull * 1000000000u)
-struct ns_gone { struct hlink byoid; uint64_t at; int owner; };
+#define NS_GONE_MAX (1u << 18)
+struct ns_gone { struct hlink byoid; struct ns_gone *next; uint64_t at; int owner; };
 
 /* A key whose object was lost with its owner answers opens with EIO for
  * this long (SPEC §4.7), not with a wait that ends in ENOENT. */
@@ -157,8 +160,8 @@ struct ns {
 	/* The cluster's side. */
 	struct htab byoid;
 	uint64_t next_oid;              /* from the start time: unique across restarts */
-	struct ns_gone gone[NS_GONE_RECENT];
-	unsigned gone_next;
+	struct ns_gone *gone_head, *gone_tail;
+	size_t ngone;
 	/* Each owner's generation (ns_owner_renew): a record it announced
 	 * again on its current connection has its owner's (object.gen). */
 	uint32_t *owner_gen;
@@ -280,6 +283,7 @@ int fetch_begin(struct ns *ns, struct object *o, struct fetch_start *fs);
 void fetch_go(struct ns *ns, struct fetch_start *fs);          /* unlocked */
 int fetch_wait(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len);
 int unlink_remote(struct ns *ns, struct object *o);
+void gone_fini(struct ns *ns);
 int cover_add(struct ns *ns, struct object *o, const struct ns_cover *c);
 
 /* A replica (another node's object with bytes in our pool) is a copy: one

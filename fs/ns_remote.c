@@ -260,16 +260,46 @@ void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 
 /* ---------------------------------------------------------------- cluster */
 
-/* Under the lock: the oldest entry of the ring makes room. */
+/* The oldest of the gone, out of the table and the list. */
+static struct ns_gone *gone_pop(struct ns *ns)
+{
+	struct ns_gone *g = ns->gone_head;
+
+	htab_del(&ns->gone_byoid, &g->byoid);
+	if (!(ns->gone_head = g->next))
+		ns->gone_tail = NULL;
+	ns->ngone--;
+	return g;
+}
+
+/* Under the lock: those older than NS_GONE_KEEP_NS go, and the oldest
+ * makes room when there are NS_GONE_MAX (or no memory for one more). */
 static void gone_note(struct ns *ns, int owner, uint64_t oid)
 {
-	struct ns_gone *g = &ns->gone[ns->gone_next++ % NS_GONE_RECENT];
+	uint64_t now = clock_mono_ns();
+	struct ns_gone *g;
 
-	if (g->at)
-		htab_del(&ns->gone_byoid, &g->byoid);
-	g->at = clock_mono_ns();
-	g->owner = owner;
+	while (ns->gone_head && now - ns->gone_head->at >= NS_GONE_KEEP_NS)
+		free(gone_pop(ns));
+	if (!(g = ns->ngone < NS_GONE_MAX ? malloc(sizeof(*g)) : NULL)) {
+		if (!ns->gone_head)
+			return;         /* out of memory: a late listing may show it */
+		g = gone_pop(ns);
+	}
+	*g = (struct ns_gone){ .at = now, .owner = owner };
+	if (ns->gone_tail)
+		ns->gone_tail->next = g;
+	else
+		ns->gone_head = g;
+	ns->gone_tail = g;
+	ns->ngone++;
 	htab_add(&ns->gone_byoid, &g->byoid, oid);
+}
+
+void gone_fini(struct ns *ns)
+{
+	while (ns->gone_head)
+		free(gone_pop(ns));
 }
 
 /* rm of another node's object: its owner removes it, and says so to all.
@@ -462,7 +492,8 @@ void ns_remote_gone(struct ns *ns, int owner, const char *from, const char *to,
 		    const char *key, uint64_t oid)
 {
 	pthread_mutex_lock(&ns->lock);
-	gone_note(ns, owner, oid);
+	if (!gone_lately(ns, owner, oid, clock_mono_ns()))      /* our own rm's, often */
+		gone_note(ns, owner, oid);
 	/* By name, as the owner says it: a scan of every key for the oid
 	 * made removing n objects cost n^2. */
 	struct node *k = key_node(ns, from, to, key);

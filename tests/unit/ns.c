@@ -396,6 +396,39 @@ static void test_open_nowait(void)
 	ns_down(ns, pool);
 }
 
+/* What was said gone stays so, however many. */
+static void test_gone(void)
+{
+	struct pool *pool;
+	struct stats st = { 0 };
+	struct ns_hooks hk = { .gone = hook_gone };
+	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake,
+				   .hooks = &hk };
+	struct ns_attr a;
+	struct ns *ns;
+
+	ns = ns_up(&pool, &st, &set, "ns with a gone hook up");
+	uint64_t e = edge(ns, "0", "1");
+
+	/* Another node's objects, said gone one after the other: a listing
+	 * answered before the first, heard after the last, brings none back. */
+	struct ns_objinfo ri = { .from = "0", .to = "1", .size = 3,
+				 .xxh3 = XXH3_64bits("xyz", 3), .readers = 1 };
+	char key[32];
+	for (int i = 0; i < 5000; i++) {
+		snprintf(key, sizeof(key), "far%d", i);
+		ri.key = key;
+		ri.oid = 1000 + i;
+		ns_remote_add(ns, 0, &ri);
+		ns_remote_gone(ns, 0, "0", "1", key, ri.oid);
+	}
+	ri.key = "far0";
+	ri.oid = 1000;
+	ok(ns_remote_answer(ns, 0, &ri) == -ENOENT && ns_lookup(ns, e, "far0", 0, &a) == -ENOENT,
+	   "a late listing of the first of 5000 said gone does not bring it back");
+	ns_down(ns, pool);
+}
+
 int main(void)
 {
 	struct pool *pool;
@@ -685,5 +718,6 @@ int main(void)
 	test_consumed_later();
 	test_create_known();
 	test_open_nowait();
+	test_gone();
 	return done_testing();
 }
