@@ -308,13 +308,17 @@ void obj_unlink(struct ns *ns, struct object *o, enum stat_id why)
 	node_maybe_free(ns, key);
 }
 
-/* rm through this node's kernel, which forgets the name itself: so the
- * name is not stale, and an fstat of a file still open on o works. */
+static void detach(struct ns *ns, struct object *o, enum stat_id why, int kernel_rm);
+
+/* rm through this node's kernel, which forgets the name itself and is not
+ * told (a notification per name was a system call of every unlink of an
+ * rm): so the name is not stale, and an fstat of a file still open on o
+ * works. */
 void obj_remove(struct ns *ns, struct object *o)
 {
 	struct node *key = o->node;
 
-	obj_detach(ns, o, ST_REMOVED);
+	detach(ns, o, ST_REMOVED, 1);
 	key->stale = 0;
 	node_maybe_free(ns, key);
 }
@@ -322,6 +326,11 @@ void obj_remove(struct ns *ns, struct object *o)
 /* obj_unlink, but the key's node stays for the caller: to put another
  * object on it, or to free it with node_maybe_free(). */
 void obj_detach(struct ns *ns, struct object *o, enum stat_id why)
+{
+	detach(ns, o, why, 0);
+}
+
+static void detach(struct ns *ns, struct object *o, enum stat_id why, int kernel_rm)
 {
 	struct node *key = o->node;
 
@@ -331,7 +340,7 @@ void obj_detach(struct ns *ns, struct object *o, enum stat_id why)
 	replica_forget(ns, o);          /* its handles may keep the bytes */
 	if (o->state == OS_PUBLISHED)
 		npub_add(key, -1);
-	if ((o->state == OS_PUBLISHED || key->long_entry) && key->nlookup) {
+	if ((o->state == OS_PUBLISHED || key->long_entry) && key->nlookup && !kernel_rm) {
 		key->stale = 1;
 		if (ns->set.stale)
 			ns->set.stale(ns->set.sarg, key->ino);
