@@ -308,28 +308,7 @@ void obj_unlink(struct ns *ns, struct object *o, enum stat_id why)
 	node_maybe_free(ns, key);
 }
 
-static void detach(struct ns *ns, struct object *o, enum stat_id why, int kernel_rm);
-
-/* rm through this node's kernel, which forgets the name itself and is not
- * told (a notification per name was a system call of every unlink of an
- * rm): so the name is not stale, and an fstat of a file still open on o
- * works. */
-void obj_remove(struct ns *ns, struct object *o)
-{
-	struct node *key = o->node;
-
-	detach(ns, o, ST_REMOVED, 1);
-	key->stale = 0;
-	node_maybe_free(ns, key);
-}
-
-/* obj_unlink, but the key's node stays for the caller: to put another
- * object on it, or to free it with node_maybe_free(). */
-void obj_detach(struct ns *ns, struct object *o, enum stat_id why)
-{
-	detach(ns, o, why, 0);
-}
-
+/* obj_detach's work; kernel_rm: an rm through this node's kernel (obj_remove). */
 static void detach(struct ns *ns, struct object *o, enum stat_id why, int kernel_rm)
 {
 	struct node *key = o->node;
@@ -358,6 +337,26 @@ static void detach(struct ns *ns, struct object *o, enum stat_id why, int kernel
 	if (why != ST_NONE)
 		stat_add(ns->st, why, 1);
 	obj_put(ns, o);
+}
+
+/* rm through this node's kernel, which forgets the name itself and is not
+ * told (a notification per name was a system call of every unlink of an
+ * rm): so the name is not stale, and an fstat of a file still open on o
+ * answers (with the name's attributes: no object, size 0). */
+void obj_remove(struct ns *ns, struct object *o)
+{
+	struct node *key = o->node;
+
+	detach(ns, o, ST_REMOVED, 1);
+	key->stale = 0;
+	node_maybe_free(ns, key);
+}
+
+/* obj_unlink, but the key's node stays for the caller: to put another
+ * object on it, or to free it with node_maybe_free(). */
+void obj_detach(struct ns *ns, struct object *o, enum stat_id why)
+{
+	detach(ns, o, why, 0);
 }
 
 static int ext_push(struct object *o, uint64_t off, uint64_t len)

@@ -38,6 +38,25 @@ rm "$E/r"
 printf 123456789 >"$E/r"
 is "$(size_of "$E/r")" 9 "rm, then the same name written again: nine"
 
+# --- rm here of a listed object a reader has open: the kernel forgets the
+# name itself (ns tells it nothing), and the reader finishes (SPEC §4.5) --
+head -c 300000 /dev/urandom >"$T/rmd"
+exec 6>"$E/rmd"; setfattr -n user.omni.readers -v 0 "$E/rmd"; cat "$T/rmd" >&6; exec 6>&-
+ls -l "$E" >/dev/null                   # its name and attributes in the kernel
+exec 7<"$E/rmd"
+ok "rm here of an object a file is open on" rm "$E/rmd"
+ok "... gone for [ -e ] at once" absent "$E/rmd"
+is "$(M=$T/s pyerr "os.stat(M + '/0/1/rmd')")" ENOENT "... stat: ENOENT"
+is "$(ls "$E" | grep -c '^rmd$')" 0 "... not listed"
+is "$($SYSPY -c '
+import os, sys
+data = b""
+while (b := os.read(7, 1 << 16)):
+    data += b
+print("same" if data == open(sys.argv[1], "rb").read() else "differs")' "$T/rmd")" same \
+	"... and it still reads every byte"
+exec 7<&-
+
 # --- a reader still reading an object another reader consumed ----------------
 head -c 300000 /dev/urandom >"$T/rand"
 cp "$T/rand" "$E/held"

@@ -401,13 +401,11 @@ static void test_gone(void)
 {
 	struct pool *pool;
 	struct stats st = { 0 };
-	struct ns_hooks hk = { .gone = hook_gone };
-	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake,
-				   .hooks = &hk };
+	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake };
 	struct ns_attr a;
 	struct ns *ns;
 
-	ns = ns_up(&pool, &st, &set, "ns with a gone hook up");
+	ns = ns_up(&pool, &st, &set, "ns up");
 	uint64_t e = edge(ns, "0", "1");
 
 	/* Another node's objects, said gone one after the other: a listing
