@@ -182,17 +182,26 @@ static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
 	return cluster_exists(cl, o->from, o->to, o->key) ? -EEXIST : rc;
 }
 
-/* Every peer may have learnt of it (by asking), so every peer hears;
- * held for the next, as a REMOVE is (an rm of many, here or asked by a
- * peer, says them in a few sends). */
+/* Every peer may have learnt of it (by asking), so every peer hears, but
+ * the one whose REMOVE it was where that one had heard all we sent it
+ * when it asked: it forgot the object then, and nothing we said of it
+ * since can bring it back there (events go out in order: an announce of
+ * it queued before this went before it).  An rm of 100k names from b
+ * made b hear 100k GONEs back, a tenth of its CPU.  Held for the next,
+ * as a REMOVE is (an rm of many, here or asked by a peer, says them in
+ * a few sends). */
 static void hook_gone(void *ctx, const struct ns_objinfo *o)
 {
 	struct cluster *cl = ctx;
 	struct proto_msg m = { .type = PT_GONE };
+	int asker = o->asker.peer - 1;
 
+	if (asker >= 0 && !xport_heard_all(cl->x, asker, o->asker.conn, o->asker.heard))
+		asker = -1;
 	to_proto(o, &m.u.obj);
 	for (size_t i = 0; i < cl->npeers; i++)
-		xport_hold(cl->x, (int)i, &m);
+		if ((int)i != asker)
+			xport_hold(cl->x, (int)i, &m);
 }
 
 /* A message its peer must act on once, whatever becomes of the connection
@@ -493,6 +502,9 @@ static int hook_remove(void *ctx, const struct ns_objinfo *o)
 	to_proto(o, &m.u.obj);
 	m.u.obj.kvhdr = NULL;   /* a REMOVE carries names and oid; it may be kept */
 	m.u.obj.kvhdrlen = 0;
+	/* How far we heard the owner: if that is all it said, it need not
+	 * say GONE back (hook_gone there). */
+	m.u.obj.heard_conn = xport_heard(cl->x, o->owner, &m.u.obj.heard);
 	/* Held for the next: an rm of many names tells in a few sends
 	 * (cluster_flush, when the requests stop). */
 	return tell(cl, o->owner, &m, XPORT_CONNECT | XPORT_HOLD) ? -EIO : 0;
@@ -758,10 +770,13 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 	case PT_LIST:
 		serve_list(cl, c, reqid, m);
 		break;
-	case PT_REMOVE:         /* gone, or not here to remove: either way, heard */
-		ns_remove_name(cl->ns, m->u.obj.from, m->u.obj.to, m->u.obj.key, m->u.obj.oid);
+	case PT_REMOVE: {       /* gone, or not here to remove: either way, heard */
+		struct ns_asker by = { peer + 1, m->u.obj.heard_conn, m->u.obj.heard };
+		ns_remove_name(cl->ns, m->u.obj.from, m->u.obj.to, m->u.obj.key, m->u.obj.oid,
+			       &by);
 		xport_ack(c, reqid);
 		break;
+	}
 	case PT_PULL:
 		serve_pull(cl, c, peer, reqid, m);
 		break;
@@ -1126,6 +1141,11 @@ static void owe_locked(struct cluster *cl, int peer, const struct proto_msg *m)
 	if (!o)
 		return;
 	o->m = *m;              /* CLEANUP, CONSUMED and REMOVE hold no pointer */
+	/* Said again later, when what we heard of the peer is not what we
+	 * say here: it says GONE back.  (And the log keeps release 11's
+	 * REMOVE.) */
+	if (m->type == PT_REMOVE)
+		o->m.u.obj.heard_conn = o->m.u.obj.heard = 0;
 	for (tail = &cl->owed[peer]; *tail; tail = &(*tail)->next)
 		;
 	*tail = o;

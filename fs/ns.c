@@ -588,6 +588,7 @@ static struct ns_event *ev_new(struct ns *ns, int type, struct object *o)
 		.from = e->from, .to = e->to, .key = e->key, .oid = o->oid, .size = o->size,
 		.xxh3 = o->xxh3, .reads = o->reads, .published_ns = o->published_ns,
 		.readers = o->readers, .uid = o->uid, .gid = o->gid, .owner = o->owner,
+		.asker = o->asker,
 	};
 	if (type == EV_PUBLISHED) {
 		e->o = o;

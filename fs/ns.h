@@ -55,6 +55,11 @@ typedef void (*ns_wake_fn)(struct ns_waiter *w, int err, struct ns_handle *h);
 					  contiguous are offered with their bytes */
 
 /* An object as the cluster sees it. */
+/* Who asked this node to remove an object of its own, in the cluster's
+ * words, handed back with the object's GONE: a peer index + 1 (0: no
+ * one), and how far that peer had heard us when it asked. */
+struct ns_asker { int peer; uint64_t conn, heard; };
+
 struct ns_objinfo {
 	const char *from, *to, *key;
 	uint64_t oid;                   /* the owner's id for it */
@@ -67,6 +72,7 @@ struct ns_objinfo {
 	uint32_t kvhdr_len;
 	int claimed;                    /* published: a peer index + 1 that took it
 					   by its claim already; 0: none */
+	struct ns_asker asker;          /* gone: who asked for it (ns_remove_name) */
 };
 
 /* What a view delivered of a source: units [first, first+n) of `of`
@@ -380,13 +386,14 @@ void ns_owner_swept(struct ns *ns, int owner);
 /* A fetch's bytes [0, upto) are here and verified; err ends it. */
 void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err);
 /* Requests from peers about objects this node owns.  ns_remove_name
- * removes the object named, if it is still oid (0: whichever it is).
+ * removes the object named, if it is still oid (0: whichever it is), as
+ * asker asked (NULL: no one; its GONE's o->asker says who).
  * ns_consumed counts peer's read rid of oid once, if told again before
  * NS_SEEN_MAX other reads of it; -EINVAL for a cover no view makes. */
 #define NS_SEEN_MAX 4096
 int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c, int peer, uint64_t rid);
 int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key,
-		   uint64_t oid);
+		   uint64_t oid, const struct ns_asker *asker);
 /* Our published object of that name (names point into ns: copy them
  * before the next call; kvhdr and data, a small object's bytes, are
  * malloc'd: the caller frees them). */

@@ -59,6 +59,7 @@ struct object {
 	int owner;                      /* -1: ours */
 	uint32_t gen;                   /* its owner's generation when last told */
 	int claim;                      /* a peer index + 1: its publish is claimed there */
+	struct ns_asker asker;          /* a peer's REMOVE unlinked it: whose */
 	struct hlink byoid;
 	int fetch;
 	uint64_t have;

@@ -670,13 +670,15 @@ int ns_consumed(struct ns *ns, uint64_t oid, const struct ns_cover *c, int peer,
 }
 
 int ns_remove_name(struct ns *ns, const char *from, const char *to, const char *key,
-		   uint64_t oid)
+		   uint64_t oid, const struct ns_asker *asker)
 {
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&ns->lock);
 	struct node *k = key_node(ns, from, to, key);
 	if (k && k->obj && k->obj->owner < 0 && (!oid || k->obj->oid == oid)) {
+		if (asker)
+			k->obj->asker = *asker;
 		obj_unlink(ns, k->obj, ST_REMOVED);
 		rc = 0;
 	}

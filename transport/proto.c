@@ -217,8 +217,15 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 	case PT_ANNOUNCE: case PT_OBJECT: case PT_CLAIM:
 		put_obj(&w, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
 		break;
-	case PT_GONE: case PT_LOOKUP: case PT_REMOVE: case PT_EXISTS:
+	case PT_GONE: case PT_LOOKUP: case PT_EXISTS:
 		put_obj(&w, &m->u.obj, 0);
+		break;
+	case PT_REMOVE:
+		put_obj(&w, &m->u.obj, 0);
+		if (m->u.obj.heard_conn) {
+			put_le(&w, m->u.obj.heard_conn, 8);
+			put_le(&w, m->u.obj.heard, 8);
+		}
 		break;
 	case PT_CONSUMED:
 		put_le(&w, m->u.consumed.oid, 8);
@@ -422,8 +429,17 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 	case PT_ANNOUNCE: case PT_OBJECT: case PT_CLAIM:
 		get_obj(&r, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
 		break;
-	case PT_GONE: case PT_LOOKUP: case PT_REMOVE: case PT_EXISTS:
+	case PT_GONE: case PT_LOOKUP: case PT_EXISTS:
 		get_obj(&r, &m->u.obj, 0);
+		break;
+	case PT_REMOVE:         /* without heard: as owed logs of release 11 hold it */
+		get_obj(&r, &m->u.obj, 0);
+		if (!r.err && r.off < len) {
+			m->u.obj.heard_conn = get_le(&r, 8);
+			m->u.obj.heard = get_le(&r, 8);
+			if (!m->u.obj.heard_conn)
+				r.err = 1;
+		}
 		break;
 	case PT_CONSUMED:
 		m->u.consumed.oid = get_le(&r, 8);

@@ -21,7 +21,7 @@
 #define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
 #define PROTO_KEY_MAX    255            /* a key */
 #define PROTO_MAGIC      0x4d4fu
-#define PROTO_VERSION    11             /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
+#define PROTO_VERSION    12             /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
 					   4: OBJECT carries a small object's bytes;
 					   5: CLEANUP; 6: EXISTS; 7: CLAIM; 8: GONE of
 					   all ends a resync: what a new connection
@@ -30,7 +30,7 @@
 					   CONSUMED are acknowledged by ACKS; 10:
 					   GRANT's upto, GRANTED's ready (a stage
 					   filled a step at a time); 11: LIST's
-					   view base */
+					   view base; 12: REMOVE's heard */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -66,7 +66,9 @@ enum proto_type {
 	PT_LOOKUP,      /* request: names; reply OBJECT or STATUS */
 	PT_LIST,        /* request: from, to (either may be ""), base: only the shards
 			   of the view <base> ("": all); reply LISTING frames */
-	PT_REMOVE,      /* names and oid (0: any); reply ACKS, none if reqid 0 */
+	PT_REMOVE,      /* names and oid (0: any), and may end with heard: how
+			   far the sender had heard the receiver's connection
+			   to it; reply ACKS, none if reqid 0 */
 	PT_PULL,        /* request: oid, count pieces of len at off + k*stride,
 			   lease; reply DATA frames of the pieces back to back, or STATUS */
 	PT_STATUS,      /* reply: an errno (0 = ok) */
@@ -108,6 +110,11 @@ struct proto_obj {
 	uint32_t datalen;
 	const uint8_t *kvhdr;           /* ANNOUNCE, OBJECT: a KV payload's header, or NULL */
 	uint32_t kvhdrlen;
+	/* REMOVE: the receiver's connection to the sender that the sender
+	 * has heard (its HELLO's nonce, the first 8 bytes, never 0) and how
+	 * many of its frames, when it asked; conn 0: not said (an owed
+	 * REMOVE, said again on another connection). */
+	uint64_t heard_conn, heard;
 };
 
 #define PROTO_LIST_MAX 512              /* entries per LISTING frame */

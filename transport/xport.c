@@ -81,6 +81,11 @@ struct xport_conn {
 	uint64_t acks[PROTO_ACKS_MAX];
 	unsigned nacks;
 	struct xport_conn *next;        /* accepted connections */
+	/* The connection's name, from its HELLO's nonce (conn_name), and its
+	 * frames since the handshake: sent or held on ours, served to their
+	 * end on a peer's (xport_heard). */
+	uint64_t name;
+	_Atomic uint64_t frames;
 };
 
 struct pending {
@@ -284,6 +289,8 @@ static int send_ping_locked(struct xport_conn *c)
 	struct iovec v[2] = { { 0 }, { hdr, PROTO_HDR } };
 
 	proto_put_hdr(hdr, PT_PING, 0, 0);
+	if (c->outgoing)
+		atomic_fetch_add(&c->frames, 1);
 	return send_after_held(c, v, 2);
 }
 
@@ -367,6 +374,8 @@ static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid, int ho
 	for (int i = 0; i < nextra; i++)
 		iov[n++] = extra[i];
 	pthread_mutex_lock(&c->send_lock);
+	if (c->outgoing)                /* in the order they go */
+		atomic_fetch_add(&c->frames, 1);
 	if (type == PT_DATA && c->x->c.trickle_ms) {
 		if (!(rc = send_after_held(c, iov, 1)))
 			rc = send_trickled(c, iov + 1, n - 1);
@@ -926,6 +935,15 @@ fail:
 /* What a WELCOME offered besides the name: caps, and RDMA (port 0: none). */
 struct offer { uint32_t caps; uint16_t port; uint8_t token[PROTO_TOKEN]; };
 
+/* A connection's name: its HELLO's nonce, the first 8 bytes (never 0). */
+static uint64_t conn_name(const uint8_t nonce[PROTO_NONCE])
+{
+	uint64_t v;
+
+	memcpy(&v, nonce, sizeof(v));
+	return v ? v : 1;
+}
+
 /* The client's half of the handshake (auth.h). */
 static int handshake_client(struct xport *x, struct xport_conn *c, struct offer *o)
 {
@@ -956,6 +974,8 @@ static int handshake_client(struct xport *x, struct xport_conn *c, struct offer 
 	o->caps = r.u.welcome.caps;
 	o->port = r.u.welcome.rdma_port;
 	memcpy(o->token, r.u.welcome.token, PROTO_TOKEN);
+	c->name = conn_name(cnonce);
+	atomic_store(&c->frames, 0);    /* the peer counts from here on */
 	return 0;
 }
 
@@ -1630,6 +1650,7 @@ static void *server_thread(void *arg)
 		}
 		rc = serve_one(x, c, &h, &m);
 		proto_msg_free(&m);
+		atomic_fetch_add(&c->frames, 1);        /* heard, and acted on */
 		if (rc)
 			break;
 		if (c->ahead_at < c->ahead_end)
@@ -1852,6 +1873,7 @@ static int stranger_step(struct xport *x, struct stranger *s, int *peer, struct 
 static void stranger_promote(struct xport *x, struct strangers *q, struct stranger *s,
 			     int peer, struct rdma_srv *srv)
 {
+	uint64_t name = conn_name(s->cnonce);
 	int fd = stranger_unlink(q, s);
 	pthread_t t;
 
@@ -1864,6 +1886,7 @@ static void stranger_promote(struct xport *x, struct strangers *q, struct strang
 		return;
 	}
 	c->srv = srv;
+	c->name = name;
 	pthread_mutex_lock(&x->lock);
 	for (struct xport_conn *o = x->servers; o; o = o->next)
 		if (o->peer == peer)
@@ -2337,6 +2360,35 @@ int xport_peer_index(const struct xport *x, const char *name)
 const char *xport_peer_name(const struct xport *x, int peer)
 {
 	return peer >= 0 && (size_t)peer < x->npeers ? x->peers[peer].name : "?";
+}
+
+uint64_t xport_heard(struct xport *x, int peer, uint64_t *frames)
+{
+	uint64_t name = 0;
+
+	pthread_mutex_lock(&x->lock);
+	for (struct xport_conn *c = x->servers; c; c = c->next)
+		if (c->peer == peer) {          /* the newest first */
+			name = c->name;
+			*frames = atomic_load(&c->frames);
+			break;
+		}
+	pthread_mutex_unlock(&x->lock);
+	return name;
+}
+
+int xport_heard_all(struct xport *x, int peer, uint64_t conn, uint64_t frames)
+{
+	int all = 0;
+
+	if (peer < 0 || (size_t)peer >= x->npeers || !conn)
+		return 0;
+	pthread_mutex_lock(&x->lock);
+	struct xport_conn *c = x->peers[peer].out;
+	if (c && c->name == conn)
+		all = atomic_load(&c->frames) == frames;
+	pthread_mutex_unlock(&x->lock);
+	return all;
 }
 
 int xport_peer_up(struct xport *x, int peer)

@@ -131,6 +131,16 @@ int xport_rdma_gpudirect(const struct xport *x);
  * bytes grants hold.  0, or -ENODEV without one. */
 int xport_rdma_stage(const struct xport *x, uint64_t *size, uint64_t *used);
 
+/* How far this node has heard peer: the name of peer's connection to it
+ * that is served now (0: none) and how many of its frames were served to
+ * their end (*frames).  xport_heard_all: whether peer had heard every
+ * frame sent or held on our connection to it when it said it heard
+ * (conn, frames): 1, or 0 (more since, another connection, or none).
+ * What a peer says it has heard tells whether something we said since
+ * can still reach it (cluster.c: an rm's GONE). */
+uint64_t xport_heard(struct xport *x, int peer, uint64_t *frames);
+int xport_heard_all(struct xport *x, int peer, uint64_t conn, uint64_t frames);
+
 /* A one-way message on our connection to peer: 0, or -EHOSTDOWN.
  * xport_hold: the same, held as XPORT_HOLD (xport_tell) holds it. */
 int xport_send(struct xport *x, int peer, const struct proto_msg *m);

@@ -23,8 +23,9 @@ static int put(const char *dir, const struct proto_msg *m, size_t extra)
 
 int main(int argc, char **argv)
 {
-	static struct proto_obj objs[2] = { { "0", "1", "a", 1, 2, 3, 0, 0, 1, 0, 0, NULL, 0, NULL, 0 },
-					    { "0", "1", "b", 2, 2, 3, 0, 0, 1, 0, 0, NULL, 0, NULL, 0 } };
+	static struct proto_obj objs[2] = {
+		{ .from = "0", .to = "1", .key = "a", .oid = 1, .size = 2, .xxh3 = 3, .readers = 1 },
+		{ .from = "0", .to = "1", .key = "b", .oid = 2, .size = 2, .xxh3 = 3, .readers = 1 } };
 	struct proto_msg m;
 	int rc = 0;
 
@@ -42,6 +43,10 @@ int main(int argc, char **argv)
 			if (t == PT_ANNOUNCE || t == PT_CLAIM) {
 				m.u.obj.data = (const uint8_t *)"hi";
 				m.u.obj.datalen = 2;
+			}
+			if (t == PT_REMOVE) {   /* and how far its sender heard */
+				m.u.obj.heard_conn = 0x1234;
+				m.u.obj.heard = 7;
 			}
 		}
 		if (t == PT_LIST) {

@@ -35,11 +35,34 @@ is "$(cat "$T/b/1/9/y")" local "meanwhile b serves a read of its own object"
 ok "... before that listing is answered" kill -0 "$LS"
 wait "$LS"
 
+# --- b's rm of a's objects: a says GONE of them to every peer but b,
+# which forgot each when it asked, having heard all a had said to it (a
+# ping of a's on its way then costs one GONE back; each would come back
+# before).  An rm on a, their owner, is said to b.
+stop_node b
+OMNIFS_TEST_GONE_HOLD_MS=1 start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+ok "b is back, logging each GONE it hears" wait_until 10 both_up
+for i in $(seq 100); do echo "$i" >"$T/a/0/1/g$i"; done
+count_on() { [ "$(ls "$T/$1/0/1" | grep -c "^$2")" = "$3" ]; }
+ok "b knows of a's 100 objects" wait_until 5 count_on b g 100
+rm "$T/b/0/1"/g*
+ok "b's rm takes them all off a" wait_until 5 count_on a g 0
+gones() { grep -c "holding the GONE of $1" "$T/b.log"; }
+diag "b heard $(gones g) GONEs of the 100 it removed"
+ok "... and b hears at most 5 GONEs of them back" test "$(gones g)" -le 5
+for i in $(seq 10); do echo "$i" >"$T/a/0/1/h$i"; done
+ok "b knows of a's next 10" wait_until 5 count_on b h 10
+rm "$T/a/0/1"/h*
+heard_all() { [ "$(gones h)" = 10 ]; }
+ok "an rm of them on a: b hears each GONE" wait_until 5 heard_all
+ok "... and lists none of them" wait_until 5 count_on b h 0
+
 # --- b's own rm of an object it has just heard of, while the listing it
 # asked for on connecting (relist) is on its way: the listing, answered
 # before a removed it, is heard after the rm, and must not bring it back,
-# not even until a's GONE comes (held here, so that it comes last: 3 s,
-# 2 s after the listing, ample for a stat on a loaded machine).
+# whether a's GONE comes after it (held here, 3 s: 2 s after the listing,
+# ample for a stat on a loaded machine) or, b's rm being b's own, not at
+# all.
 stop_node b
 echo rm-soon >"$T/a/0/1/z"
 OMNIFS_TEST_LIST_DELAY_MS=1000 OMNIFS_TEST_GONE_HOLD_MS=3000 \
@@ -49,11 +72,10 @@ ok "b has heard of z (a's resync)" wait_until 5 stat "$T/b/0/1/z"
 ok "b removes z while its listing is held" rm "$T/b/0/1/z"
 heard() { grep -q "the held listing is heard now" "$T/b.log"; }
 not_heard() { ! heard; }
-gone_held() { grep -q "holding the GONE of z" "$T/b.log" && ! grep -q "held the GONE of z" "$T/b.log"; }
 ok "... which is heard only after the rm" not_heard
 ok "... and then" wait_until 5 heard
 is "$(M=$T/b pyerr "os.stat(M + '/0/1/z')")" ENOENT "the held listing does not bring z back on b"
-ok "... while a's GONE is still on its way" gone_held
+ok "... before any GONE of a's is served" sh -c "! grep -q 'held the GONE of z' '$T/b.log'"
 is "$(ls "$T/b/0/1")" "" "... nor does the next ls"
 gone_from_a() { ! ls "$T/a/0/1" | grep -qx z; }
 ok "a has it no more" wait_until 5 gone_from_a

@@ -111,10 +111,12 @@ static void hook_published(void *ctx, const struct ns_objinfo *o)
 	published_oid = o->oid;
 }
 
+static struct ns_asker gone_asker;
+
 static void hook_gone(void *ctx, const struct ns_objinfo *o)
 {
 	(void)ctx;
-	(void)o;
+	gone_asker = o->asker;
 	gones++;
 }
 
@@ -194,6 +196,12 @@ static void test_claims(void)
 	ok(ns_lookup(ns, e, "c4", 0, &a) == -ENOENT && stat_get(&st, ST_CONSUMED) == consumed + 1,
 	   "... and consumes it: never published here");
 	is(gones, 1, "... its peers told it is gone");
+	struct ns_asker by = { 3, 0xfeed, 5 };
+	is(ns_remove_name(ns, "0", "1", "c1", 0, &by), 0, "peer 2 removes c1");
+	ok(gones == 2 && gone_asker.peer == 3 && gone_asker.conn == 0xfeed &&
+	   gone_asker.heard == 5, "... its GONE says who asked, and how far it had heard us");
+	is(ns_unlink(ns, e, "c3"), 0, "an rm here of c3");
+	ok(gones == 3 && !gone_asker.peer, "... its GONE says no peer asked");
 
 	/* A cover no view makes is refused at once, and counts nothing:
 	 * of = 2^32 - 1 once had us count 4 billion units under the lock. */
@@ -542,10 +550,10 @@ int main(void)
 	   !memcmp(oi.data, "abc", 3), "a peer's lookup of a small object gets its bytes");
 	free((void *)oi.kvhdr);
 	free((void *)oi.data);
-	is(ns_remove_name(ns, "0", "1", "s", oi.oid + 1), -ENOENT, "a peer's rm of another oid: ENOENT");
+	is(ns_remove_name(ns, "0", "1", "s", oi.oid + 1, NULL), -ENOENT, "a peer's rm of another oid: ENOENT");
 	is(ns_getattr(ns, si, &a), 0, "... and the object stays");
 	is(stale_calls, 0, "... nothing stale");
-	is(ns_remove_name(ns, "0", "1", "s", oi.oid), 0, "a peer's rm of its oid");
+	is(ns_remove_name(ns, "0", "1", "s", oi.oid, NULL), 0, "a peer's rm of its oid");
 	ok(stale_calls == 1 && stale_ino == si, "the kernel is told its name is stale");
 	is(ns_getattr(ns, si, &a), -ENOENT, "stale: getattr ENOENT");
 	is(ns_getxattr(ns, si, "user.omni.size", v, sizeof(v)), -ENOENT, "stale: getxattr ENOENT");

@@ -167,6 +167,23 @@ static void test_messages(void)
 	   r.u.obj.xxh3 == 0x1234 && r.u.obj.datalen == 5 && !memcmp(r.u.obj.data, "bytes", 5),
 	   "CLAIM carries an announce: names, ids and the small object's bytes");
 	is(strcmp(proto_type_name(PT_CLAIM), "CLAIM"), 0, "... and is named");
+	struct proto_msg rm = { .type = PT_REMOVE };
+	strcpy(rm.u.obj.from, "0");
+	strcpy(rm.u.obj.to, "1");
+	strcpy(rm.u.obj.key, "req-7");
+	rm.u.obj.oid = 9;
+	int bare = proto_encode(&rm, buf, sizeof(buf));
+	ok(roundtrip(&rm, &r) > 0 && r.u.obj.oid == 9 && !r.u.obj.heard_conn,
+	   "a REMOVE that says nothing heard round-trips (as owed logs of release 11 hold it)");
+	rm.u.obj.heard_conn = 0xfeedull << 40;
+	rm.u.obj.heard = 12345;
+	len = roundtrip(&rm, &r);
+	ok(len == bare + 16 && r.u.obj.heard_conn == 0xfeedull << 40 && r.u.obj.heard == 12345,
+	   "a REMOVE says how far its sender heard the receiver, in 16 bytes more");
+	len = proto_encode(&rm, buf, sizeof(buf));
+	is(proto_decode(PT_REMOVE, buf, (size_t)len - 8, &r), -EPROTO, "... not in 8: refused");
+	memset(buf + bare, 0, 8);
+	is(proto_decode(PT_REMOVE, buf, (size_t)len, &r), -EPROTO, "... nor of connection 0: refused");
 
 	struct proto_msg d = { .type = PT_DATA, .u.data = { 0, 42, 100 } };
 	len = proto_encode(&d, buf, sizeof(buf));
