@@ -187,7 +187,7 @@ static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
  * when it asked: it forgot the object then, and nothing we said of it
  * since can bring it back there (events go out in order: an announce of
  * it queued before this went before it).  An rm of 100k names from b
- * made b hear 100k GONEs back, a tenth of its CPU.  Held for the next,
+ * made b hear 100k GONEs back, one message each.  Held for the next,
  * as a REMOVE is (an rm of many, here or asked by a peer, says them in
  * a few sends). */
 static void hook_gone(void *ctx, const struct ns_objinfo *o)

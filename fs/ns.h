@@ -54,12 +54,12 @@ typedef void (*ns_wake_fn)(struct ns_waiter *w, int err, struct ns_handle *h);
 #define NS_INLINE_MAX (64u << 10)      /* published objects this small and
 					  contiguous are offered with their bytes */
 
-/* An object as the cluster sees it. */
 /* Who asked this node to remove an object of its own, in the cluster's
  * words, handed back with the object's GONE: a peer index + 1 (0: no
  * one), and how far that peer had heard us when it asked. */
 struct ns_asker { int peer; uint64_t conn, heard; };
 
+/* An object as the cluster sees it. */
 struct ns_objinfo {
 	const char *from, *to, *key;
 	uint64_t oid;                   /* the owner's id for it */

@@ -113,7 +113,7 @@ struct proto_obj {
 	/* REMOVE: the receiver's connection to the sender that the sender
 	 * has heard (its HELLO's nonce, the first 8 bytes, never 0) and how
 	 * many of its frames, when it asked; conn 0: not said (an owed
-	 * REMOVE, said again on another connection). */
+	 * REMOVE, said again later). */
 	uint64_t heard_conn, heard;
 };
 

@@ -55,8 +55,12 @@ before=$(used_b)
 for i in 1 2 3 4 5 6 7 8; do echo "p$i" >"$T/a/0/1/p$i"; done
 wait_until 5 listed_b
 is "$(( $(used_b) - before ))" $((8 * 4096)) "8 small replicas on b take one page each of its pool (not a writer's reserve)"
+known_c() { local i; for i in 1 2 3 4 5 6 7 8; do [ -e "$T/c/0/1/p$i" ] || return 1; done; }
+ok "c (does not host 1) learns of them by asking" known_c
 rm -f "$T"/b/0/1/p?
 ok "... and rm on b removes them everywhere" wait_until 5 gone_on a 0/1/p8
+not_known_c() { local i; for i in 1 2 3 4 5 6 7 8; do gone_on c "0/1/p$i" || return 1; done; }
+ok "... c too, which a told (b, whose rm it was, need not be)" wait_until 5 not_known_c
 used_c() { health c "d['pool']['used']"; }
 # Every create on a and every open on c asks the two other nodes at once,
 # and ends when both have answered: long before the 5 s that a call waits

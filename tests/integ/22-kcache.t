@@ -38,6 +38,16 @@ rm "$E/r"
 printf 123456789 >"$E/r"
 is "$(size_of "$E/r")" 9 "rm, then the same name written again: nine"
 
+# fd7_reads FILE: "same" if descriptor 7, read to its end, holds FILE's bytes.
+fd7_reads() {
+	$SYSPY -c '
+import os, sys
+data = b""
+while (b := os.read(7, 1 << 16)):
+    data += b
+print("same" if data == open(sys.argv[1], "rb").read() else "differs")' "$1"
+}
+
 # --- rm here of a listed object a reader has open: the kernel forgets the
 # name itself (ns tells it nothing), and the reader finishes (SPEC §4.5) --
 head -c 300000 /dev/urandom >"$T/rmd"
@@ -48,13 +58,7 @@ ok "rm here of an object a file is open on" rm "$E/rmd"
 ok "... gone for [ -e ] at once" absent "$E/rmd"
 is "$(M=$T/s pyerr "os.stat(M + '/0/1/rmd')")" ENOENT "... stat: ENOENT"
 is "$(ls "$E" | grep -c '^rmd$')" 0 "... not listed"
-is "$($SYSPY -c '
-import os, sys
-data = b""
-while (b := os.read(7, 1 << 16)):
-    data += b
-print("same" if data == open(sys.argv[1], "rb").read() else "differs")' "$T/rmd")" same \
-	"... and it still reads every byte"
+is "$(fd7_reads "$T/rmd")" same "... and it still reads every byte"
 exec 7<&-
 
 # --- a reader still reading an object another reader consumed ----------------
@@ -63,13 +67,7 @@ cp "$T/rand" "$E/held"
 exec 7<"$E/held"
 cat "$E/held" >/dev/null                # another reader consumes it
 ok "consumed: its name is gone though a file is still open on it" absent "$E/held"
-is "$($SYSPY -c '
-import os, sys
-data = b""
-while (b := os.read(7, 1 << 16)):
-    data += b
-print("same" if data == open(sys.argv[1], "rb").read() else "differs")' "$T/rand")" same \
-	"... and that file still reads every byte"
+is "$(fd7_reads "$T/rand")" same "... and that file still reads every byte"
 exec 7<&-
 
 # --- ls -l lists true sizes; foreign attribute spaces are not supported -------
