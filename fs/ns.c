@@ -189,6 +189,7 @@ void node_maybe_free(struct ns *ns, struct node *n)
 		if (n->next)
 			n->next->prev = n->prev;
 		p->nchild--;
+		free(n->left);
 		free(n->name);
 		free(n);
 		n = p;
@@ -249,6 +250,12 @@ static void node_attr(struct ns *ns, const struct node *n, struct ns_attr *a)
 	}
 }
 
+static void left_clear(struct node *n)
+{
+	free(n->left);
+	n->left = NULL;
+}
+
 /* ---------------------------------------------------------------- objects */
 
 void obj_put(struct ns *ns, struct object *o)
@@ -291,6 +298,7 @@ struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uint32_t g
 	key->obj = o;
 	key->lost_ns = 0;               /* written again: no longer lost */
 	key->stale = 0;
+	left_clear(key);
 	ns->nobjects++;
 	return o;
 }
@@ -341,12 +349,21 @@ static void detach(struct ns *ns, struct object *o, enum stat_id why, int kernel
 
 /* rm through this node's kernel, which forgets the name itself and is not
  * told (a notification per name was a system call of every unlink of an
- * rm): so the name is not stale, and an fstat of a file still open on o
- * answers (with the name's attributes: no object, size 0). */
+ * rm): so the name is not stale.  Only files still open on o can ask for
+ * its attributes now (the kernel's entry for the name is gone, and a
+ * later one of an object-less name is asked again each time): they get
+ * o's, with no links, as an unlinked file's fstat() does. */
 void obj_remove(struct ns *ns, struct object *o)
 {
 	struct node *key = o->node;
 
+	left_clear(key);
+	if (o->state == OS_PUBLISHED && o->opens && key->nlookup &&
+	    (key->left = malloc(sizeof(*key->left)))) {     /* else size 0, as before */
+		node_attr(ns, key, key->left);
+		key->left->stable = 0;
+		key->left->gone = 1;
+	}
 	detach(ns, o, ST_REMOVED, 1);
 	key->stale = 0;
 	node_maybe_free(ns, key);
@@ -731,6 +748,8 @@ struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
 	o->refs++;
 	if (write)
 		o->writers++;
+	else
+		o->opens++;
 	h->next = ns->handles.next;
 	h->prev = &ns->handles;
 	ns->handles.next->prev = h;
@@ -1253,6 +1272,7 @@ static void node_free_tree(struct ns *ns, struct node *n)
 		n->obj->node = NULL;
 		obj_put(ns, n->obj);
 	}
+	free(n->left);
 	free(n->name);
 	free(n);
 }
@@ -1367,7 +1387,10 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct ns_attr *out)
 
 	pthread_mutex_lock(&ns->lock);
 	struct node *n = node_by_ino(ns, ino);
-	if (n && !n->stale) {           /* stale: see ns_open */
+	if (n && !n->obj && n->left) {
+		*out = *n->left;        /* an open file asks: see obj_remove */
+		rc = 0;
+	} else if (n && !n->stale) {    /* stale: see ns_open */
 		node_attr(ns, n, out);
 		rc = 0;
 	}
@@ -1894,6 +1917,8 @@ void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease
 	h->prev->next = h->next;
 	h->next->prev = h->prev;
 	rangeset_fini(&h->seen);
+	if (!h->write)
+		h->obj->opens--;
 	obj_put(ns, h->obj);
 	free(h);
 }

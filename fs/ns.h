@@ -177,6 +177,7 @@ struct ns_attr {
 	uint32_t uid, gid;
 	uint64_t mtime_ns;
 	int stable;             /* a published object: nothing above changes */
+	int gone;               /* an object an rm took, still open (no links) */
 };
 
 struct ns_dirent {

@@ -40,6 +40,7 @@ struct object {
 	int64_t readers, ttl_s;
 	uint64_t reads, created_ns, published_ns;
 	unsigned refs, writers, writers_flushed;
+	unsigned opens;                 /* readers' handles */
 	int error;
 	uint32_t uid, gid;
 	/* The hash follows a sequential writer (see "hashing" below):
@@ -103,6 +104,11 @@ struct node {
 			 * until the next lookup or object (see ns_open) */
 	int long_entry; /* the kernel's last entry for it was a published
 			 * object's, which it keeps (ops.c's attr_timeout) */
+	/* The attributes of the published object an rm through this
+	 * node's kernel took from it while a reader had it open: what that
+	 * reader's fstat() is answered (see obj_remove), until the name has
+	 * an object again. */
+	struct ns_attr *left;
 };
 
 /* Other nodes' objects that they said are gone, or that an rm here took,

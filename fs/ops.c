@@ -89,7 +89,7 @@ static void to_stat(const struct ns_attr *a, struct stat *st)
 	memset(st, 0, sizeof(*st));
 	st->st_ino = a->ino;
 	st->st_mode = a->mode;
-	st->st_nlink = S_ISDIR(a->mode) ? 2 : 1;
+	st->st_nlink = S_ISDIR(a->mode) ? 2 : !a->gone;
 	st->st_uid = a->uid;
 	st->st_gid = a->gid;
 	st->st_size = (off_t)a->size;

@@ -48,6 +48,9 @@ while (b := os.read(7, 1 << 16)):
 print("same" if data == open(sys.argv[1], "rb").read() else "differs")' "$1"
 }
 
+# fstat7: what fstat() of descriptor 7 says, "SIZE LINKS" (or the error).
+fstat7() { $SYSPY -c 'import os; s = os.fstat(7); print(s.st_size, s.st_nlink)' 2>&1 | tail -1; }
+
 # --- rm here of a listed object a reader has open: the kernel forgets the
 # name itself (ns tells it nothing), and the reader finishes (SPEC §4.5) --
 head -c 300000 /dev/urandom >"$T/rmd"
@@ -58,6 +61,7 @@ ok "rm here of an object a file is open on" rm "$E/rmd"
 ok "... gone for [ -e ] at once" absent "$E/rmd"
 is "$(M=$T/s pyerr "os.stat(M + '/0/1/rmd')")" ENOENT "... stat: ENOENT"
 is "$(ls "$E" | grep -c '^rmd$')" 0 "... not listed"
+is "$(fstat7)" "300000 0" "... fstat of the open file (inherited): its size, no links"
 is "$(fd7_reads "$T/rmd")" same "... and it still reads every byte"
 exec 7<&-
 
@@ -99,6 +103,14 @@ ok "rm on b of a's 200: gone on b at once" sh -c "[ \$(ls '$T/b/0/1' | wc -l) = 
 ok "... and on a" wait_until 10 sh -c "[ \$(ls '$T/a/0/1' | wc -l) = 0 ]"
 is "$(stat_of a removed)" $((removed + 200)) "a counted 200 removals"
 is "$(M=$T/b pyerr "os.unlink(M + '/0/1/m7')")" ENOENT "rm again on b: ENOENT"
+head -c 100000 /dev/urandom >"$T/far"
+exec 6>"$T/a/0/1/far"; setfattr -n user.omni.readers -v 0 "$T/a/0/1/far"; cat "$T/far" >&6; exec 6>&-
+ok "b sees a's new object" wait_until 5 test -e "$T/b/0/1/far"
+exec 7<"$T/b/0/1/far"
+ok "rm on b of a's object a file on b is open on" rm "$T/b/0/1/far"
+is "$(fstat7)" "100000 0" "... fstat of the open file: its size, no links"
+is "$(fd7_reads "$T/far")" same "... and it reads every byte"
+exec 7<&-
 printf new >"$T/b/0/1/m7"               # b's own now, same name
 ok "b writes the name again; a sees b's" wait_until 5 sh -c "[ \"\$(cat '$T/a/0/1/m7')\" = new ]"
 

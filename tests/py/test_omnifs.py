@@ -1012,6 +1012,31 @@ def test_a_get_copies_another_nodes_object_as_it_lands(monkeypatch):
     assert asked[-1][1] == len(data) and all(h >= u for u, h in asked)
 
 
+def test_a_get_whose_object_leaves_after_its_open_still_reads_it(monkeypatch):
+    """The owner removes the object between the reader's open and its
+    fstat(), which then fails (the kernel keeps the name, and asks about
+    it as a stat() of the name would); the open file reads on."""
+    k, data = rid(), os.urandom(1 << 20)
+    omnifs.Mount(B).put("0", "1", k, data, readers=0)
+    m = omnifs.Mount(C)
+    m.small = m.direct = False          # the plain open and read
+    real, seen = os.fstat, []
+
+    def fstat(fd):
+        if not seen:
+            omnifs.Mount(B).remove("0", "1", k)
+            deadline = time.monotonic() + 5
+            while os.path.exists(m.path("0", "1", k)) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            with pytest.raises(FileNotFoundError):
+                real(fd)
+            seen.append(fd)
+        return real(fd)
+    monkeypatch.setattr(os, "fstat", fstat)
+    assert bytes(m.get("0", "1", k, timeout=5)) == data
+    assert seen, "the object left between the open and the fstat()"
+
+
 def test_a_daemon_without_where_soon_is_asked_where(monkeypatch):
     from omnifs import direct
 

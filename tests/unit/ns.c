@@ -1,6 +1,7 @@
 /* Unit tests for the namespace and object lifecycle, without FUSE. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -435,6 +436,35 @@ static void test_gone(void)
 	ns_down(ns, pool);
 }
 
+/* An rm through this node's kernel of an object a reader has open: the
+ * kernel forgot the name, so only that reader's fstat() can ask (a
+ * GETATTR without its file), and gets the object's last attributes. */
+static void test_left(struct ns *ns, uint64_t e)
+{
+	struct iovec iov[2];
+	struct ns_handle *r, *wr;
+	struct ns_attr a;
+	int niov;
+
+	uint64_t li = put3(ns, e, "l");
+	ok(ns_open(ns, li, O_RDONLY, NULL, &r) == 0, "a reader opens an object");
+	is(ns_unlink(ns, e, "l"), 0, "rm here");
+	ok(ns_getattr(ns, li, &a) == 0 && a.size == 3 && a.gone && a.mode == (S_IFREG | 0444),
+	   "getattr: the object's last attributes, gone");
+	ok(ns_read(ns, r, 0, 8, iov, &niov, 2) == 3 && !memcmp(iov[0].iov_base, "abc", 3),
+	   "its bytes are still read");
+	ok(!ns_create_key(ns, e, "l", 1, 0, 0, &a, &wr) && a.ino == li, "a writer creates the name again");
+	ok(ns_getattr(ns, li, &a) == 0 && !a.gone && a.mode == (S_IFREG | 0644),
+	   "... its object answers from then on");
+	ns_flush(ns, wr, NS_CLOSE_LAST, NULL);
+	ns_release(ns, wr);
+	ns_flush(ns, r, NS_CLOSE_LAST, NULL);
+	ns_release(ns, r);
+	ns_unlink(ns, e, "l");
+	ok(ns_getattr(ns, li, &a) == 0 && !a.gone && a.size == 0, "an rm of an object nobody has open: the name's");
+	ns_forget(ns, li, 3);
+}
+
 int main(void)
 {
 	struct pool *pool;
@@ -569,6 +599,8 @@ int main(void)
 	ns_unlink(ns, e, "s");
 	is(ns_getattr(ns, si, &a), 0, "the kernel's own rm leaves no stale name");
 	ns_forget(ns, si, 3);
+
+	test_left(ns, e);
 
 	/* A whole local object handed over (OMNIFS_IOC_WHERE, _GET): counted
 	 * only once done says the caller has it. */

@@ -50,6 +50,16 @@ ALLOC_MIN = 1 << 20
 HEAD = 64
 
 
+def _open_size(f):
+    """The size of the object open as f; 0 if unknown.  An object that
+    another node removed or consumed since the open answers fstat() with
+    ENOENT (README, "Consume"), and reads every byte."""
+    try:
+        return os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        return 0
+
+
 def _bad(what, name):
     return OSError(errno.EINVAL, "omnifs: bad %s %r" % (what, name))
 
@@ -364,7 +374,7 @@ class Mount:
     def _get_read(p, f, alloc):
         # An object's size is known at open; a view's stat may say 0 (it
         # is made at open): then read to the end.
-        size = os.fstat(f.fileno()).st_size
+        size = _open_size(f)
         if alloc is not None and size >= ALLOC_MIN:
             buf = alloc(size, os.pread(f.fileno(), HEAD, 0))
         else:
@@ -410,8 +420,10 @@ class Mount:
                     pass    # bytes elsewhere, no driver: read it
             # The GPU's memory first: one that cannot hold the bytes fails
             # before a byte is read, and the object stays for the next.
-            out = torch.empty(os.fstat(f.fileno()).st_size, dtype=torch.uint8, device="cuda")
+            out = torch.empty(_open_size(f), dtype=torch.uint8, device="cuda")
             buf = self._get_read(p, f, None)
+        if len(buf) != out.numel():     # a size _open_size() could not tell
+            out = torch.empty(len(buf), dtype=torch.uint8, device="cuda")
         if buf:
             out.copy_(torch.frombuffer(buf, dtype=torch.uint8))
         return out
