@@ -316,6 +316,22 @@ void obj_unlink(struct ns *ns, struct object *o, enum stat_id why)
 	node_maybe_free(ns, key);
 }
 
+/* o leaves key: if a file of the kernel's is open on it, under a name
+ * the kernel knows, its attributes stay for that file's fstat(), which
+ * the kernel asks as a GETATTR without the file (ns_getattr), until the
+ * name has an object again; 1 if so. */
+static int left_keep(struct ns *ns, struct node *key, struct object *o)
+{
+	left_clear(key);
+	if (o->state != OS_PUBLISHED || !o->opens || !key->nlookup ||
+	    !(key->left = malloc(sizeof(*key->left))))
+		return 0;       /* (out of memory: as if nobody had it open) */
+	node_attr(ns, key, key->left);
+	key->left->stable = 0;          /* asked each time: the name may come back */
+	key->left->gone = 1;
+	return 1;
+}
+
 /* obj_detach's work; kernel_rm: an rm through this node's kernel (obj_remove). */
 static void detach(struct ns *ns, struct object *o, enum stat_id why, int kernel_rm)
 {
@@ -325,12 +341,16 @@ static void detach(struct ns *ns, struct object *o, enum stat_id why, int kernel
 		return;
 	hasher_dequeue(ns, o);
 	replica_forget(ns, o);          /* its handles may keep the bytes */
+	int held = left_keep(ns, key, o);
 	if (o->state == OS_PUBLISHED)
 		npub_add(key, -1);
+	/* A name the kernel keeps: its GETATTR is also what a stat() of
+	 * the name sends, which must now say ENOENT, unless the kernel
+	 * looks the name up again first (settings.stale). */
 	if ((o->state == OS_PUBLISHED || key->long_entry) && key->nlookup && !kernel_rm) {
 		key->stale = 1;
-		if (ns->set.stale)
-			ns->set.stale(ns->set.sarg, key->ino);
+		if (!ns->set.stale || !ns->set.stale(ns->set.sarg, key->ino, held))
+			left_clear(key);
 	}
 	if (o->state == OS_PUBLISHED && o->owner < 0) {
 		htab_del(&ns->byoid, &o->byoid);
@@ -349,21 +369,13 @@ static void detach(struct ns *ns, struct object *o, enum stat_id why, int kernel
 
 /* rm through this node's kernel, which forgets the name itself and is not
  * told (a notification per name was a system call of every unlink of an
- * rm): so the name is not stale.  Only files still open on o can ask for
- * its attributes now (the kernel's entry for the name is gone, and a
- * later one of an object-less name is asked again each time): they get
- * o's, with no links, as an unlinked file's fstat() does. */
+ * rm): so the name is not stale, and only files still open on o can ask
+ * for its attributes (left_keep): a later kernel entry of the object-less
+ * name is asked again each time. */
 void obj_remove(struct ns *ns, struct object *o)
 {
 	struct node *key = o->node;
 
-	left_clear(key);
-	if (o->state == OS_PUBLISHED && o->opens && key->nlookup &&
-	    (key->left = malloc(sizeof(*key->left)))) {     /* else size 0, as before */
-		node_attr(ns, key, key->left);
-		key->left->stable = 0;
-		key->left->gone = 1;
-	}
 	detach(ns, o, ST_REMOVED, 1);
 	key->stale = 0;
 	node_maybe_free(ns, key);
@@ -734,6 +746,14 @@ static void waiter_dequeue(struct ns *ns, struct ns_waiter *w)
 		node_maybe_free(ns, key);
 }
 
+void handle_unseen(struct ns_handle *h)
+{
+	if (!h->write && !h->unseen) {
+		h->unseen = 1;
+		h->obj->opens--;
+	}
+}
+
 struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
 {
 	struct ns_handle *h = calloc(1, sizeof(*h));
@@ -778,7 +798,8 @@ void wake_key(struct ns *ns, struct node *key, int err, struct ns_wakes *wl)
 		}
 		struct ns_handle *h = err ? NULL : handle_new(ns, key->obj, 0);
 		if (h) {
-			h->source = !!(w->flags & NS_OPEN_SOURCE);
+			if ((h->source = !!(w->flags & NS_OPEN_SOURCE)))
+				handle_unseen(h);
 			stat_add(ns->st, ST_GETS, 1);
 		}
 		wake_push(wl, w, err ? err : h ? 0 : -ENOMEM, h);
@@ -800,8 +821,10 @@ void wake_sources(struct ns *ns, struct node *key, struct ns_wakes *wl)
 			continue;
 		struct ns_handle *h = handle_new(ns, key->obj, 0);
 		waiter_dequeue(ns, w);
-		if (h)
+		if (h) {
 			h->source = 1;
+			handle_unseen(h);
+		}
 		wake_push(wl, w, h ? 0 : -ENOMEM, h);
 	}
 }
@@ -1023,6 +1046,7 @@ static void count_read(struct ns *ns, struct ns_handle *h)
 	    !rangeset_covers(&h->seen, 0, o->size))
 		return;
 	h->counted = 1;
+	handle_unseen(h);       /* closing */
 	o->reads++;
 	stats_observe(ns->st, H_READ, clock_mono_ns() - h->opened_ns);
 	if (o->owner >= 0)              /* the owner counts for the cluster */
@@ -1388,7 +1412,7 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct ns_attr *out)
 	pthread_mutex_lock(&ns->lock);
 	struct node *n = node_by_ino(ns, ino);
 	if (n && !n->obj && n->left) {
-		*out = *n->left;        /* an open file asks: see obj_remove */
+		*out = *n->left;        /* only an open file can ask: left_keep */
 		rc = 0;
 	} else if (n && !n->stale) {    /* stale: see ns_open */
 		node_attr(ns, n, out);
@@ -1639,8 +1663,10 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	} else if (o && o->state == OS_PUBLISHED && (flags & NS_OPEN_SOURCE)) {
 		if (!(*h = handle_new(ns, o, 0)))
 			rc = -ENOMEM;
-		else
+		else {
 			(*h)->source = 1;
+			handle_unseen(*h);
+		}
 	} else if (!o && n->lost_ns && clock_mono_ns() - n->lost_ns < NS_LOST_KEEP_NS) {
 		rc = -EIO;              /* its owner died with it (SPEC §4.7) */
 	} else if (!o && !(flags & NS_OPEN_EXACT) && views_possible(ns, n)) {
@@ -1917,7 +1943,7 @@ void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease
 	h->prev->next = h->next;
 	h->next->prev = h->prev;
 	rangeset_fini(&h->seen);
-	if (!h->write)
+	if (!h->write && !h->unseen)
 		h->obj->opens--;
 	obj_put(ns, h->obj);
 	free(h);

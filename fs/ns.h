@@ -128,9 +128,13 @@ struct ns_settings {
 	void *hctx;
 	/* The kernel keeps a published object's name and attributes
 	 * (ns_attr.stable): called, locked, when such an object leaves a
-	 * name the kernel knows (ino), so that the kernel asks again.  Must
-	 * not wait for ns.  May be NULL. */
-	void (*stale)(void *arg, uint64_t ino);
+	 * name the kernel knows (ino), so that the kernel asks again.  held:
+	 * a file of the kernel's is open on the object; then 1 if the kernel
+	 * was also made to look every name it keeps up again before using
+	 * it, so that only open files ask for ino's attributes: they get the
+	 * object's last ones (ns_attr.gone), and not ENOENT.  Must not wait
+	 * for ns.  May be NULL. */
+	int (*stale)(void *arg, uint64_t ino, int held);
 	void *sarg;
 };
 
@@ -177,7 +181,7 @@ struct ns_attr {
 	uint32_t uid, gid;
 	uint64_t mtime_ns;
 	int stable;             /* a published object: nothing above changes */
-	int gone;               /* an object an rm took, still open (no links) */
+	int gone;               /* an object that left, still open (no links) */
 };
 
 struct ns_dirent {

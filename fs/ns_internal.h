@@ -40,7 +40,7 @@ struct object {
 	int64_t readers, ttl_s;
 	uint64_t reads, created_ns, published_ns;
 	unsigned refs, writers, writers_flushed;
-	unsigned opens;                 /* readers' handles */
+	unsigned opens;                 /* readers' handles a file may fstat() */
 	int error;
 	uint32_t uid, gid;
 	/* The hash follows a sequential writer (see "hashing" below):
@@ -104,10 +104,9 @@ struct node {
 			 * until the next lookup or object (see ns_open) */
 	int long_entry; /* the kernel's last entry for it was a published
 			 * object's, which it keeps (ops.c's attr_timeout) */
-	/* The attributes of the published object an rm through this
-	 * node's kernel took from it while a reader had it open: what that
-	 * reader's fstat() is answered (see obj_remove), until the name has
-	 * an object again. */
+	/* The attributes of the published object that left it while a
+	 * file of the kernel's was open on it: what that file's fstat() is
+	 * answered (see left_keep), until the name has an object again. */
 	struct ns_attr *left;
 };
 
@@ -132,6 +131,7 @@ struct ns_handle {
 	struct object *obj;
 	struct stream *stream;          /* a streamed read's window (ns_stream.c) */
 	int write, flushed, counted, killed, served, source, placed, sole;
+	int unseen;                     /* not in its object's opens (handle_unseen) */
 	unsigned gen;
 	struct rangeset seen;
 	uint64_t opened_ns, done;
@@ -249,6 +249,9 @@ void land_free(struct ns *ns, void *buf);
 int obj_bounce(struct ns *ns, const struct object *o, uint64_t off, size_t len,
 	       struct iovec *iov);
 struct ns_handle *handle_new(struct ns *ns, struct object *o, int write);
+/* No fstat() can come through h (a peer's pull, a view's source, a read
+ * that was counted at its close): its object's opens stop counting it. */
+void handle_unseen(struct ns_handle *h);
 /* Frees h (no reads counted, no writer's publish); a streamed reader's
  * owner and lease, for the owner to be told the lease is over. */
 void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease);

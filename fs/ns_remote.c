@@ -982,6 +982,7 @@ int ns_serve_open(struct ns *ns, uint64_t oid, struct ns_handle **h, uint64_t *s
 			rc = -ENOMEM;
 		} else {
 			(*h)->served = 1;
+			handle_unseen(*h);
 			*size = o->size;
 			rc = 0;
 		}

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fuse.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,6 +50,7 @@ struct fs {
 	struct { pthread_mutex_t lock; pid_t tid; uint64_t ino; } creating;
 	unsigned max_threads, spin_us;
 	int mounted, unknown_intent_logged;
+	int epochs;                     /* the kernel takes FUSE_NOTIFY_INC_EPOCH */
 	uint64_t cookie;                /* proves to a direct caller that it reads us */
 };
 
@@ -128,21 +130,47 @@ static void reply_entry(fuse_req_t req, const struct ns_attr *a)
 		ns_forget(fs_of(req)->ns, a->ino, 1);   /* the kernel never saw it */
 }
 
+/* Protocol 7.44 (Linux 6.16): every entry the kernel keeps is looked up
+ * again before its next use.  libfuse has it from 3.18
+ * (fuse_lowlevel_notify_increment_epoch); Debian 12's 3.14 has not, and
+ * the notification is a bare header, unique 0 and its code as the error. */
+#define NOTIFY_INC_EPOCH 8
+
+static int epoch_next(struct fs *fs)
+{
+#if FUSE_VERSION >= FUSE_MAKE_VERSION(3, 18)
+	return fuse_lowlevel_notify_increment_epoch(fs->se);
+#else
+	struct fuse_out_header h = { .len = sizeof(h), .error = NOTIFY_INC_EPOCH };
+
+	return write(fuse_session_fd(fs->se), &h, sizeof(h)) == sizeof(h) ? 0 : -errno;
+#endif
+}
+
 /* ns's stale hook: the kernel drops what it kept of ino's attributes, so
  * its next stat or open asks, and hears ENOENT or ESTALE (see ns_open).
- * Taking no lock in the kernel, this is safe under ns's lock, and done
- * before whatever consumed or removed the object answers. */
-static void attrs_stale(void *arg, uint64_t ino)
+ * Where a file is still open on the object that left (held), its fstat()
+ * would ask the same, without the file: so the kernel is also told to
+ * look up every name it keeps before it uses it again, and the stat() of
+ * this one then hears ENOENT from the lookup; rare, as files are seldom
+ * open on an object another node removes.  (Dropping just this name's
+ * entry takes the directory's lock in the kernel, which a request the
+ * daemon never answers, as when it is killed, would hold forever.)  Both
+ * take no lock in the kernel: safe under ns's lock, and done before
+ * whatever consumed or removed the object answers. */
+static int attrs_stale(void *arg, uint64_t ino, int held)
 {
 	struct fs *fs = arg;
 
-	if (fs->se)
-		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
+	if (!fs->se)
+		return 0;
+	fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
+	return held && fs->epochs && !epoch_next(fs);
 }
 
 static void op_init(void *data, struct fuse_conn_info *conn)
 {
-	(void)data;
+	((struct fs *)data)->epochs = conn->proto_major == 7 && conn->proto_minor >= 44;
 	conn->max_write = 1u << 20;
 	conn->max_read = 1u << 20;     /* must match -o max_read */
 	conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |

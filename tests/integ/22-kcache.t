@@ -48,8 +48,27 @@ while (b := os.read(7, 1 << 16)):
 print("same" if data == open(sys.argv[1], "rb").read() else "differs")' "$1"
 }
 
-# fstat7: what fstat() of descriptor 7 says, "SIZE LINKS" (or the error).
-fstat7() { $SYSPY -c 'import os; s = os.fstat(7); print(s.st_size, s.st_nlink)' 2>&1 | tail -1; }
+# fstat7: what fstat() of descriptor 7 says, "SIZE LINKS" or the error.
+fstat7() {
+	$SYSPY -c '
+import errno, os
+try:
+    s = os.fstat(7)
+    print(s.st_size, s.st_nlink)
+except OSError as e:
+    print(errno.errorcode[e.errno])'
+}
+# gone_fstat SIZE: what fstat7 says of an object that left a name the
+# kernel keeps: a kernel that can be told to look its names up again
+# (Linux 6.16, FUSE_NOTIFY_INC_EPOCH) asks a stat() of the name by a
+# lookup, so the GETATTR is the open file's; an older one's is ENOENT.
+gone_fstat() {
+	if [ "$(printf '%s\n' 6.16 "$(uname -r)" | sort -V | head -1)" = 6.16 ]; then
+		echo "$1 0"
+	else
+		echo ENOENT
+	fi
+}
 
 # --- rm here of a listed object a reader has open: the kernel forgets the
 # name itself (ns tells it nothing), and the reader finishes (SPEC §4.5) --
@@ -71,6 +90,8 @@ cp "$T/rand" "$E/held"
 exec 7<"$E/held"
 cat "$E/held" >/dev/null                # another reader consumes it
 ok "consumed: its name is gone though a file is still open on it" absent "$E/held"
+is "$(fstat7)" "$(gone_fstat 300000)" "... that file's fstat: $(gone_fstat 300000)"
+ok "... and the name is still gone" absent "$E/held"
 is "$(fd7_reads "$T/rand")" same "... and that file still reads every byte"
 exec 7<&-
 
@@ -110,6 +131,15 @@ exec 7<"$T/b/0/1/far"
 ok "rm on b of a's object a file on b is open on" rm "$T/b/0/1/far"
 is "$(fstat7)" "100000 0" "... fstat of the open file: its size, no links"
 is "$(fd7_reads "$T/far")" same "... and it reads every byte"
+exec 7<&-
+exec 6>"$T/a/0/1/far"; setfattr -n user.omni.readers -v 0 "$T/a/0/1/far"; cat "$T/far" >&6; exec 6>&-
+ok "a writes it again; b sees it" wait_until 5 test -e "$T/b/0/1/far"
+exec 7<"$T/b/0/1/far"
+rm "$T/a/0/1/far"
+ok "rm on a of an object a file on b is open on: b's name goes" wait_until 5 absent "$T/b/0/1/far"
+is "$(fstat7)" "$(gone_fstat 100000)" "... b's file's fstat: $(gone_fstat 100000)"
+is "$(M=$T/b pyerr "os.stat(M + '/0/1/far')")" ENOENT "... b's stat of the name: ENOENT"
+is "$(fd7_reads "$T/far")" same "... and b's file reads every byte"
 exec 7<&-
 printf new >"$T/b/0/1/m7"               # b's own now, same name
 ok "b writes the name again; a sees b's" wait_until 5 sh -c "[ \"\$(cat '$T/a/0/1/m7')\" = new ]"

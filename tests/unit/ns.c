@@ -32,13 +32,17 @@ static uint64_t edge(struct ns *ns, const char *from, const char *to)
 }
 
 static uint64_t stale_ino;
-static int stale_calls;
+static int stale_calls, stale_held, stale_epochs;
 
-static void stale(void *arg, uint64_t ino)
+/* The kernel's side (ops.c): 1 if it looks every kept name up again
+ * before it uses it, where stale_epochs says it can. */
+static int stale(void *arg, uint64_t ino, int held)
 {
 	(void)arg;
 	stale_ino = ino;
+	stale_held = held;
 	stale_calls++;
+	return held && stale_epochs;
 }
 
 /* A published object of 3 bytes; the kernel has looked its name up. */
@@ -446,8 +450,42 @@ static void test_left(struct ns *ns, uint64_t e)
 	struct ns_attr a;
 	int niov;
 
+	struct ns_objinfo oi;
+	char names[3][256];
 	uint64_t li = put3(ns, e, "l");
 	ok(ns_open(ns, li, O_RDONLY, NULL, &r) == 0, "a reader opens an object");
+	for (stale_epochs = 0; stale_epochs < 2; stale_epochs++) {
+		ok(!ns_find(ns, "0", "1", "l", &oi, names), "a peer looks it up");
+		free((void *)oi.kvhdr);
+		free((void *)oi.data);
+		is(ns_remove_name(ns, "0", "1", "l", oi.oid, NULL), 0, "... and removes it");
+		ok(stale_held, "... the kernel is told a file is open on it");
+		if (!stale_epochs) {
+			is(ns_getattr(ns, li, &a), -ENOENT,
+			   "a kernel that keeps the name and uses it as it is: ENOENT");
+			ns_flush(ns, r, NS_CLOSE_LAST, NULL);
+			ns_release(ns, r);
+			li = put3(ns, e, "l");
+			ok(ns_open(ns, li, O_RDONLY, NULL, &r) == 0, "a reader opens a new one");
+			continue;
+		}
+		ok(ns_getattr(ns, li, &a) == 0 && a.size == 3 && a.gone,
+		   "one that looks it up again first: the object's last attributes, gone");
+	}
+	ok(ns_read(ns, r, 0, 8, iov, &niov, 2) == 3 && !memcmp(iov[0].iov_base, "abc", 3),
+	   "its bytes are still read");
+	ns_flush(ns, r, NS_CLOSE_LAST, NULL);
+	ns_release(ns, r);
+	stale_calls = 0;
+	li = put3(ns, e, "l");
+	ok(ns_open(ns, li, O_RDONLY, NULL, &r) == 0 && ns_read(ns, r, 0, 8, iov, &niov, 2) == 3,
+	   "a reader reads a new one whole");
+	ns_flush(ns, r, NS_CLOSE_LAST, NULL);
+	ok(stale_calls == 1 && !stale_held, "its read consumes it: no file is said open on it");
+	ns_release(ns, r);
+
+	li = put3(ns, e, "l");
+	ok(ns_open(ns, li, O_RDONLY, NULL, &r) == 0, "a reader opens another");
 	is(ns_unlink(ns, e, "l"), 0, "rm here");
 	ok(ns_getattr(ns, li, &a) == 0 && a.size == 3 && a.gone && a.mode == (S_IFREG | 0444),
 	   "getattr: the object's last attributes, gone");

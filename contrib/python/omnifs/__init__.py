@@ -51,9 +51,10 @@ HEAD = 64
 
 
 def _open_size(f):
-    """The size of the object open as f; 0 if unknown.  An object that
-    another node removed or consumed since the open answers fstat() with
-    ENOENT (README, "Consume"), and reads every byte."""
+    """The size of the object open as f; 0 if unknown.  On a kernel
+    before Linux 6.16, an object that another node removed or consumed
+    since the open answers fstat() with ENOENT (README, "Consume"), and
+    reads every byte."""
     try:
         return os.fstat(f.fileno()).st_size
     except FileNotFoundError:
