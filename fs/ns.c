@@ -754,6 +754,13 @@ void handle_unseen(struct ns_handle *h)
 	}
 }
 
+/* h reads for a view, not for a file of the kernel's. */
+static void handle_source(struct ns_handle *h)
+{
+	h->source = 1;
+	handle_unseen(h);
+}
+
 struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
 {
 	struct ns_handle *h = calloc(1, sizeof(*h));
@@ -798,8 +805,8 @@ void wake_key(struct ns *ns, struct node *key, int err, struct ns_wakes *wl)
 		}
 		struct ns_handle *h = err ? NULL : handle_new(ns, key->obj, 0);
 		if (h) {
-			if ((h->source = !!(w->flags & NS_OPEN_SOURCE)))
-				handle_unseen(h);
+			if (w->flags & NS_OPEN_SOURCE)
+				handle_source(h);
 			stat_add(ns->st, ST_GETS, 1);
 		}
 		wake_push(wl, w, err ? err : h ? 0 : -ENOMEM, h);
@@ -821,10 +828,8 @@ void wake_sources(struct ns *ns, struct node *key, struct ns_wakes *wl)
 			continue;
 		struct ns_handle *h = handle_new(ns, key->obj, 0);
 		waiter_dequeue(ns, w);
-		if (h) {
-			h->source = 1;
-			handle_unseen(h);
-		}
+		if (h)
+			handle_source(h);
 		wake_push(wl, w, h ? 0 : -ENOMEM, h);
 	}
 }
@@ -1411,7 +1416,7 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct ns_attr *out)
 
 	pthread_mutex_lock(&ns->lock);
 	struct node *n = node_by_ino(ns, ino);
-	if (n && !n->obj && n->left) {
+	if (n && n->left) {             /* (never beside an object: obj_new) */
 		*out = *n->left;        /* only an open file can ask: left_keep */
 		rc = 0;
 	} else if (n && !n->stale) {    /* stale: see ns_open */
@@ -1663,10 +1668,8 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	} else if (o && o->state == OS_PUBLISHED && (flags & NS_OPEN_SOURCE)) {
 		if (!(*h = handle_new(ns, o, 0)))
 			rc = -ENOMEM;
-		else {
-			(*h)->source = 1;
-			handle_unseen(*h);
-		}
+		else
+			handle_source(*h);
 	} else if (!o && n->lost_ns && clock_mono_ns() - n->lost_ns < NS_LOST_KEEP_NS) {
 		rc = -EIO;              /* its owner died with it (SPEC §4.7) */
 	} else if (!o && !(flags & NS_OPEN_EXACT) && views_possible(ns, n)) {

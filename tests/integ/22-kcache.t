@@ -8,6 +8,9 @@
 
 absent() { ! [ -e "$1" ]; }
 size_of() { stat -c %s "$1" 2>&1; }
+# keep_put PATH FILE: publishes FILE's bytes at PATH with readers 0 (kept
+# until removed).
+keep_put() { exec 6>"$1"; setfattr -n user.omni.readers -v 0 "$1"; cat "$2" >&6; exec 6>&-; }
 
 start_node s "pool=host:64M"
 E=$T/s/0/1
@@ -32,7 +35,8 @@ wait "$LATE"
 is "$(cat "$T/late.out")" same "... and reads the next object of that name"
 
 # --- removed and written again: the new size, never the old -------------------
-exec 6>"$E/r"; setfattr -n user.omni.readers -v 0 "$E/r"; printf 12345 >&6; exec 6>&-
+printf 12345 >"$T/five"
+keep_put "$E/r" "$T/five"
 is "$(size_of "$E/r")" 5 "readers 0: five bytes"
 rm "$E/r"
 printf 123456789 >"$E/r"
@@ -73,7 +77,7 @@ gone_fstat() {
 # --- rm here of a listed object a reader has open: the kernel forgets the
 # name itself (ns tells it nothing), and the reader finishes (SPEC §4.5) --
 head -c 300000 /dev/urandom >"$T/rmd"
-exec 6>"$E/rmd"; setfattr -n user.omni.readers -v 0 "$E/rmd"; cat "$T/rmd" >&6; exec 6>&-
+keep_put "$E/rmd" "$T/rmd"
 ls -l "$E" >/dev/null                   # its name and attributes in the kernel
 exec 7<"$E/rmd"
 ok "rm here of an object a file is open on" rm "$E/rmd"
@@ -125,14 +129,14 @@ ok "... and on a" wait_until 10 sh -c "[ \$(ls '$T/a/0/1' | wc -l) = 0 ]"
 is "$(stat_of a removed)" $((removed + 200)) "a counted 200 removals"
 is "$(M=$T/b pyerr "os.unlink(M + '/0/1/m7')")" ENOENT "rm again on b: ENOENT"
 head -c 100000 /dev/urandom >"$T/far"
-exec 6>"$T/a/0/1/far"; setfattr -n user.omni.readers -v 0 "$T/a/0/1/far"; cat "$T/far" >&6; exec 6>&-
+keep_put "$T/a/0/1/far" "$T/far"
 ok "b sees a's new object" wait_until 5 test -e "$T/b/0/1/far"
 exec 7<"$T/b/0/1/far"
 ok "rm on b of a's object a file on b is open on" rm "$T/b/0/1/far"
 is "$(fstat7)" "100000 0" "... fstat of the open file: its size, no links"
 is "$(fd7_reads "$T/far")" same "... and it reads every byte"
 exec 7<&-
-exec 6>"$T/a/0/1/far"; setfattr -n user.omni.readers -v 0 "$T/a/0/1/far"; cat "$T/far" >&6; exec 6>&-
+keep_put "$T/a/0/1/far" "$T/far"
 ok "a writes it again; b sees it" wait_until 5 test -e "$T/b/0/1/far"
 exec 7<"$T/b/0/1/far"
 rm "$T/a/0/1/far"
