@@ -2212,22 +2212,3 @@ int ns_scratch_put(struct ns *ns, void *p, size_t size)
 	return 1;
 }
 
-int ns_kv_header(struct ns *ns, uint64_t ino, uint8_t **hdr, uint32_t *len, uint64_t *size)
-{
-	int rc = -ENOENT;
-
-	pthread_mutex_lock(&ns->lock);
-	struct node *k = node_by_ino(ns, ino);
-	struct object *o = k && k->kind == NK_KEY ? k->obj : NULL;
-	if (o && o->state == OS_PUBLISHED) {
-		rc = -ENODATA;
-		if (o->kvhdr && (*hdr = malloc(o->kvhdr_len))) {
-			memcpy(*hdr, o->kvhdr, o->kvhdr_len);
-			*len = o->kvhdr_len;
-			*size = o->size;
-			rc = 0;
-		}
-	}
-	pthread_mutex_unlock(&ns->lock);
-	return rc;
-}

@@ -464,8 +464,6 @@ int ns_source_info(struct ns *ns, struct ns_handle *h, struct ns_srcinfo *si);
 /* A view delivered c of the source (once per handle): counted here or
  * by its owner towards consumption (SPEC §5). */
 void ns_source_consumed(struct ns *ns, struct ns_handle *h, const struct ns_cover *c);
-/* A published key's KV header (malloc'd): 0, -ENODATA, -ENOENT. */
-int ns_kv_header(struct ns *ns, uint64_t ino, uint8_t **hdr, uint32_t *len, uint64_t *size);
 /* Room in the pool for a view's bytes while it is open, or NULL (make a
  * buffer elsewhere): only where the CPU addresses the pool, and only
  * while as much again stays free for objects.  Its bytes are whatever

@@ -313,7 +313,6 @@ int stream_wanted(const struct ns_handle *h);
  * the window's first pull answers: -EINPROGRESS (ns_wake(wl) pumps it),
  * or -errno (-ENOSPC, -ENOMEM). */
 int stream_open(struct ns *ns, struct object *o, struct ns_waiter *w, struct ns_wakes *wl);
-void stream_pump(struct ns *ns, struct stream *s);      /* unlocked: pulls the window */
 void stream_pump_all(struct ns *ns, struct stream *list);       /* unlocked: ns_wake's */
 /* Waits for its turn and for [off, off+len) (len > 0, clipped to a slot)
  * and points iov (2 entries) at it: the byte count, or -EIO.  The bytes

@@ -241,7 +241,8 @@ static void stream_progress(void *arg, uint64_t upto, int err)
 	ns_wake(ns, &wl);
 }
 
-void stream_pump(struct ns *ns, struct stream *s)
+/* Unlocked: starts the pulls of the window's free slots. */
+static void stream_pump(struct ns *ns, struct stream *s)
 {
 	const struct ns_hooks *hk = ns->set.hooks;
 

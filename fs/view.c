@@ -958,7 +958,6 @@ void view_read_done(struct view *v)
 	view_put(v);
 }
 
-uint64_t view_size(const struct view *v) { return v->size; }
 
 /* A complete read delivers the heads each source gave (SPEC §5); at
  * close(2), as for objects, so that the reader's next step sees it. */

@@ -65,7 +65,6 @@ int view_open(const struct view_env *env, uint64_t ino, int64_t wait_ms, int her
  * that answered its read is still being sent. */
 ssize_t view_read(struct view *v, uint64_t off, size_t len, struct iovec *iov);
 void view_read_done(struct view *v);
-uint64_t view_size(const struct view *v);
 /* A close(2): a complete read is counted towards its sources' consumption. */
 void view_flush(struct view *v);
 void view_close(struct view *v);

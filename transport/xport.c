@@ -2347,7 +2347,6 @@ void xport_destroy(struct xport *x)
 	free(x);
 }
 
-size_t xport_npeers(const struct xport *x) { return x->npeers; }
 
 int xport_peer_index(const struct xport *x, const char *name)
 {

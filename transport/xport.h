@@ -110,7 +110,6 @@ int xport_create(struct xport **out, const struct xport_conf *c,
 int xport_start(struct xport *x);
 void xport_destroy(struct xport *x);
 
-size_t xport_npeers(const struct xport *x);
 int xport_peer_index(const struct xport *x, const char *name);
 const char *xport_peer_name(const struct xport *x, int peer);
 struct xport_peer_info {
