@@ -321,13 +321,31 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	fuse_reply_none(req);
 }
 
+/* A name the kernel keeps after its object left (ns says ENOENT) may
+ * have a new object by now that this node learns of only by asking (it
+ * hosts no <to> of the edge).  Its LOOKUP would ask, but the kernel does
+ * not look up a name it keeps: a stat or getfattr on such a node said
+ * ENOENT on and on after the key was published again (while an open,
+ * open_kept, found it).  So these ask too.  1 if a peer had the key. */
+static int kept_found(struct fs *fs, fuse_ino_t ino)
+{
+	char name[NAME_KEY_MAX + 1];
+	uint64_t parent;
+
+	return fs->cl && !ns_key_name(fs->ns, ino, &parent, name) &&
+	       ask_peers(fs, parent, name, 0, 0, 0);
+}
+
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct fs *fs = fs_of(req);
 	struct ns_attr a;
 	struct stat st;
-	int rc = ns_getattr(fs_of(req)->ns, ino, &a);
+	int rc = ns_getattr(fs->ns, ino, &a);
 
 	(void)fi;
+	if (rc == -ENOENT && kept_found(fs, ino))
+		rc = ns_getattr(fs->ns, ino, &a);
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
 	to_stat(&a, &st);
@@ -1243,6 +1261,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		return (void)fuse_reply_err(req, EACCES);
 	int rc = ns_getxattr(fs->ns, ino, name, buf, cap);
 
+	if (rc == -ENOENT && kept_found(fs, ino))
+		rc = ns_getxattr(fs->ns, ino, name, buf, cap);
 	/* A view has no object, but a header once its shards are here. */
 	if (rc == -ENODATA && !strcmp(name, "user.omni.kv"))
 		rc = view_summary(&fs->venv, ino, buf, cap);
@@ -1253,10 +1273,14 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
+	struct fs *fs = fs_of(req);
+	size_t cap = size < 512 ? size : 512;
 	char buf[512];
+	int rc = ns_listxattr(fs->ns, ino, buf, cap);
 
-	reply_xattr(req, ns_listxattr(fs_of(req)->ns, ino, buf,
-				      size < sizeof(buf) ? size : sizeof(buf)), size, buf);
+	if (rc == -ENOENT && kept_found(fs, ino))
+		rc = ns_listxattr(fs->ns, ino, buf, cap);
+	reply_xattr(req, rc, size, buf);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,

@@ -449,4 +449,49 @@ ok "... c's pool is empty again" wait_until 10 used_is c 0
 rm "$T/b/p/q/g.rank0of2"
 ok "... and b's holds what it held before, once the shard is removed" \
 	wait_until 10 used_is b "$used_b"
+
+# --- a view whose shards' owner is lost while it lands ------------------------
+# SPEC §4.7 for views: the reads of a view on c, its shards on b, fail with
+# EIO when b dies (at once: the connection closes) or freezes (once b has
+# been silent for dead_ms, 3 s), never hang, and c keeps nothing of it.  b
+# serves each chunk 200 ms late, so the view is still landing when the
+# fault comes, one MiB into its read.
+$SYSPY -c "$KVPY
+import os
+for i in range(2):
+    t = [os.urandom(1024 * 4 * 128 * 2) for _ in range(8)]
+    open('$T/lost.rank%dof2' % i, 'wb').write(kvpy.native(t, layers=4, tokens=1024, head_dim=128,
+        heads_total=8, head_first=4 * i, head_count=4))
+"
+# view_lost NAME SIGNAL: reads 1 MiB of c's view NAME.rank0of1, sends b
+# SIGNAL, reads on; prints what the rest of the read gave and how soon.
+view_lost() {
+	$SYSPY - "$T/c/p/q/$1.rank0of1" "${NODE_PID[b]}" "$2" <<'PYEOF'
+import errno, os, signal, sys, time
+with open(sys.argv[1], "rb", buffering=0) as f:
+    f.read(1 << 20)
+    os.kill(int(sys.argv[2]), getattr(signal, sys.argv[3]))
+    t = time.monotonic()
+    try:
+        while f.read(1 << 20):
+            pass
+        print("OK")
+    except OSError as e:
+        print(errno.errorcode.get(e.errno, e.errno), round(time.monotonic() - t))
+PYEOF
+}
+lost_shards() {
+	stop_node b
+	OMNIFS_TEST_SERVE_DELAY_MS=200 start_node b "config=$T/omni.yaml,node=b"
+	wait_until 10 all_up && cp "$T"/lost.rank?of2 "$T/b/p/q/" &&
+		wait_until 5 test -e "$T/c/p/q/lost.rank1of2"
+}
+ok "b serves slowly, and c hears of its shards" lost_shards
+is "$(view_lost lost SIGKILL)" "EIO 0" "a view on c whose shards' owner dies while it lands: EIO at once"
+ok "... c is still up" kill -0 "${NODE_PID[c]}"
+ok "... and keeps nothing of it" wait_until 10 used_is c 0
+ok "b back, serving slowly, c hears of its shards again" lost_shards
+is "$(view_lost lost SIGSTOP)" "EIO 3" "... whose owner freezes: EIO once b has been silent for dead_ms"
+kill -CONT "${NODE_PID[b]}"
+ok "... and c keeps nothing of it either" wait_until 10 used_is c 0
 done_testing

@@ -209,4 +209,25 @@ PYEOF
 )
 diag "the latest of a's expiries was heard on b $late ms after it"
 ok "each expiry on a is heard on b within 150 ms" test "$late" != never -a "${late:-999}" -lt 150
+
+# --- a key removed at its owner and published there again, on an edge b
+# learns of only by asking (nobody hosts 9): b's kernel keeps the name it
+# looked up, and does not look it up again, so a stat or a getfattr
+# through that name asks a again, rather than saying ENOENT until the
+# kernel lets the name go.
+stop_node a
+start_node a "config=$T/omni.yaml,node=a,pool=host:64MiB"
+ok "a is back, its objects kept" wait_until 10 both_up
+echo first >"$T/a/0/9/again"
+is "$(stat -c %s "$T/b/0/9/again")" 6 "b finds a's 0/9/again by asking"
+gone_on_b() { ! test -e "$T/b/0/9/again"; }
+rm "$T/a/0/9/again"
+ok "... and hears of its rm on a" wait_until 5 gone_on_b
+echo the-second >"$T/a/0/9/again"
+is "$(stat -c %s "$T/b/0/9/again" 2>&1)" 11 "published again on a: b's stat through the name it kept finds it"
+rm "$T/a/0/9/again"
+ok "... removed again" wait_until 5 gone_on_b
+echo third >"$T/a/0/9/again"
+is "$(xattr size "$T/b/0/9/again")" 6 "... published again: so does b's getfattr"
+is "$(cat "$T/b/0/9/again")" third "... and b reads it"
 done_testing
