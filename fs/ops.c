@@ -1274,8 +1274,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct fs *fs = fs_of(req);
-	size_t cap = size < 512 ? size : 512;
 	char buf[512];
+	size_t cap = size < sizeof(buf) ? size : sizeof(buf);
 	int rc = ns_listxattr(fs->ns, ino, buf, cap);
 
 	if (rc == -ENOENT && kept_found(fs, ino))
