@@ -14,8 +14,9 @@ DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libxxhash-dev libyaml-dev \
             libsodium-dev clang
 LIBS_PC  := fuse3 json-c yaml-0.1 libxxhash libsodium
 # What `make check` needs besides: torch (its CPU build), whose tensors the
-# Python connector takes and gives; nothing omnifs runs needs it.
-TEST_PKGS := python3-torch
+# Python connector takes and gives, and rsync, which README says works;
+# nothing omnifs runs needs them.
+TEST_PKGS := python3-torch rsync
 
 CC       ?= cc
 CFLAGS   ?= -O2 -g

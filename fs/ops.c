@@ -480,6 +480,30 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	fuse_reply_err(req, EPERM);
 }
 
+/* A name changes only by rm and a new write (a reader waits on the key it
+ * named, and a published object is immutable), and nothing but keys and
+ * the implicit directories exists: rename, symlink and mknod are EPERM,
+ * what rename(2), symlink(2) and mknod(2) say of a filesystem that does not
+ * do them, and what the kernel makes of a link here. */
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned flags)
+{
+	(void)parent; (void)name; (void)newparent; (void)newname; (void)flags;
+	fuse_reply_err(req, EPERM);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	(void)link; (void)parent; (void)name;
+	fuse_reply_err(req, EPERM);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	(void)parent; (void)name; (void)mode; (void)rdev;
+	fuse_reply_err(req, EPERM);
+}
+
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct ns_attr a;
@@ -1325,6 +1349,9 @@ static const struct fuse_lowlevel_ops ops = {
 	.releasedir = op_releasedir,
 	.mkdir = op_mkdir,
 	.rmdir = op_rmdir,
+	.rename = op_rename,
+	.symlink = op_symlink,
+	.mknod = op_mknod,
 	.unlink = op_unlink,
 	.open = op_open,
 	.create = op_create,

@@ -151,7 +151,23 @@ mode=$(stat -c %a "$E/mm") mtime=$(stat -c %Y "$E/mm")
 ok "chmod, chown and utimes succeed (cp -p, rsync)" \
 	$PY -c "import os; p='$E/mm'; os.chmod(p, 0o600); os.chown(p, 0, 0); os.utime(p, (1, 1))"
 is "$(stat -c '%a %Y' "$E/mm")" "$mode $mtime" "... and change nothing: mode and publish time stay"
+# Names change only by rm and a new write; nothing but keys exists.
+for op in "os.rename(p, p + '2')" "os.link(p, p + '2')" "os.symlink('mm', p + '2')" \
+	  "os.mkfifo(p + '2')" "os.rename(M + '/s/t', M + '/s/u')"; do
+	is "$(pyerr "p = M + '/s/t/mm'; $op")" EPERM "$op: EPERM"
+done
+ok "... and nothing new is there" sh -c "! ls '$E' | grep -qx mm2"
 is "$(cat "$E/mm")" mapped "and the object reads as before"
+
+# rsync writes a hidden name and renames it, unless --inplace (README).
+if command -v rsync >/dev/null; then
+	printf 'synced\n' >"$T/rs"
+	ok "rsync --inplace -t writes a key" rsync --inplace -t "$T/rs" "$E/rs"
+	is "$(cat "$E/rs")" synced "... which reads back"
+	ok "a plain rsync fails, and leaves nothing" sh -c "! rsync -q '$T/rs' '$E/rs2' 2>/dev/null && ! ls -A '$E' | grep -q rs2"
+else
+	skip "rsync is not installed"; skip "rsync is not installed"; skip "rsync is not installed"
+fi
 
 ok "used pool space returns when objects go" sh -c "
 	rm -f '$E'/* ; $PY -c \"import json; d=json.load(open('$M/.omni/health')); assert d['pool']['used'] == 0 and d['objects'] == 0, d\""
