@@ -51,6 +51,27 @@ static void empty_keys(json_object *root)
 	json_object_object_add(root, "meta", json_object_new_object());
 }
 
+char *kv_native_keys(const char *rid, const int64_t *bids, size_t nbids)
+{
+	json_object *m = json_object_new_object(), *b = json_object_new_array();
+	char *blob = NULL;
+
+	if (!m || !b)
+		goto free_json;
+	for (size_t i = 0; i < nbids; i++)
+		if (json_object_array_add(b, json_object_new_int64(bids[i])))
+			goto free_json;
+	json_object_object_add(m, "rid", json_object_new_string(rid));
+	json_object_object_add(m, "bids", b);
+	b = NULL;                       /* m's now */
+	json_object_object_add(m, "meta", json_object_new_object());
+	blob = kv_pyjson(m);
+free_json:
+	json_object_put(b);
+	json_object_put(m);
+	return blob;
+}
+
 /* A native blob for a vllm header's own keys: "" when they are the empty ones. */
 static char *native_blob(json_object *root, uint32_t layers)
 {

@@ -119,6 +119,11 @@ void kv_spec_of(const struct kv_info *kv, const void *hdr, struct kv_spec *s);
  * layout; vllm ones are NHD.  0, or -EINVAL/-ENOMEM/-EIO. */
 int kv_convert(const struct kv_info *kv, const void *hdr, kv_at_fn at, void *arg,
 	       enum kv_format to, uint8_t **out, uint64_t *len);
+/* The native metadata blob for vllm-omni's keys rid and bids (and an
+ * empty meta), as kv_convert writes it from a vllm header that has them,
+ * so that the payload converts to that header: malloc'd JSON text, or
+ * NULL. */
+char *kv_native_keys(const char *rid, const int64_t *bids, size_t nbids);
 
 /* ---- views (SPEC §5) ---- */
 

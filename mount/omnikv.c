@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "../kvfmt/kvfmt.h"
+#include "omnikv.h"
 
 struct file { uint8_t *p; uint64_t n; };
 
@@ -98,8 +99,7 @@ static int cmd_inspect(int argc, char **argv)
 	char sum[1024];
 
 	if (argc != 2 + json) {
-		fprintf(stderr, "usage: omnikv inspect [--json] FILE\n");
-		return 2;
+		return omnikv_usage("inspect");
 	}
 	if (load(argv[1 + json], &f, &kv))
 		return 2;
@@ -131,8 +131,7 @@ static int cmd_verify(int argc, char **argv)
 	char err[160];
 
 	if (argc != 2) {
-		fprintf(stderr, "usage: omnikv verify FILE\n");
-		return 2;
+		return omnikv_usage("verify");
 	}
 	if (load(argv[1], &f, &kv))
 		return 2;
@@ -156,8 +155,7 @@ static int cmd_convert(int argc, char **argv)
 
 	if (argc != 5 || strcmp(argv[1], "--to") ||
 	    (strcmp(argv[2], "native") && strcmp(argv[2], "vllm"))) {
-		fprintf(stderr, "usage: omnikv convert --to native|vllm IN OUT\n");
-		return 2;
+		return omnikv_usage("convert");
 	}
 	if (load(argv[3], &f, &kv))
 		return 2;
@@ -173,31 +171,65 @@ static int cmd_convert(int argc, char **argv)
 	return rc ? 1 : 0;
 }
 
-int omnikv_view(int argc, char **argv);
-int omnikv_pack(int argc, char **argv);
+static const struct command {
+	const char *name;
+	int (*fn)(int, char **);
+	const char *usage;              /* after "omnikv NAME " */
+} commands[] = {
+	{ "inspect", cmd_inspect, "[--json] FILE" },
+	{ "verify", cmd_verify, "FILE       exit 0: intact, 1: damaged, 2: not KV" },
+	{ "convert", cmd_convert, "--to native|vllm IN OUT" },
+	{ "view", omnikv_view, "--rank R --of T [-o OUT] SHARD..." },
+	{ "pack", omnikv_pack, "--cache 2nbhd|n2bhd|kv --blocks I,J,... --tokens N\n"
+	  "                   [--to native|vllm] [--dtype D] [--head-first F --heads-total H]\n"
+	  "                   [--rid R] OUT NPY..." },
+};
+#define NCOMMANDS (sizeof(commands) / sizeof(*commands))
+
+static void usage_of(FILE *f, const struct command *c, const char *lead)
+{
+	fprintf(f, "%somnikv %s %s\n", lead, c->name, c->usage);
+}
+
+int omnikv_usage(const char *cmd)
+{
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (!strcmp(commands[i].name, cmd))
+			usage_of(stderr, &commands[i], "usage: ");
+	return 2;
+}
+
+int omnikv_number(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
+	if (*s < '0' || *s > '9' || errno || *end || v < lo || v > hi) {
+		fprintf(stderr, "omnikv: %s '%s': expected a whole number from %llu to %llu\n", opt, s,
+			(unsigned long long)lo, (unsigned long long)hi);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
-	static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
-		{ "inspect", cmd_inspect }, { "verify", cmd_verify }, { "convert", cmd_convert },
-		{ "view", omnikv_view }, { "pack", omnikv_pack },
-	};
+	int help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
 
-	int help = argc == 2 && !strcmp(argv[1], "--help");
-
-	for (size_t i = 0; argc > 1 && i < sizeof(cmds) / sizeof(*cmds); i++)
-		if (!strcmp(argv[1], cmds[i].name))
-			return cmds[i].fn(argc - 1, argv + 1);
+	for (size_t i = 0; argc > 1 && i < NCOMMANDS; i++) {
+		if (strcmp(argv[1], commands[i].name))
+			continue;
+		if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")))
+			return usage_of(stdout, &commands[i], "usage: "), 0;
+		return commands[i].fn(argc - 1, argv + 1);
+	}
 	if (argc > 1 && !help)
 		fprintf(stderr, "omnikv: unknown command '%s'\n", argv[1]);
-	fprintf(help ? stdout : stderr,
-		"usage: omnikv inspect [--json] FILE\n"
-		"       omnikv verify FILE       exit 0: intact, 1: damaged, 2: not KV\n"
-		"       omnikv convert --to native|vllm IN OUT\n"
-		"       omnikv view --rank R --of T [-o OUT] SHARD...\n"
-		"       omnikv pack --cache 2nbhd|n2bhd|kv --blocks I,J,... --tokens N\n"
-		"                   [--to native|vllm] [--dtype D] [--head-first F --heads-total H]\n"
-		"                   [--rid R] OUT NPY...\n");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		usage_of(help ? stdout : stderr, &commands[i], i ? "       " : "usage: ");
 	return help ? 0 : 2;
 }
 
@@ -244,7 +276,8 @@ int omnikv_view(int argc, char **argv)
 	static struct file src[VIEW_FILES_MAX];
 	static struct kv_info kv[VIEW_FILES_MAX];
 	const void *hdr[VIEW_FILES_MAX];
-	uint32_t r = UINT32_MAX, T = 0, S, n = 0;
+	uint64_t r = UINT64_MAX, T = 0;
+	uint32_t S, n = 0;
 	const char *out = "-";
 	struct kv_plan p;
 	char err[160];
@@ -253,25 +286,29 @@ int omnikv_view(int argc, char **argv)
 	optind = 1;
 	static const struct option lo[] = { { "rank", 1, 0, 'r' }, { "of", 1, 0, 'T' }, { 0, 0, 0, 0 } };
 	while ((c = getopt_long(argc, argv, "o:", lo, NULL)) != -1) {
-		if (c == 'r')
-			r = (uint32_t)strtoul(optarg, NULL, 10);
-		else if (c == 'T')
-			T = (uint32_t)strtoul(optarg, NULL, 10);
+		if (c == 'r' && omnikv_number("--rank", optarg, 0, KV_MAX_RANKS - 1, &r))
+			return 2;
+		else if (c == 'T' && omnikv_number("--of", optarg, 1, KV_MAX_RANKS, &T))
+			return 2;
 		else if (c == 'o')
 			out = optarg;
-		else
-			return 2;
+		else if (c != 'r' && c != 'T')
+			return omnikv_usage("view");
 	}
 	int nfiles = argc - optind;
-	if (!T || r == UINT32_MAX || nfiles < 1 || nfiles > VIEW_FILES_MAX) {
-		fprintf(stderr, "usage: omnikv view --rank R --of T [-o OUT] SHARD...\n");
+	if (!T || r == UINT64_MAX || nfiles < 1 || nfiles > VIEW_FILES_MAX)
+		return omnikv_usage("view");
+	if (r >= T) {
+		fprintf(stderr, "omnikv: --rank %llu --of %llu: the ranks of %llu are 0 to %llu\n",
+			(unsigned long long)r, (unsigned long long)T, (unsigned long long)T,
+			(unsigned long long)T - 1);
 		return 2;
 	}
-	if (view_sources(argv + optind, nfiles, r, T, &S, &n, src, kv))
+	if (view_sources(argv + optind, nfiles, (uint32_t)r, (uint32_t)T, &S, &n, src, kv))
 		goto free_sources;
 	for (uint32_t k = 0; k < n; k++)
 		hdr[k] = src[k].p;
-	if (kv_plan_view(kv, hdr, n, S, r, T, &p, err, sizeof(err))) {
+	if (kv_plan_view(kv, hdr, n, S, (uint32_t)r, (uint32_t)T, &p, err, sizeof(err))) {
 		fprintf(stderr, "omnikv: %s\n", err);
 		goto free_sources;
 	}

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../kvfmt/kvfmt.h"
+#include "omnikv.h"
 
 #define NPY_DIMS 5
 
@@ -132,17 +133,22 @@ static int pack(struct packopt *o, struct npy *a, int layers)
 	struct kv_spec s = { dtype, KV_NHD, KV_SPLIT, (uint32_t)layers, o->tokens,
 			     o->heads_total ? o->heads_total : heads, o->head_first, heads, dim,
 			     NULL, 0 };
-	const void **t = calloc(2 * (size_t)layers, sizeof(*t));
+	const void **t;
 	uint8_t *out;
 	uint64_t len;
 	int rc = 0;
 
 	if (kv_dtype_size(dtype) != kv_dtype_size(x->dtype))
 		return npy_fail(o->out, "--dtype does not match the arrays' element size");
+	if (!(t = calloc(2 * (size_t)layers, sizeof(*t))))
+		return npy_fail(o->out, strerror(ENOMEM));
 	for (int l = 0; l < layers && !rc; l++)
 		for (int kv = 0; kv < 2 && !rc; kv++) {
 			uint8_t *d = malloc(o->tokens * rowb);
-			t[2 * l + kv] = d;
+			if (!(t[2 * l + kv] = d)) {
+				rc = npy_fail(o->out, strerror(ENOMEM));
+				break;
+			}
 			for (uint32_t k = 0; k < o->tokens && !rc; k++) {
 				if (k / (x->shape[kvp ? 1 : 2]) >= o->nblocks) {
 					rc = npy_fail(o->out, "fewer blocks than the tokens need");
@@ -156,22 +162,20 @@ static int pack(struct packopt *o, struct npy *a, int layers)
 			}
 		}
 	if (!rc) {
-		char meta[4096];
-		int n = snprintf(meta, sizeof(meta), "{\"rid\":\"%s\",\"bids\":[", o->rid);
-		for (size_t i = 0; i < o->nblocks && n < 4000; i++)
-			n += snprintf(meta + n, sizeof(meta) - (size_t)n, "%s%lld", i ? "," : "",
-				      (long long)o->blocks[i]);
-		snprintf(meta + n, sizeof(meta) - (size_t)n, "],\"meta\":{}}");
+		/* vllm-omni's keys, so that the payload converts to its format */
+		char *meta = o->to_vllm ? NULL : kv_native_keys(o->rid, o->blocks, o->nblocks);
 		s.meta = meta;
-		s.meta_len = strlen(meta);
+		s.meta_len = meta ? strlen(meta) : 0;
 		rc = o->to_vllm ? kv_build_vllm(&s, o->rid, o->blocks, o->nblocks, NULL, t, &out, &len)
-				: kv_build_native(&s, t, &out, &len);
+		     : meta ? kv_build_native(&s, t, &out, &len) : -ENOMEM;
 		if (rc)
 			fprintf(stderr, "omnikv: cannot build: %s\n", strerror(-rc));
+		free(meta);
 	}
 	if (!rc) {
 		FILE *fp = fopen(o->out, "wb");
-		if (!fp || fwrite(out, 1, len, fp) != len || fclose(fp))
+		int bad = !fp || fwrite(out, 1, len, fp) != len;
+		if ((fp && fclose(fp)) || bad)
 			rc = npy_fail(o->out, strerror(errno));
 		free(out);
 	}
@@ -181,55 +185,102 @@ static int pack(struct packopt *o, struct npy *a, int layers)
 	return rc;
 }
 
-int omnikv_pack(int argc, char **argv)
+/* --blocks I,J,...: vLLM's block ids, whole numbers; 0, or -1 having said why. */
+static int parse_blocks(struct packopt *o, const char *list)
 {
-	struct packopt o = { .rid = "" };
+	for (const char *p = list;; p++) {
+		const char *comma = strchr(p, ',');
+		char *item = strndup(p, comma ? (size_t)(comma - p) : strlen(p));
+		int64_t *b = realloc(o->blocks, (o->nblocks + 1) * sizeof(*b));
+		uint64_t id;
+		int bad = !item || !b;
+
+		if (b)
+			o->blocks = b;
+		if (bad)
+			fprintf(stderr, "omnikv: %s\n", strerror(ENOMEM));
+		bad = bad || omnikv_number("--blocks", item, 0, INT64_MAX, &id);
+		free(item);
+		if (bad)
+			return -1;
+		o->blocks[o->nblocks++] = (int64_t)id;
+		if (!(p = comma))
+			return 0;
+	}
+}
+
+static int bad_word(const char *opt, const char *val, const char *want)
+{
+	fprintf(stderr, "omnikv: %s '%s': expected %s\n", opt, val, want);
+	return -1;
+}
+
+/* The command line into o: 0, or -1 having said why. */
+static int pack_options(int argc, char **argv, struct packopt *o)
+{
 	static const struct option lo[] = {
 		{ "cache", 1, 0, 'c' }, { "blocks", 1, 0, 'b' }, { "tokens", 1, 0, 'n' },
 		{ "to", 1, 0, 't' }, { "dtype", 1, 0, 'd' }, { "head-first", 1, 0, 'f' },
 		{ "heads-total", 1, 0, 'H' }, { "rid", 1, 0, 'r' }, { 0, 0, 0, 0 } };
-	int c;
+	uint64_t v;
+	int c, rc = 0;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+	while (!rc && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (c) {
-		case 'c': o.cache = optarg; break;
-		case 'n': o.tokens = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 't': o.to_vllm = !strcmp(optarg, "vllm"); break;
-		case 'd': o.dtype = kv_dtype_parse(optarg); break;
-		case 'f': o.head_first = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 'H': o.heads_total = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 'r': o.rid = optarg; break;
-		case 'b':
-			for (char *p = optarg; *p; p += *p == ',') {
-				o.blocks = realloc(o.blocks, (o.nblocks + 1) * sizeof(*o.blocks));
-				o.blocks[o.nblocks++] = strtoll(p, &p, 10);
-			}
+		case 'c':
+			o->cache = optarg;
+			if (strcmp(optarg, "kv") && strcmp(optarg, "2nbhd") && strcmp(optarg, "n2bhd"))
+				rc = bad_word("--cache", optarg, "2nbhd, n2bhd or kv");
 			break;
-		default: return 2;
+		case 'r': o->rid = optarg; break;
+		case 'b': rc = parse_blocks(o, optarg); break;
+		case 'n': rc = omnikv_number("--tokens", optarg, 1, KV_MAX_TOKENS, &v);
+			  o->tokens = (uint32_t)v; break;
+		case 'f': rc = omnikv_number("--head-first", optarg, 0, KV_MAX_HEADS - 1, &v);
+			  o->head_first = (uint32_t)v; break;
+		case 'H': rc = omnikv_number("--heads-total", optarg, 1, KV_MAX_HEADS, &v);
+			  o->heads_total = (uint32_t)v; break;
+		case 't':
+			o->to_vllm = !strcmp(optarg, "vllm");
+			if (!o->to_vllm && strcmp(optarg, "native"))
+				rc = bad_word("--to", optarg, "native or vllm");
+			break;
+		case 'd':
+			if ((o->dtype = kv_dtype_parse(optarg)) < 0)
+				rc = bad_word("--dtype", optarg, "a dtype such as float16, bfloat16, float32");
+			break;
+		default: rc = -1;
 		}
 	}
-	int kvp = o.cache && !strcmp(o.cache, "kv"), nf = argc - optind - 1;
-	if (!o.cache || (!kvp && strcmp(o.cache, "2nbhd") && strcmp(o.cache, "n2bhd")) ||
-	    !o.tokens || !o.nblocks || nf < 1 || (kvp && nf % 2) || o.dtype < 0) {
-		fprintf(stderr, "usage: omnikv pack --cache 2nbhd|n2bhd|kv --blocks I,J,... "
-			"--tokens N [--to native|vllm] [--dtype D] [--head-first F --heads-total H] "
-			"[--rid R] OUT NPY...\n");
+	return rc;
+}
+
+int omnikv_pack(int argc, char **argv)
+{
+	struct packopt o = { .rid = "" };
+
+	if (pack_options(argc, argv, &o)) {
 		free(o.blocks);
 		return 2;
 	}
+	int kvp = o.cache && !strcmp(o.cache, "kv"), nf = argc - optind - 1;
+	if (!o.cache || !o.tokens || !o.nblocks || nf < 1 || (kvp && nf % 2)) {
+		free(o.blocks);
+		return omnikv_usage("pack");
+	}
 	o.out = argv[optind];
 	struct npy *a = calloc((size_t)nf, sizeof(*a));
-	int rc = 0;
+	int rc = a ? 0 : npy_fail(o.out, strerror(ENOMEM));
 	for (int i = 0; i < nf && !rc; i++) {
 		rc = npy_load(argv[optind + 1 + i], &a[i]);
-		if (!rc && (a[i].ndim != (kvp ? 4 : 5) || (!kvp && a[i].shape[kvp ? 0 : (strcmp(o.cache, "2nbhd") ? 1 : 0)] != 2) ||
+		if (!rc && (a[i].ndim != (kvp ? 4 : 5) || (!kvp && a[i].shape[strcmp(o.cache, "2nbhd") ? 1 : 0] != 2) ||
 			    memcmp(a[i].shape, a[0].shape, sizeof(a->shape)) || a[i].dtype != a[0].dtype))
 			rc = npy_fail(argv[optind + 1 + i], "its shape is not the cache layout asked for, or differs from the first");
 	}
 	if (!rc)
 		rc = pack(&o, a, kvp ? nf / 2 : nf);
-	for (int i = 0; i < nf; i++)
+	for (int i = 0; a && i < nf; i++)
 		free(a[i].buf);
 	free(a);
 	free(o.blocks);

@@ -103,4 +103,27 @@ is $? 1 "a block id past the cache: refused"
 is $? 1 "an array of another layout: refused"
 "$K" pack --cache kv --blocks 4,1,3 --tokens 10 --to vllm p.v k0.npy v0.npy k1.npy v1.npy
 ok "pack --to vllm writes a vllm-omni payload" sh -c "'$K' inspect p.v | grep -q vllm-omni"
+# Any request id, and every block id, reach vllm-omni's header as given.
+ids=4,1,3,$(seq -s, 1000 2999)
+"$K" pack --cache kv --blocks "$ids" --tokens 10 --rid 'chat"7\/é' p.r k0.npy v0.npy k1.npy v1.npy &&
+	"$K" convert --to vllm p.r p.rv
+is "$($SYSPY -c "import json; b = open('p.rv', 'rb').read(); h = json.loads(b[4:4 + int.from_bytes(b[:4], 'big')])
+print(h['rid'] == 'chat\"7\\\\/\u00e9', ','.join(map(str, h['bids'])) == '$ids')")" "True True" \
+   "a request id with quotes and escapes, and 2003 block ids, come out of pack whole"
+# A bad command line says what is wrong, exits 2 and writes nothing.
+for bad in "--blocks x" "--blocks 4,,1" "--blocks 4,-1" "--tokens 10x" "--to vlm" "--dtype f17" \
+	   "--head-first 1.5" "--heads-total 0" "--cache kx"; do
+	args="--cache kv --blocks 4,1,3 --tokens 10 $bad"
+	timeout 10 "$K" pack $args p.bad k0.npy v0.npy k1.npy v1.npy 2>"$T/err"
+	is "$?$(test -e p.bad && echo " written")" 2 "pack $bad: exit 2, nothing written"
+	ok "... and says which option" grep -q -- "^omnikv: ${bad%% *} " "$T/err"
+done
+for bad in "--rank x --of 2" "--rank 1 --of 2x" "--rank 2 --of 2" "--rank 0 --of 0"; do
+	"$K" view $bad -o v.bad s.rank0of2 s.rank1of2 2>"$T/err"
+	is "$?$(test -e v.bad && echo " written")" 2 "view $bad: exit 2, nothing written"
+	ok "... and says which option" grep -q -- "^omnikv: --" "$T/err"
+done
+for c in inspect verify convert view pack; do
+	ok "omnikv $c --help says its usage" sh -c "'$K' $c --help | grep -q '^usage: omnikv $c '"
+done
 done_testing

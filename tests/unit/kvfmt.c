@@ -335,6 +335,13 @@ static void convert(void)
 	free(q);
 	free(r);
 
+	/* the blob omnikv pack writes: vllm-omni's keys, spelled as above */
+	const int64_t bids[] = { 4, 0, 9223372036854775807 };
+	char *keys = kv_native_keys("r\"\\/\xc3\xa9", bids, 3);
+	is_str(keys, "{\"rid\":\"r\\\"\\\\/\\u00e9\",\"bids\":[4,0,9223372036854775807],\"meta\":{}}",
+	       "a request's keys as vllm-omni's header has them");
+	free(keys);
+
 	/* native HND (the layout omnifs writes views in) and back */
 	for (int lay = KV_HND; lay <= KV_NHD; lay++) {
 		struct kv_spec h = { KV_F16, (enum kv_layout)lay, KV_SPLIT, 2, 3, 4, 2, 2, 2, NULL, 0 };
