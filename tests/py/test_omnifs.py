@@ -265,6 +265,21 @@ def test_bad_names_are_false_0_none_and_none(one, caplog):
     assert caplog.text.count("failed") == 3
 
 
+def test_stages_too_long_are_enametoolong_as_the_filesystem_says():
+    m = omnifs.Mount(ONE)
+    for args in (("s" * 65, "1", "k"), ("0", "s" * 65, "k")):
+        for call in (lambda: m.put(*args, b"x"), lambda: open(os.path.join(ONE, *args), "wb")):
+            with pytest.raises(OSError) as e:
+                call()
+            assert e.value.errno == errno.ENAMETOOLONG, args
+    assert m.put("s" * 64, "1", "k" * 255, b"x") == 1     # the longest names are fine
+    m.remove("s" * 64, "1", "k" * 255)
+    for args in (("s" * 65 + "/", "1", "k"), ("0", "1", "a/" + "k" * 300)):
+        with pytest.raises(OSError) as e:
+            m.put(*args, b"x")                  # bad before long
+        assert e.value.errno == errno.EINVAL, args
+
+
 def test_put_of_an_existing_key_fails(one):
     k = rid()
     assert one.put("0", "1", k, b"1")[0]
@@ -482,10 +497,11 @@ def test_cleanup_refuses_an_id_that_is_no_key_and_removes_nothing():
         assert cleanup_errno(head, body) == want, (head, body)
     assert cleanup_errno((M, len(r), 0, 0), r.encode(), size=16) == errno.EINVAL, "a short buffer"
     assert r in omnifs.Mount(B).keys("0", "1"), "nothing removed"
-    for bad in ("", ".x", "a/b", "r" * 256):
+    for bad, want in (("", errno.EINVAL), (".x", errno.EINVAL), ("a/b", errno.EINVAL),
+                      ("r" * 256, errno.ENAMETOOLONG)):           # as the daemon says
         with pytest.raises(OSError) as e:
             omnifs.Mount(B).cleanup(bad)
-        assert e.value.errno == errno.EINVAL
+        assert e.value.errno == want, bad
     assert omnifs.Mount(B).cleanup(r) == (1, 0)
 
 
@@ -1152,13 +1168,15 @@ def test_a_small_put_counts_a_keys_bytes_not_its_characters():
 
 
 def test_a_keys_limit_is_255_bytes_not_characters():
-    """SPEC §3: keys of up to 255 bytes; checked before any request."""
+    """SPEC §3: keys of up to 255 bytes; checked before any request, and
+    ENAMETOOLONG past them, as the filesystem says."""
     m = omnifs.Mount(ONE)
     for bad in ("k" * 256, "é" * 128, "ключ" * 32):       # 256 bytes each
-        for call in (lambda: m.put("0", "1", bad, b"x"), lambda: m.get("0", "1", bad, timeout=5)):
+        for call in (lambda: m.put("0", "1", bad, b"x"), lambda: m.get("0", "1", bad, timeout=5),
+                     lambda: open(os.path.join(ONE, "0", "1", bad), "wb")):
             with pytest.raises(OSError) as e:
                 call()
-            assert e.value.errno == errno.EINVAL, bad
+            assert e.value.errno == errno.ENAMETOOLONG, bad
     k = rid()
     k += "é" * ((255 - len(k)) // 2)                    # 254 or 255 bytes
     assert len(k.encode()) >= 254

@@ -37,7 +37,7 @@ __all__ = ["Mount", "WAIT_XATTR"]
 # Set on the mount's root, it arms the calling thread's next open with a
 # wait of its own (README, "Waiting").
 WAIT_XATTR = "user.omni.wait_ms"
-_STAGE = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+_STAGE = re.compile(r"[A-Za-z0-9_.-]+\Z")         # 1 to 64 of them (_edge_path)
 # Smaller puts write(): one request either way, and the daemon hashes
 # written bytes as they come.
 DIRECT_PUT_MIN = 64 << 10
@@ -61,15 +61,18 @@ def _open_size(f):
         return 0
 
 
-def _bad(what, name):
-    return OSError(errno.EINVAL, "omnifs: bad %s %r" % (what, name))
+def _bad(what, name, err=errno.EINVAL):
+    why = "bad" if err == errno.EINVAL else "too long a"
+    return OSError(err, "omnifs: %s %s %r" % (why, what, name))
 
 
 def _key(key):
-    """key, if SPEC §3 allows it; OSError(EINVAL) if not."""
-    if (type(key) is not str or not key or key[0] == "." or "/" in key or "\0" in key
-            or (len(key) > 63 and len(key.encode()) > 255)):     # 63 * 4 < 255
+    """key, if SPEC §3 allows it; OSError(EINVAL) if not, or
+    OSError(ENAMETOOLONG) for one over 255 bytes, as the filesystem says."""
+    if type(key) is not str or not key or key[0] == "." or "/" in key or "\0" in key:
         raise _bad("key", key)
+    if len(key) > 63 and len(key.encode()) > 255:         # 63 * 4 < 255
+        raise _bad("key", key, errno.ENAMETOOLONG)
     return key
 
 
@@ -239,13 +242,16 @@ class Mount:
         return pool
 
     def path(self, from_stage, to_stage, key):
-        """The file of a key; OSError(EINVAL) for names SPEC §3 refuses."""
+        """The file of a key; OSError(EINVAL) for names SPEC §3 refuses,
+        OSError(ENAMETOOLONG) for ones over its lengths."""
         return os.path.join(self._edge_path(from_stage, to_stage), _key(key))
 
     def _edge_path(self, from_stage, to_stage):
         for s in (from_stage, to_stage):
             if not isinstance(s, str) or not _STAGE.match(s) or s.startswith("."):
                 raise _bad("stage", s)
+            if len(s) > 64:
+                raise _bad("stage", s, errno.ENAMETOOLONG)
         return os.path.join(self.root, from_stage, to_stage)
 
     def put(self, from_stage, to_stage, key, data, readers=None):
