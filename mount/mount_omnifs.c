@@ -72,8 +72,12 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			help = 1;
-		} else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
-			filter(argv[++i], opts, sizeof(opts));
+		} else if (!strcmp(argv[i], "-o")) {
+			if (++i == argc) {      /* not mount(8)'s doing: say so, mount nothing */
+				fprintf(stderr, "mount.omnifs: -o needs its options\n");
+				return 2;
+			}
+			filter(argv[i], opts, sizeof(opts));
 		} else if (!strncmp(argv[i], "-o", 2) && argv[i][2]) {
 			filter(argv[i] + 2, opts, sizeof(opts));
 		} else if (!strcmp(argv[i], "-t") || !strcmp(argv[i], "-N")) {

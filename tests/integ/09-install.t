@@ -24,6 +24,9 @@ ok "it unmounts" fusermount3 -u "$T/h"
 "$B/mount.omnifs" omnifs "$T/h" -o "config=$T/c.yaml,pool=host:1Q" 2>"$T/err"
 is "$?" "2" "a bad option through the helper: exit 2"
 ok "with the option named" grep -q "pool=host:1Q" "$T/err"
+"$B/mount.omnifs" omnifs "$T/h" -o 2>"$T/err"
+is "$?$(mountpoint -q "$T/h" && echo " mounted")" "2" "a -o without options through the helper: exit 2, nothing mounted"
+fusermount3 -u "$T/h" 2>/dev/null        # only if it did mount
 
 cat >"$T/ns.sh" <<NSEOF
 set -e
