@@ -713,7 +713,7 @@ static void clean_key(struct ns *ns, struct node *k, void *arg)
 
 uint64_t ns_cleanup(struct ns *ns, const char *id, const uint8_t *told)
 {
-	struct clean c = { id, told, 0, { NULL } };
+	struct clean c = { .id = id, .told = told };
 
 	pthread_mutex_lock(&ns->lock);
 	if (name_stem_finds(id)) {      /* only the keys of its stem */

@@ -176,7 +176,7 @@ static struct slot *stream_gap(struct stream *s, uint64_t *piece)
 
 int stream_open(struct ns *ns, struct object *o, struct ns_waiter *w, struct ns_wakes *wl)
 {
-	struct stream *s;
+	struct stream *s = NULL;       /* set by stream_new (some gcc -O levels cannot tell) */
 	uint64_t lease;
 	int owner, rc;
 

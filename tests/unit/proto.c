@@ -91,7 +91,7 @@ static void test_messages(void)
 	buf[0] = 200;                   /* the from name's length */
 	is(proto_decode(PT_ANNOUNCE, buf, (size_t)len, &r), -EPROTO, "a length past the end: refused");
 
-	struct proto_msg pull = { .type = PT_PULL, .u.pull = { 3, 0, 1 << 20, 0, 1 } };
+	struct proto_msg pull = { .type = PT_PULL, .u.pull = { .oid = 3, .len = 1 << 20, .count = 1 } };
 	ok(roundtrip(&pull, &r) > 0 && r.u.pull.len == 1 << 20, "PULL round-trips");
 	set_pull(&pull, 3, 64, 256, 1024, 4096);
 	ok(roundtrip(&pull, &r) > 0 && r.u.pull.stride == 1024 && r.u.pull.count == 4096,
