@@ -205,7 +205,7 @@ int omnikv_number(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint
 	unsigned long long v;
 
 	errno = 0;
-	v = *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
+	v = strtoull(s, &end, 10);      /* which takes "-1" and " 1": not ours */
 	if (*s < '0' || *s > '9' || errno || *end || v < lo || v > hi) {
 		fprintf(stderr, "omnikv: %s '%s': expected a whole number from %llu to %llu\n", opt, s,
 			(unsigned long long)lo, (unsigned long long)hi);
@@ -281,19 +281,19 @@ int omnikv_view(int argc, char **argv)
 	const char *out = "-";
 	struct kv_plan p;
 	char err[160];
-	int c, rc = 2;
+	int c, bad = 0, rc = 2;
 
 	optind = 1;
 	static const struct option lo[] = { { "rank", 1, 0, 'r' }, { "of", 1, 0, 'T' }, { 0, 0, 0, 0 } };
 	while ((c = getopt_long(argc, argv, "o:", lo, NULL)) != -1) {
-		if (c == 'r' && omnikv_number("--rank", optarg, 0, KV_MAX_RANKS - 1, &r))
+		switch (c) {
+		case 'r': bad = omnikv_number("--rank", optarg, 0, KV_MAX_RANKS - 1, &r); break;
+		case 'T': bad = omnikv_number("--of", optarg, 1, KV_MAX_RANKS, &T); break;
+		case 'o': out = optarg; break;
+		default: return omnikv_usage("view");
+		}
+		if (bad)
 			return 2;
-		else if (c == 'T' && omnikv_number("--of", optarg, 1, KV_MAX_RANKS, &T))
-			return 2;
-		else if (c == 'o')
-			out = optarg;
-		else if (c != 'r' && c != 'T')
-			return omnikv_usage("view");
 	}
 	int nfiles = argc - optind;
 	if (!T || r == UINT64_MAX || nfiles < 1 || nfiles > VIEW_FILES_MAX)
