@@ -132,7 +132,7 @@ int conf_set(struct conf *c, const char *key, const char *val, char *err, size_t
 		uint64_t avail = mem_available();
 		if (pool_spec_parse(val, &ps))
 			return ERR("option 'pool=%s': expected host:SIZE, pinned:SIZE or "
-				   "cuda:DEV:SIZE (SIZE like 512M or 4GiB)", val);
+				   "cuda:DEV:SIZE (SIZE like 512M or 4GiB, at least 4K)", val);
 		/* Host memory is faulted in (and locked) at start: a pool the
 		 * machine cannot hold would go to the OOM killer, not mount. */
 		if (ps.kind != POOL_CUDA && ps.size > avail)

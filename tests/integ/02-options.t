@@ -13,6 +13,7 @@ refused() {
 		{ echo "rc=$rc lines=$lines: $(cat "$T/err")"; return 1; }
 }
 ok "pool=host:12Q refused" refused pool=host:12Q "pool=host:12Q"
+ok "pool=host:1 refused, saying the least there is" refused pool=host:1 "at least 4K"
 ok "wait_ms=-5 refused" refused wait_ms=-5 "wait_ms=-5"
 ok "readers=many refused" refused readers=many "readers=many"
 ok "transport=udp refused" refused transport=udp "transport=udp"
