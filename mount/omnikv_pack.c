@@ -162,12 +162,16 @@ static int pack(struct packopt *o, struct npy *a, int layers)
 			}
 		}
 	if (!rc) {
-		/* vllm-omni's keys, so that the payload converts to its format */
-		char *meta = o->to_vllm ? NULL : kv_native_keys(o->rid, o->blocks, o->nblocks);
-		s.meta = meta;
-		s.meta_len = meta ? strlen(meta) : 0;
-		rc = o->to_vllm ? kv_build_vllm(&s, o->rid, o->blocks, o->nblocks, NULL, t, &out, &len)
-		     : meta ? kv_build_native(&s, t, &out, &len) : -ENOMEM;
+		char *meta = NULL;
+		if (o->to_vllm) {
+			rc = kv_build_vllm(&s, o->rid, o->blocks, o->nblocks, NULL, t, &out, &len);
+		} else if (!(meta = kv_native_keys(o->rid, o->blocks, o->nblocks))) {
+			rc = -ENOMEM;
+		} else {        /* vllm-omni's keys, so that it converts to its format */
+			s.meta = meta;
+			s.meta_len = strlen(meta);
+			rc = kv_build_native(&s, t, &out, &len);
+		}
 		if (rc)
 			fprintf(stderr, "omnikv: cannot build: %s\n", strerror(-rc));
 		free(meta);
@@ -185,28 +189,32 @@ static int pack(struct packopt *o, struct npy *a, int layers)
 	return rc;
 }
 
-/* --blocks I,J,...: vLLM's block ids, whole numbers; 0, or -1 having said why. */
+/* --blocks I,J,...: vLLM's block ids, whole numbers, added to o's; 0, or
+ * -1 having said why. */
 static int parse_blocks(struct packopt *o, const char *list)
 {
-	for (const char *p = list;; p++) {
-		const char *comma = strchr(p, ',');
-		char *item = strndup(p, comma ? (size_t)(comma - p) : strlen(p));
-		int64_t *b = realloc(o->blocks, (o->nblocks + 1) * sizeof(*b));
-		uint64_t id;
-		int bad = !item || !b;
+	size_t n = 1;
+	char *copy = strdup(list), *item = copy;
+	int rc = 0;
 
-		if (b)
-			o->blocks = b;
-		if (bad)
-			fprintf(stderr, "omnikv: %s\n", strerror(ENOMEM));
-		bad = bad || omnikv_number("--blocks", item, 0, INT64_MAX, &id);
-		free(item);
-		if (bad)
-			return -1;
-		o->blocks[o->nblocks++] = (int64_t)id;
-		if (!(p = comma))
-			return 0;
+	for (const char *p = list; *p; p++)
+		n += *p == ',';
+	int64_t *b = copy ? realloc(o->blocks, (o->nblocks + n) * sizeof(*b)) : NULL;
+	if (!b) {
+		free(copy);
+		fprintf(stderr, "omnikv: %s\n", strerror(ENOMEM));
+		return -1;
 	}
+	o->blocks = b;
+	for (char *next; item && !rc; item = next) {     /* n items, n - 1 commas */
+		uint64_t id;
+		if ((next = strchr(item, ',')))
+			*next++ = 0;
+		if (!(rc = omnikv_number("--blocks", item, 0, INT64_MAX, &id)))
+			o->blocks[o->nblocks++] = (int64_t)id;
+	}
+	free(copy);
+	return rc;
 }
 
 static int bad_word(const char *opt, const char *val, const char *want)
@@ -222,7 +230,7 @@ static int pack_options(int argc, char **argv, struct packopt *o)
 		{ "cache", 1, 0, 'c' }, { "blocks", 1, 0, 'b' }, { "tokens", 1, 0, 'n' },
 		{ "to", 1, 0, 't' }, { "dtype", 1, 0, 'd' }, { "head-first", 1, 0, 'f' },
 		{ "heads-total", 1, 0, 'H' }, { "rid", 1, 0, 'r' }, { 0, 0, 0, 0 } };
-	uint64_t v;
+	uint64_t v = 0;                 /* what a refused number leaves: unused */
 	int c, rc = 0;
 
 	optind = 1;

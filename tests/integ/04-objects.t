@@ -148,7 +148,7 @@ echo mapped >"$E/mm"
 is "$(pyerr "import mmap; mmap.mmap(os.open(M + '/s/t/mm', os.O_RDONLY), 0, prot=mmap.PROT_READ)")" \
    ENODEV "mmap: ENODEV (bytes come by read, checked)"
 mode=$(stat -c %a "$E/mm") mtime=$(stat -c %Y "$E/mm")
-ok "chmod, chown and utimes succeed (cp -p, rsync)" \
+ok "chmod, chown and utimes succeed (cp -p, rsync --inplace)" \
 	$PY -c "import os; p='$E/mm'; os.chmod(p, 0o600); os.chown(p, 0, 0); os.utime(p, (1, 1))"
 is "$(stat -c '%a %Y' "$E/mm")" "$mode $mtime" "... and change nothing: mode and publish time stay"
 # Names change only by rm and a new write; nothing but keys exists.
