@@ -1186,7 +1186,6 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	      const struct ns_settings *set)
 {
 	struct ns *ns = calloc(1, sizeof(*ns));
-	pthread_condattr_t ca;
 
 	if (!ns)
 		return -ENOMEM;
@@ -1220,10 +1219,7 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	pthread_mutex_init(&ns->ev_lock, NULL);
 	pthread_cond_init(&ns->fcond, NULL);
 	pthread_mutex_init(&ns->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&ns->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	clock_cond_init(&ns->cond);
 	pthread_cond_init(&ns->hcond, NULL);
 	pthread_cond_init(&ns->hdone, NULL);
 	ns->root = node_new(ns, NULL, "", NK_ROOT);

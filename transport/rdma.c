@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "rdma_internal.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -424,7 +425,7 @@ static int open_links(struct rdma *rd)
 		l->kind = CM_LINK;
 		l->rd = rd;
 		l->peer = (int)i;
-		pthread_cond_init(&l->cond, NULL);
+		clock_cond_init(&l->cond);      /* link_connect's waits */
 		if (!(l->ring = calloc(rd->ring + 1, sizeof(*l->ring))))
 			return -ENOMEM;
 	}

@@ -364,12 +364,10 @@ void link_cm_event(struct rdma *rd, struct rlink *l, struct rdma_cm_event *e,
  * 0 once it is up, or -errno with l->why. */
 static int link_connect(struct rdma *rd, struct rlink *l)
 {
-	struct timespec ts;
+	struct timespec ts = clock_deadline_in(RDMA_CONNECT_MS + rd->c.dead_ms + 1000);
 	struct rdma_cm_id *id = NULL;
 	int rc = 0;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += (RDMA_CONNECT_MS + rd->c.dead_ms) / 1000 + 1;
 	pthread_mutex_lock(&rd->lock);
 	while ((l->state == L_CONNECTING || l->state == L_BROKEN || l->state == L_FAILED) && !rc)
 		rc = pthread_cond_timedwait(&l->cond, &rd->lock, &ts);
@@ -388,8 +386,7 @@ static int link_connect(struct rdma *rd, struct rlink *l)
 	if (rdma_resolve_addr(id, (struct sockaddr *)&rd->src, (struct sockaddr *)&l->dst,
 			      RDMA_CONNECT_MS / 2))
 		link_break(rd, l, "resolving the address failed");
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += RDMA_CONNECT_MS / 1000;
+	ts = clock_deadline_in(RDMA_CONNECT_MS);
 	while (l->state == L_CONNECTING)
 		if (pthread_cond_timedwait(&l->cond, &rd->lock, &ts) == ETIMEDOUT &&
 		    l->state == L_CONNECTING)

@@ -1221,21 +1221,6 @@ void xport_flush(struct xport *x, int all)
 		held_note(x, oldest);
 }
 
-/* The absolute CLOCK_REALTIME time ms from now (pthread_cond_timedwait). */
-static struct timespec deadline_in(unsigned ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	return ts;
-}
-
 /* Sends call p on c, linked so that its reply finds it: 0 or an errno
  * (the call is then over).  Unlocked. */
 static int call_send(struct xport *x, struct xport_conn *c, struct pending *p,
@@ -1250,7 +1235,7 @@ static int call_send(struct xport *x, struct xport_conn *c, struct pending *p,
 int xport_call_each(struct xport *x, struct xport_callee *to, int n,
 		    const struct proto_msg *req, xport_reply_fn on_reply)
 {
-	struct timespec ts = deadline_in(x->c.call_ms);
+	struct timespec ts = clock_deadline_in(x->c.call_ms);
 	struct call { struct pending p; struct xport_conn *c; } one, *call = &one;
 	pthread_cond_t cond;
 	int waiting = 0;
@@ -1259,7 +1244,7 @@ int xport_call_each(struct xport *x, struct xport_callee *to, int n,
 		return 0;
 	if (n > 1 && !(call = calloc((size_t)n, sizeof(*call))))
 		return -ENOMEM;
-	pthread_cond_init(&cond, NULL);
+	clock_cond_init(&cond);
 	/* All asked before any answer is awaited: one round trip, not n. */
 	for (int i = 0; i < n; i++) {
 		struct call *k = &call[i];
@@ -1630,7 +1615,7 @@ static void *server_thread(void *arg)
 	 * time but serving what was queued; a serve that is stuck must not
 	 * keep the peer out: past half of dead_ms (the peer waits for our
 	 * pongs no longer) the new one is served beside it. */
-	struct timespec ts = deadline_in(x->c.dead_ms / 2);
+	struct timespec ts = clock_deadline_in(x->c.dead_ms / 2);
 	pthread_mutex_lock(&x->lock);
 	while (!x->stopping && older_of_peer(c))
 		if (pthread_cond_timedwait(&x->cond, &x->lock, &ts) == ETIMEDOUT) {
@@ -2100,7 +2085,7 @@ static void *keeper_thread(void *arg)
 		/* A round each ping_ms, whatever else x->cond is broadcast for
 		 * (a dialer's end among them: a peer that refuses at once
 		 * must not be dialed in a loop). */
-		struct timespec ts = deadline_in(x->c.ping_ms);
+		struct timespec ts = clock_deadline_in(x->c.ping_ms);
 		pthread_mutex_lock(&x->lock);
 		while (!x->stopping && pthread_cond_timedwait(&x->cond, &x->lock, &ts) != ETIMEDOUT)
 			;
@@ -2276,7 +2261,7 @@ int xport_create(struct xport **out, const struct xport_conf *c,
 	if ((rc = listen_on(x, err, errlen)))
 		goto free_x;
 	pthread_mutex_init(&x->lock, NULL);
-	pthread_cond_init(&x->cond, NULL);
+	clock_cond_init(&x->cond);
 	pthread_cond_init(&x->unbusy, NULL);
 	if ((rc = open_rdma(x, err, errlen))) {
 		pthread_cond_destroy(&x->unbusy);
