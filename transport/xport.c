@@ -117,8 +117,9 @@ static const char *const xp_name[] = { "tcp", "rdma", "none" };
 
 struct peer {
 	char name[PROTO_NAME_MAX + 1], addr[128];
-	struct sockaddr_storage sa;
+	struct sockaddr_storage sa;     /* addr's, as last looked up (x->lock) */
 	socklen_t salen;
+	int unresolved;                 /* the last lookup failed: said once */
 	int connecting;
 	int dialing;                    /* a dialer thread connects to it */
 	uint32_t caps;
@@ -203,12 +204,15 @@ static void count(struct xport *x, enum xport_count what, uint64_t n)
 		x->ops->count(x->ctx, what, n);
 }
 
-/* "host:port" or "[v6]:port" into a socket address. */
-static int resolve_addr(const char *addr, struct sockaddr_storage *sa, socklen_t *len)
+/* "host:port" or "[v6]:port" into its first socket address: 0, -EINVAL
+ * (not of that form), or -EHOSTUNREACH with the resolver's word in why. */
+static int resolve_addr(const char *addr, struct sockaddr_storage *sa, socklen_t *len,
+			char *why, size_t wlen)
 {
 	char host[128];
 	const char *colon = strrchr(addr, ':');
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai;
+	int rc;
 
 	if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof(host))
 		return -EINVAL;
@@ -218,12 +222,26 @@ static int resolve_addr(const char *addr, struct sockaddr_storage *sa, socklen_t
 		memmove(host, host + 1, strlen(host));
 		host[strlen(host) - 1] = 0;
 	}
-	if (getaddrinfo(host, colon + 1, &hints, &ai))
-		return -EINVAL;
+	if ((rc = getaddrinfo(host, colon + 1, &hints, &ai))) {
+		snprintf(why, wlen, "%s", rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		return -EHOSTUNREACH;
+	}
 	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
 	*len = ai->ai_addrlen;
 	freeaddrinfo(ai);
 	return 0;
+}
+
+/* A socket address as text, numeric ("10.0.0.7:7070", "[fe80::1]:7070"). */
+static void sa_text(const struct sockaddr_storage *sa, socklen_t len, char *out, size_t olen)
+{
+	char host[INET6_ADDRSTRLEN], port[8];
+
+	if (getnameinfo((const struct sockaddr *)sa, len, host, sizeof(host), port, sizeof(port),
+			NI_NUMERICHOST | NI_NUMERICSERV))
+		snprintf(out, olen, "?");
+	else
+		snprintf(out, olen, sa->ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
 }
 
 static void sock_setup(int fd, unsigned dead_ms)
@@ -905,16 +923,16 @@ static void *rx_thread(void *arg)
 	return NULL;
 }
 
-static int connect_timeout(const struct peer *p)
+static int connect_timeout(const struct sockaddr_storage *sa, socklen_t salen)
 {
-	int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int fd = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
 	int err = 0;
 	socklen_t elen = sizeof(err);
 
 	if (fd < 0)
 		return -errno;
-	if (connect(fd, (const struct sockaddr *)&p->sa, p->salen) && errno != EINPROGRESS)
+	if (connect(fd, (const struct sockaddr *)sa, salen) && errno != EINPROGRESS)
 		goto fail;
 	if (poll(&pfd, 1, CONNECT_MS) != 1) {
 		errno = ETIMEDOUT;
@@ -1000,13 +1018,14 @@ static int connect_claim(struct xport *x, struct peer *p)
 	return rc;
 }
 
-/* A new connection to peer i, through the handshake.  0, or -errno. */
-static int conn_open(struct xport *x, int i, struct xport_conn **out, struct offer *o)
+/* A new connection to peer i at sa, through the handshake.  0, or -errno. */
+static int conn_open(struct xport *x, int i, const struct sockaddr_storage *sa, socklen_t salen,
+		     struct xport_conn **out, struct offer *o)
 {
 	struct peer *p = &x->peers[i];
 	int fd, rc;
 
-	if ((fd = connect_timeout(p)) < 0)
+	if ((fd = connect_timeout(sa, salen)) < 0)
 		return fd;
 	if (!(*out = conn_new(x, fd, i, 1))) {
 		close(fd);
@@ -1026,7 +1045,8 @@ static int conn_open(struct xport *x, int i, struct xport_conn **out, struct off
 /* Which transport moves peer i's bytes, now that its WELCOME is in: RDMA
  * where both ends have it and its queue pair connects; else TCP, or none
  * at all with transport=rdma.  Said in one line, as SPEC §2 wants. */
-static int peer_transport(struct xport *x, int i, const struct offer *o, char *why, size_t len)
+static int peer_transport(struct xport *x, int i, const struct sockaddr_storage *sa,
+			  const struct offer *o, char *why, size_t len)
 {
 	struct peer *p = &x->peers[i];
 	int xp = x->c.mode == XPORT_RDMA ? XP_NONE : XP_TCP;
@@ -1034,7 +1054,7 @@ static int peer_transport(struct xport *x, int i, const struct offer *o, char *w
 	why[0] = 0;
 	if (x->rdma && o->port) {
 		char e[96];
-		if (!rdma_link_up(x->rdma, i, (struct sockaddr *)&p->sa, o->port, o->token,
+		if (!rdma_link_up(x->rdma, i, (const struct sockaddr *)sa, o->port, o->token,
 				  e, sizeof(e)))
 			xp = XP_RDMA;
 		else
@@ -1063,14 +1083,24 @@ static int peer_connect(struct xport *x, int i)
 	struct peer *p = &x->peers[i];
 	struct xport_conn *c;
 	struct offer o = { 0 };
+	struct sockaddr_storage sa;
+	socklen_t salen;
 	char why[sizeof(p->why)];
 	int rc, xp;
 
 	if ((rc = connect_claim(x, p)) <= 0)
 		return rc;
-	if ((rc = conn_open(x, i, &c, &o)))
+	pthread_mutex_lock(&x->lock);
+	sa = p->sa;
+	salen = p->salen;
+	pthread_mutex_unlock(&x->lock);
+	if (!sa.ss_family) {            /* its name has not resolved yet */
+		rc = -EHOSTUNREACH;
 		goto unclaim;
-	xp = peer_transport(x, i, &o, why, sizeof(why));
+	}
+	if ((rc = conn_open(x, i, &sa, salen, &c, &o)))
+		goto unclaim;
+	xp = peer_transport(x, i, &sa, &o, why, sizeof(why));
 	pthread_mutex_lock(&x->lock);
 	p->out = c;
 	p->caps = o.caps;
@@ -2001,12 +2031,43 @@ static void *acceptor_thread(void *arg)
  * dead_ms, and the others must go on hearing our pings meanwhile. */
 struct dial { struct xport *x; int peer; };
 
+/* Looks peer i's name up again before a dial, so that a peer back at a
+ * new address (a Kubernetes pod rescheduled, a new DHCP lease) is found
+ * there, and one whose name did not resolve at start once it does.  Only
+ * dialers look up (the resolver may take seconds): a request's own
+ * connect uses the last address.  Each change is said once. */
+static void peer_resolve(struct xport *x, int i)
+{
+	struct peer *p = &x->peers[i];
+	struct sockaddr_storage sa;
+	socklen_t len;
+	char why[96], now[INET6_ADDRSTRLEN + 10], was[sizeof(now)] = "";
+	int rc = resolve_addr(p->addr, &sa, &len, why, sizeof(why));
+
+	pthread_mutex_lock(&x->lock);
+	if (rc && !p->unresolved)
+		fprintf(stderr, "omnifs: peer %s (%s): cannot resolve its name (%s); "
+			"looked up again while it is down\n", p->name, p->addr, why);
+	if (!rc && (len != p->salen || memcmp(&sa, &p->sa, len))) {
+		if (p->sa.ss_family)
+			sa_text(&p->sa, p->salen, was, sizeof(was));
+		sa_text(&sa, len, now, sizeof(now));
+		fprintf(stderr, "omnifs: peer %s (%s) is at %s%s%s%s\n", p->name, p->addr, now,
+			*was ? " now (was " : "", was, *was ? ")" : "");
+		p->sa = sa;
+		p->salen = len;
+	}
+	p->unresolved = !!rc;
+	pthread_mutex_unlock(&x->lock);
+}
+
 static void *dialer_thread(void *arg)
 {
 	struct dial *d = arg;
 	struct xport *x = d->x;
 
 	pthread_setname_np(pthread_self(), "omni-dial");
+	peer_resolve(x, d->peer);
 	peer_connect(x, d->peer);
 	pthread_mutex_lock(&x->lock);
 	x->peers[d->peer].dialing = 0;
@@ -2102,8 +2163,14 @@ static int listen_on(struct xport *x, char *err, size_t errlen)
 	socklen_t len;
 	int one = 1;
 
-	if (resolve_addr(x->c.listen, &sa, &len)) {
+	char why[96];
+	int rc = resolve_addr(x->c.listen, &sa, &len, why, sizeof(why));
+
+	if (rc == -EINVAL) {
 		snprintf(err, errlen, "listen=%s: not an address:port", x->c.listen);
+		return rc;
+	} else if (rc) {
+		snprintf(err, errlen, "listen=%s: cannot resolve the name: %s", x->c.listen, why);
 		return -EINVAL;
 	}
 	if ((x->lfd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
@@ -2252,10 +2319,16 @@ int xport_create(struct xport **out, const struct xport_conf *c,
 		snprintf(p->name, sizeof(p->name), "%s", c->peers[i].name);
 		snprintf(p->addr, sizeof(p->addr), "%s", c->peers[i].addr);
 		p->since_ns = clock_wall_ns();
-		if (resolve_addr(p->addr, &p->sa, &p->salen)) {
+		/* A name that does not resolve yet (a peer's DNS record comes
+		 * with it) is looked up again at each dial: peer_resolve. */
+		char why[96];
+		if ((rc = resolve_addr(p->addr, &p->sa, &p->salen, why, sizeof(why))) == -EINVAL) {
 			snprintf(err, errlen, "node %s: addr %s: not an address:port", p->name, p->addr);
-			rc = -EINVAL;
 			goto free_x;
+		} else if (rc) {
+			fprintf(stderr, "omnifs: peer %s (%s): cannot resolve its name (%s); "
+				"looked up again while it is down\n", p->name, p->addr, why);
+			p->unresolved = 1;
 		}
 	}
 	if ((rc = listen_on(x, err, errlen)))
