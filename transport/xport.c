@@ -2157,14 +2157,44 @@ static void *keeper_thread(void *arg)
 
 /* ---------------------------------------------------------------- lifecycle */
 
+static int sa_loopback(const struct sockaddr_storage *sa)
+{
+	const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+
+	if (sa->ss_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	return sa->ss_family == AF_INET6 && (IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr) ||
+		(IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr) && s6->sin6_addr.s6_addr[12] == 127));
+}
+
+/* A node bound to a loopback address while a peer is elsewhere cannot be
+ * reached by it, and nothing else would say why: a config of host names
+ * meets this where /etc/hosts maps the host's own name to 127.0.1.1 (as
+ * Debian's installer writes it). */
+static void warn_loopback(struct xport *x, const struct sockaddr_storage *sa, socklen_t len)
+{
+	char self[INET6_ADDRSTRLEN + 10];
+
+	if (!sa_loopback(sa))
+		return;
+	for (size_t i = 0; i < x->npeers; i++) {
+		struct peer *p = &x->peers[i];
+		if (!p->sa.ss_family || sa_loopback(&p->sa))
+			continue;
+		sa_text(sa, len, self, sizeof(self));
+		fprintf(stderr, "omnifs: listen=%s is %s, a loopback address, and peer %s (%s) is "
+			"elsewhere: it cannot reach this node; give this node an addr (or listen=) "
+			"that its peers reach\n", x->c.listen, self, p->name, p->addr);
+		return;
+	}
+}
+
 static int listen_on(struct xport *x, char *err, size_t errlen)
 {
 	struct sockaddr_storage sa;
 	socklen_t len;
-	int one = 1;
-
 	char why[96];
-	int rc = resolve_addr(x->c.listen, &sa, &len, why, sizeof(why));
+	int one = 1, rc = resolve_addr(x->c.listen, &sa, &len, why, sizeof(why));
 
 	if (rc == -EINVAL) {
 		snprintf(err, errlen, "listen=%s: not an address:port", x->c.listen);
@@ -2183,6 +2213,7 @@ static int listen_on(struct xport *x, char *err, size_t errlen)
 		x->lfd = -1;
 		return -e;
 	}
+	warn_loopback(x, &sa, len);
 	return 0;
 }
 

@@ -23,14 +23,14 @@ nodes:
 YAML
 printf '127.0.0.1 omni-a.test\n' >"$T/hosts"      # b's name: not yet
 
-# node_ns NAME: starts NAME in a mount namespace where $T/hosts is
+# [CONF=FILE] node_ns NAME: starts NAME in a mount namespace where $T/hosts is
 # /etc/hosts, mounted at $T/mnt/NAME there; $T/NAME leads to the mount.
 declare -A NS_PID=()
 node_ns() {
 	local name=$1
 	mkdir -p "$T/mnt/$name"
 	unshare -m sh -c 'mount --bind "$1" /etc/hosts && shift && exec "$@"' - "$T/hosts" \
-		"$B/omnifs" -f -o "config=$T/omni.yaml,node=$name" "$T/mnt/$name" >"$T/$name.log" 2>&1 &
+		"$B/omnifs" -f -o "config=${CONF:-$T/omni.yaml},node=$name" "$T/mnt/$name" >"$T/$name.log" 2>&1 &
 	NS_PID[$name]=$!
 	rm -f "$T/$name"
 	ln -s "/proc/${NS_PID[$name]}/root$T/mnt/$name" "$T/$name"
@@ -76,5 +76,15 @@ ok "b reads a's new object" cmp "$T/y" "$T/b/0/1/three"
 cp "$T/y" "$T/b/1/0/four"
 ok "a reads b's new object, from b's new address" cmp "$T/y" "$T/a/1/0/four"
 is "$(health a "[p['addr'] for p in d['peers']][0]")" "omni-b.test:$PB" "a's health names b as configured"
+ok "no node warned of a loopback address: all are on it" sh -c "! grep -q 'loopback' '$T/a.log' '$T/b.log'"
+
+# --- a node's own name on loopback, a peer elsewhere ---------------------------------
+stop_ns a
+stop_ns b
+printf '127.0.1.1 omni-a.test\n' >"$T/hosts"     # as Debian's installer maps the host's name
+sed "s/omni-b.test:$PB/192.0.2.1:$PB/" "$T/omni.yaml" >"$T/far.yaml"
+CONF=$T/far.yaml node_ns a
+ok "a node bound to a loopback address, its peer elsewhere, says the peer cannot reach it" \
+   grep -q "listen=omni-a.test:$PA is 127.0.1.1:$PA, a loopback address, and peer b (192.0.2.1:$PB) is elsewhere" "$T/a.log"
 
 done_testing
