@@ -2039,26 +2039,32 @@ struct dial { struct xport *x; int peer; };
 static void peer_resolve(struct xport *x, int i)
 {
 	struct peer *p = &x->peers[i];
-	struct sockaddr_storage sa;
-	socklen_t len;
+	struct sockaddr_storage sa, old;
+	socklen_t len, oldlen;
 	char why[96], now[INET6_ADDRSTRLEN + 10], was[sizeof(now)] = "";
-	int rc = resolve_addr(p->addr, &sa, &len, why, sizeof(why));
+	int rc = resolve_addr(p->addr, &sa, &len, why, sizeof(why)), failed, moved;
 
-	pthread_mutex_lock(&x->lock);
-	if (rc && !p->unresolved)
-		fprintf(stderr, "omnifs: peer %s (%s): cannot resolve its name (%s); "
-			"looked up again while it is down\n", p->name, p->addr, why);
-	if (!rc && (len != p->salen || memcmp(&sa, &p->sa, len))) {
-		if (p->sa.ss_family)
-			sa_text(&p->sa, p->salen, was, sizeof(was));
-		sa_text(&sa, len, now, sizeof(now));
-		fprintf(stderr, "omnifs: peer %s (%s) is at %s%s%s%s\n", p->name, p->addr, now,
-			*was ? " now (was " : "", was, *was ? ")" : "");
+	pthread_mutex_lock(&x->lock);   /* said after: a log may block */
+	failed = rc && !p->unresolved;
+	moved = !rc && (len != p->salen || memcmp(&sa, &p->sa, len));
+	old = p->sa;
+	oldlen = p->salen;
+	if (moved) {
 		p->sa = sa;
 		p->salen = len;
 	}
 	p->unresolved = !!rc;
 	pthread_mutex_unlock(&x->lock);
+	if (failed)
+		fprintf(stderr, "omnifs: peer %s (%s): cannot resolve its name (%s); "
+			"looked up again while it is down\n", p->name, p->addr, why);
+	if (moved) {
+		if (old.ss_family)
+			sa_text(&old, oldlen, was, sizeof(was));
+		sa_text(&sa, len, now, sizeof(now));
+		fprintf(stderr, "omnifs: peer %s (%s) is at %s%s%s%s\n", p->name, p->addr, now,
+			*was ? " now (was " : "", was, *was ? ")" : "");
+	}
 }
 
 static void *dialer_thread(void *arg)
