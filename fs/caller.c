@@ -143,7 +143,7 @@ int caller_holds_fd(pid_t tid, const char *suffix)
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)tid);
 	int dfd = tid > 0 ? open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	if (dfd < 0)
-		return -1;
+		return -2;
 	/* readlinkat from the open directory: a full path would walk
 	 * /proc/<pid> again for every descriptor, on every writer's close. */
 	while (found < 1 && (got = getdents64(dfd, ents, sizeof(ents))) > 0) {

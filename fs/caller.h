@@ -25,8 +25,9 @@ enum caller_intent caller_intent(pid_t tid);
 /* 1 if the task still has a descriptor open on a file whose path ends in
  * suffix ("/from/to/key"): a dup()ed writer fd, as a shell's redirection
  * leaves, so this close is not the last one.  0 if it has others only;
- * -1 if it has none at all (or cannot be read), as a task closing its files
- * on the way out has: only then is caller_state() worth asking. */
+ * -1 if it has none at all, as a task closing its files on the way out
+ * has: only then is caller_state() worth asking.  -2 if its descriptors
+ * cannot be read (pid 0: a task outside our pid namespace; no access). */
 int caller_holds_fd(pid_t tid, const char *suffix);
 enum caller_state { CALLER_ALIVE, CALLER_EXITING, CALLER_KILLED };
 /* Whether the task is exiting, and if so whether a signal killed it. */

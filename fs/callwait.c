@@ -40,8 +40,10 @@ int callwait_arm(struct callwait *cw, pid_t tid, const char *value, size_t size)
 			return -EINVAL;
 		ms = ms * 10 + (uint64_t)(value[i] - '0');
 	}
-	if (!ms || ms > CALLWAIT_MAX_MS || tid <= 0)
+	if (!ms || ms > CALLWAIT_MAX_MS)
 		return -EINVAL;
+	if (tid <= 0)           /* outside our pid namespace: whose next open? */
+		return -ESRCH;
 	pthread_mutex_lock(&cw->lock);
 	for (size_t i = 0; i < CALLWAIT_SLOTS; i++) {
 		if (cw->slot[i].tid == tid || !live(cw, i, now)) {

@@ -49,7 +49,8 @@ struct fs {
 	 * O_CREAT open (NS_LOOKUP_KNOWN), and that name's inode. */
 	struct { pthread_mutex_t lock; pid_t tid; uint64_t ino; } creating;
 	unsigned max_threads, spin_us;
-	int mounted, unknown_intent_logged;
+	int mounted;
+	atomic_int unseen_said;         /* caller_unseen's line is out */
 	int epochs;                     /* the kernel takes FUSE_NOTIFY_INC_EPOCH */
 	uint64_t cookie;                /* proves to a direct caller that it reads us */
 };
@@ -262,6 +263,24 @@ static int opens_to_create(struct fs *fs, pid_t tid, uint64_t ino)
 	return known || caller_intent(tid) == CALLER_OPEN_CREATE;
 }
 
+/* Said once, so that what follows from a caller we cannot see is no
+ * mystery (README, "Pid namespaces").  FUSE says pid 0 for a task outside
+ * the daemon's pid namespace, as one in another container is. */
+static void caller_unseen(struct fs *fs, pid_t pid)
+{
+	if (atomic_exchange(&fs->unseen_said, 1))
+		return;
+	if (pid <= 0)
+		fprintf(stderr, "omnifs: a request came from outside this daemon's pid namespace "
+			"(pid 0): opens of missing keys will not wait, and a writer's object is "
+			"published when its file is released; run omnifs in its users' pid "
+			"namespace (Kubernetes: hostPID: true)\n");
+	else
+		fprintf(stderr, "omnifs: cannot read /proc/%d of a caller: opens of missing keys "
+			"will not wait, and a writer's object is published when its file is "
+			"released; run omnifs as root\n", (int)pid);
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
@@ -284,11 +303,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			      reads ? callwait_peek(&fs->cw, fuse_req_ctx(req)->pid) : 0,
 			      reads || in == CALLER_OTHER || in == CALLER_UNKNOWN))
 			rc = ns_lookup(fs->ns, parent, name, NS_LOOKUP_OBJECT, &a);
-		if (in == CALLER_UNKNOWN && !fs->unknown_intent_logged) {
-			fs->unknown_intent_logged = 1;
-			fprintf(stderr, "omnifs: cannot read a caller's syscall from "
-				"/proc; opens of missing keys will not wait\n");
-		}
+		if (in == CALLER_UNKNOWN)
+			caller_unseen(fs, fuse_req_ctx(req)->pid);
 		if (rc == -ENOENT && in == CALLER_OPEN_READ)
 			rc = ns_lookup(fs->ns, parent, name, NS_LOOKUP_WAIT, &a);
 		/* A writer's O_CREAT of a name the kernel keeps because a
@@ -826,6 +842,13 @@ static enum ns_close writer_close(fuse_req_t req, struct ns_handle *h)
 	if (!ns_handle_sole(ns, h)) {
 		ns_handle_path(ns, h, path, sizeof(path));
 		held = caller_holds_fd(tid, path);
+	}
+	/* Whether another descriptor is left we cannot tell: the publish
+	 * waits for the release, which comes when the last one anywhere
+	 * goes (a shell's redirection closes its first one at once). */
+	if (held == -2) {
+		caller_unseen(fs_of(req), tid);
+		return NS_CLOSE_DUP;
 	}
 	/* A task closing its files on the way out has no table of them
 	 * left: only a task with no descriptors (or a sole writer) can be. */
