@@ -53,6 +53,7 @@
 #define STRANGERS_MAX 1024
 #define STRANGERS_PER_HOST 256
 #define CONNECT_MS 1000
+#define RESOLVE_MS 2000         /* a down peer's name, looked up again at most */
 #define SOCKBUF (4 << 20)
 #define RX_AHEAD (64u << 10)       /* a peer's requests read at a time */
 #define HELD_MAX (16u << 10)       /* frames held for the next, at most */
@@ -120,6 +121,7 @@ struct peer {
 	struct sockaddr_storage sa;     /* addr's, as last looked up (x->lock) */
 	socklen_t salen;
 	int unresolved;                 /* the last lookup failed: said once */
+	uint64_t looked_ns;             /* when (0: at the next dial, it went down) */
 	int connecting;
 	int dialing;                    /* a dialer thread connects to it */
 	uint32_t caps;
@@ -873,6 +875,7 @@ static void peer_down(struct xport *x, int i, const char *why)
 	struct xport_conn *c = p->out;
 	p->out = NULL;
 	p->since_ns = clock_wall_ns();
+	p->looked_ns = 0;               /* it may be back elsewhere: look at once */
 	pthread_mutex_unlock(&x->lock);
 	if (!c)
 		return;
@@ -2033,8 +2036,10 @@ struct dial { struct xport *x; int peer; };
 
 /* Looks peer i's name up again before a dial, so that a peer back at a
  * new address (a Kubernetes pod rescheduled, a new DHCP lease) is found
- * there, and one whose name did not resolve at start once it does.  Only
- * dialers look up (the resolver may take seconds): a request's own
+ * there, and one whose name did not resolve at start once it does: at
+ * once after it went down, then each RESOLVE_MS at most (a dial goes each
+ * ping_ms; with Kubernetes' ndots:5 a lookup may ask the DNS 6 times).
+ * Only dialers look up (the resolver may take seconds): a request's own
  * connect uses the last address.  Each change is said once. */
 static void peer_resolve(struct xport *x, int i)
 {
@@ -2042,8 +2047,17 @@ static void peer_resolve(struct xport *x, int i)
 	struct sockaddr_storage sa, old;
 	socklen_t len, oldlen;
 	char why[96], now[INET6_ADDRSTRLEN + 10], was[sizeof(now)] = "";
-	int rc = resolve_addr(p->addr, &sa, &len, why, sizeof(why)), failed, moved;
+	uint64_t t = clock_mono_ns();
+	int rc, failed, moved;
 
+	pthread_mutex_lock(&x->lock);
+	int due = !p->looked_ns || t - p->looked_ns >= (uint64_t)RESOLVE_MS * 1000000u;
+	if (due)
+		p->looked_ns = t;
+	pthread_mutex_unlock(&x->lock);
+	if (!due)
+		return;
+	rc = resolve_addr(p->addr, &sa, &len, why, sizeof(why));
 	pthread_mutex_lock(&x->lock);   /* said after: a log may block */
 	failed = rc && !p->unresolved;
 	moved = !rc && (len != p->salen || memcmp(&sa, &p->sa, len));
@@ -2356,6 +2370,7 @@ int xport_create(struct xport **out, const struct xport_conf *c,
 		snprintf(p->name, sizeof(p->name), "%s", c->peers[i].name);
 		snprintf(p->addr, sizeof(p->addr), "%s", c->peers[i].addr);
 		p->since_ns = clock_wall_ns();
+		p->looked_ns = clock_mono_ns();
 		/* A name that does not resolve yet (a peer's DNS record comes
 		 * with it) is looked up again at each dial: peer_resolve. */
 		char why[96];
