@@ -306,6 +306,10 @@ static int pool_map_host(struct pool *p, char *err, size_t errlen)
 	 * before the first touch lets the kernel back the region with them
 	 * (a memfd's only where shmem_enabled allows). */
 	madvise(base, p->size, MADV_HUGEPAGE);
+	/* A crash's core leaves the pool out: gigabytes of every stage's
+	 * data, which would hold up the restart while they were written and
+	 * then lie on a disk. */
+	madvise(base, p->size, MADV_DONTDUMP);
 	pool_populate(base, p->size);
 	p->huge = pool_huge(p->size, fd >= 0);
 	p->locked = pool_try_lock(base, p->size);

@@ -26,6 +26,14 @@ ok "health: the pool is shared, with huge pages as the kernel counts them" $PY -
 import json; d = json.load(open('$M/.omni/health'))['pool']
 kb = [int(l.split()[1]) for l in open('/proc/${NODE_PID[a]}/smaps_rollup') if l.startswith('ShmemPmdMapped:')]
 assert d['shared'] is True and d['huge_pages'] == (kb[0] << 10 >= d['size'] // 2), (d, kb)"
+# A crash's core leaves the pool out (README, "Mounting"): "dd".
+ok "the pool is left out of the daemon's core dumps" $PY -c "
+import json, re
+size = json.load(open('$M/.omni/health'))['pool']['size']
+maps = re.findall(r'^([0-9a-f]+)-([0-9a-f]+) .*memfd:omnifs-pool.*\n(?:[A-Z].*\n)*?VmFlags:(.*)',
+                  open('/proc/${NODE_PID[a]}/smaps').read(), re.M)
+flags = [f.split() for lo, hi, f in maps if int(hi, 16) - int(lo, 16) == size]
+assert flags and 'dd' in flags[0], maps"
 ok "stats are 'name: value' lines" $PY -c "
 import re; lines = open('$M/.omni/stats').read().splitlines()
 assert lines and all(re.fullmatch(r'[a-z_]+: \d+', l) for l in lines), lines"

@@ -748,6 +748,31 @@ def test_the_pool_is_mapped_once_and_copies_are_memmoves(monkeypatch):
     m.remove("0", "1", k)
 
 
+def _vmflags(addr):
+    """The VmFlags of this process's mapping that starts at addr."""
+    at = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+                at = int(line.split("-", 1)[0], 16)
+            elif line.startswith("VmFlags:") and at == addr:
+                return line.split()[1:]
+    return None
+
+
+def test_a_workers_core_leaves_the_pool_out():
+    """A worker's mapping of the pool is left out of its core dumps
+    (MADV_DONTDUMP: "dd" in /proc/self/smaps), as the daemon's is: it is
+    the node's memory for every stage, gigabytes, not the worker's."""
+    m, k = omnifs.Mount(ONE), rid()
+    m.put("0", "1", k, os.urandom(2 << 20), readers=0)
+    pool = m._pool[1]
+    assert pool is not None, "mapped"
+    assert "dd" in _vmflags(pool.addr)
+    m.remove("0", "1", k)
+    m.close()
+
+
 def test_a_pool_file_that_is_not_the_daemons_is_never_used(monkeypatch):
     """The file a Mount opens is checked by the cookie after the pool in
     it (another pid namespace would open some other process's): on a

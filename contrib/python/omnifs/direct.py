@@ -68,6 +68,7 @@ def _libc():
                               ctypes.c_int, ctypes.c_long]
         libc.mmap.restype = ctypes.c_void_p
         libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         return libc
     except (OSError, AttributeError):
         return None
@@ -211,6 +212,7 @@ class Pool:
 
 _MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS, _MAP_NORESERVE = 1, 2, 0x10, 0x20, 0x4000
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_MADV_DONTDUMP = getattr(mmap, "MADV_DONTDUMP", 16)
 
 
 def _map_huge(fd, length):
@@ -228,6 +230,9 @@ def _map_huge(fd, length):
         e = ctypes.get_errno()
         _LIBC.munmap(room, span)
         raise OSError(e, "omnifs: cannot map the pool")
+    # A worker's core leaves the pool out, as the daemon's does: it is
+    # the node's memory for every stage, gigabytes, not this worker's.
+    _LIBC.madvise(at, length, _MADV_DONTDUMP)
     end = at + -(-length // _PAGE) * _PAGE
     if at > room:
         _LIBC.munmap(room, at - room)
