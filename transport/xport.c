@@ -127,6 +127,7 @@ struct peer {
 	uint32_t caps;
 	int xp;
 	char why[160];                  /* why not RDMA, where we have it */
+	char down_why[128];             /* why it is down: the last fault seen */
 	uint64_t since_ns;
 	struct xport_conn *out;         /* our connection, while up */
 	pthread_t rx;
@@ -873,6 +874,8 @@ static void peer_down(struct xport *x, int i, const char *why)
 
 	pthread_mutex_lock(&x->lock);
 	struct xport_conn *c = p->out;
+	if (c)
+		snprintf(p->down_why, sizeof(p->down_why), "%s", why);
 	p->out = NULL;
 	p->since_ns = clock_wall_ns();
 	p->looked_ns = 0;               /* it may be back elsewhere: look at once */
@@ -1080,6 +1083,17 @@ static int peer_transport(struct xport *x, int i, const struct sockaddr_storage 
 	return xp;
 }
 
+/* Under x->lock: why a dial of p failed, for .omni/health (the log says
+ * only what changes; this is where an operator looks first). */
+static void dial_failed(struct peer *p, int rc)
+{
+	if (rc == -EHOSTUNREACH && p->unresolved)
+		return;                 /* peer_resolve said why */
+	snprintf(p->down_why, sizeof(p->down_why), "%s%s", rc == -EACCES ?
+		 "it refused the handshake: is the secret the same?" : "connecting: ",
+		 rc == -EACCES ? "" : strerror(-rc));
+}
+
 /* Connects to peer i and starts its receiver.  0, or -errno. */
 static int peer_connect(struct xport *x, int i)
 {
@@ -1124,6 +1138,8 @@ static int peer_connect(struct xport *x, int i)
 		rdma_link_down(x->rdma, i);
 unclaim:
 	pthread_mutex_lock(&x->lock);
+	if (rc)
+		dial_failed(p, rc);
 	p->connecting = 0;
 	pthread_cond_broadcast(&x->cond);
 	pthread_mutex_unlock(&x->lock);
@@ -2060,6 +2076,8 @@ static void peer_resolve(struct xport *x, int i)
 	rc = resolve_addr(p->addr, &sa, &len, why, sizeof(why));
 	pthread_mutex_lock(&x->lock);   /* said after: a log may block */
 	failed = rc && !p->unresolved;
+	if (rc)
+		snprintf(p->down_why, sizeof(p->down_why), "cannot resolve its name (%s)", why);
 	moved = !rc && (len != p->salen || memcmp(&sa, &p->sa, len));
 	old = p->sa;
 	oldlen = p->salen;
@@ -2380,6 +2398,8 @@ int xport_create(struct xport **out, const struct xport_conf *c,
 		} else if (rc) {
 			fprintf(stderr, "omnifs: peer %s (%s): cannot resolve its name (%s); "
 				"looked up again while it is down\n", p->name, p->addr, why);
+			snprintf(p->down_why, sizeof(p->down_why), "cannot resolve its name (%s)",
+				 why);
 			p->unresolved = 1;
 		}
 	}
@@ -2537,6 +2557,7 @@ void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out)
 	out->state = p->out ? "up" : "down";
 	out->transport = p->out ? xp_name[p->xp] : "";
 	out->why = p->out ? p->why : "";
+	snprintf(out->down_why, sizeof(out->down_why), "%s", p->out ? "" : p->down_why);
 	out->since_ns = p->since_ns;
 	pthread_mutex_unlock(&x->lock);
 }

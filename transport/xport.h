@@ -117,6 +117,7 @@ struct xport_peer_info {
 	const char *state;              /* "up", "down" */
 	const char *transport;          /* in use: "rdma", "tcp", "none"; "" while down */
 	const char *why;                /* why not "rdma" where we have it, or "" */
+	char down_why[128];             /* why it is down (the last fault), or "" */
 	uint64_t since_ns;              /* of the last change, wall clock */
 };
 void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out);

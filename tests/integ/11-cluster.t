@@ -325,6 +325,8 @@ node c wrong
 c_isolated() { ! wait_until 3 peers_up c 1; }
 ok "c with the wrong secret mounts but no peer accepts it" c_isolated
 ok "... and c's log says why" grep -q "refused the handshake: is the secret the same" "$T/c.log"
+is "$(health c "sorted(set(p.get('down_why', '') for p in d['peers']))")" \
+   "['it refused the handshake: is the secret the same?']" "... and so does its health, of each peer"
 stop_node c
 node c
 ok "c with the right secret rejoins, the others unrestarted" wait_until 10 peers_up c 2

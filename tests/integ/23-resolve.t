@@ -54,6 +54,8 @@ both_up() { up a && up b; }
 node_ns a
 ok "a mounts though b's name does not resolve" test -d "$T/a/.omni"
 ok "... and says so, once" test "$(grep -c "peer b (omni-b.test:$PB): cannot resolve its name" "$T/a.log")" = 1
+down_why() { health "$1" "[p.get('down_why', '') for p in d['peers']][0]"; }
+is "$(down_why a)" "cannot resolve its name (Name or service not known)" "... and so does its health"
 printf '127.0.0.1 omni-a.test\n127.0.0.1 omni-b.test\n' >"$T/hosts"
 node_ns b
 ok "once it resolves, a and b see each other up" wait_until 10 both_up
@@ -66,6 +68,8 @@ ok "a reads b's object" cmp "$T/y" "$T/a/1/0/two"
 
 # --- the peer comes back at another address ---------------------------------------
 stop_ns b
+refused() { [ "$(down_why a)" = "connecting: Connection refused" ]; }
+ok "b stopped: a's health says why it is down" wait_until 5 refused
 printf '127.0.0.1 omni-a.test\n127.0.0.2 omni-b.test\n' >"$T/hosts"
 node_ns b
 ok "b, back at 127.0.0.2, and a see each other up" wait_until 10 both_up
@@ -76,6 +80,7 @@ ok "b reads a's new object" cmp "$T/y" "$T/b/0/1/three"
 cp "$T/y" "$T/b/1/0/four"
 ok "a reads b's new object, from b's new address" cmp "$T/y" "$T/a/1/0/four"
 is "$(health a "[p['addr'] for p in d['peers']][0]")" "omni-b.test:$PB" "a's health names b as configured"
+is "$(down_why a)" "" "... and, b up, says no why"
 ok "no node warned of a loopback address: all are on it" sh -c "! grep -q 'loopback' '$T/a.log' '$T/b.log'"
 
 # --- a node's own name on loopback, a peer elsewhere ---------------------------------
