@@ -77,7 +77,7 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/omnifs: $(BUILD)/obj/mount/main.o $(LIB_OBJS)
+$(BUILD)/omnifs: $(BUILD)/obj/mount/main.o $(BUILD)/obj/mount/mntpoint.o $(LIB_OBJS)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/omnikv: $(BUILD)/obj/mount/omnikv.o $(BUILD)/obj/mount/omnikv_pack.o $(KV_OBJS)

@@ -20,6 +20,7 @@
 #include <fuse_lowlevel.h>
 
 #include "conf.h"
+#include "mntpoint.h"
 #include "../fs/fs.h"
 #include "../transport/pool.h"
 #include "../fs/cluster.h"
@@ -331,8 +332,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "omnifs: no mount point (try omnifs -h)\n");
 		goto free_args;
 	}
-	if (!realpath(a.mountpoint, mnt)) {
-		fprintf(stderr, "omnifs: mount point '%s': %s\n", a.mountpoint, strerror(errno));
+	char err[PATH_MAX + 256];
+	if (mntpoint_prepare(a.mountpoint, mnt, err, sizeof(err))) {
+		fprintf(stderr, "omnifs: %s\n", err);
 		goto free_args;
 	}
 	if (configure(&c, &a, key))

@@ -107,4 +107,35 @@ ok "without -f the daemon returns once mounted" "$B/omnifs" -o pool=host:16M "$T
 ok "and it is mounted" is_mounted "$T/bg"
 ok "it serves" sh -c "echo hi > '$T/bg/a/b/c' && [ \"\$(cat '$T/bg/a/b/c')\" = hi ]"
 ok "fusermount3 -u unmounts it" fusermount3 -u "$T/bg"
+
+# --- what is at the mount point already ---------------------------------------
+start_node k pool=host:16M
+is "$("$B/omnifs" -o pool=host:16M "$T/k" 2>&1; echo "exit $?")" \
+   "omnifs: mount point '$T/k': omnifs is mounted there already (fusermount3 -u $T/k to replace it)
+exit 2" "a second daemon on a live mount: refused, in one line"
+ok "... and the first still serves" sh -c "echo one > '$T/k/a/b/c' && [ \"\$(cat '$T/k/a/b/c')\" = one ]"
+kill -9 "${NODE_PID[k]}"
+wait "${NODE_PID[k]}" 2>/dev/null
+unset "NODE_PID[k]"
+is "$(stat -f -c %T "$T/k" 2>&1)" "stat: cannot read file system information for '$T/k': Transport endpoint is not connected" \
+   "a daemon killed by SIGKILL leaves its mount dead"
+"$B/omnifs" -o pool=host:16M "$T/k" 2>"$T/k.err"
+is "$?" 0 "a new daemon there mounts"
+ok "... saying it took the dead mount away" \
+   grep -qx "omnifs: $T/k held the mount of an omnifs daemon that is gone (killed?); unmounted it" "$T/k.err"
+ok "... and serves, mounted once" sh -c "echo two > '$T/k/a/b/c' && [ \"\$(cat '$T/k/a/b/c')\" = two ] &&
+	[ \$(grep -c ' $T/k ' /proc/mounts) = 1 ]"
+fusermount3 -u "$T/k"
+mkdir -p "$T/other"
+"$B/bench/ceilingfs" "$T/other" 16 >/dev/null 2>&1 &
+other=$!
+if wait_until 10 grep -q " $T/other fuse " /proc/mounts; then
+	kill -9 "$other"; wait "$other" 2>/dev/null
+	is "$("$B/omnifs" -o pool=host:16M "$T/other" 2>&1; echo "exit $?")" \
+	   "omnifs: mount point '$T/other': a dead fuse mount is there (Transport endpoint is not connected); unmount it first
+exit 2" "another filesystem's dead mount is left to its owner"
+	umount -l "$T/other"
+else
+	skip "ceilingfs did not mount"
+fi
 done_testing
