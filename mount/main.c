@@ -98,7 +98,8 @@ static void usage(void)
 	printf("usage: omnifs [-f] [-d] [-o opt[,opt...]] <mountpoint>\n\n"
 	       "options (also settable in the config file; the command line wins):\n"
 	       "  config=FILE       cluster YAML file\n"
-	       "  node=NAME         this node's name (default: the host name)\n"
+	       "  node=NAME         this node's name (default: the host name, or its\n"
+	       "                    first label where the config names that)\n"
 	       "  pool=host:SIZE | pinned:SIZE | cuda:DEV:SIZE   (default host:1GiB)\n"
 	       "  listen=ADDR:PORT  peer port\n"
 	       "  transport=auto|tcp|rdma\n"
@@ -115,6 +116,35 @@ static void usage(void)
 	       "  allow_other       let other users use the mount\n"
 	       "  -f                stay in the foreground\n"
 	       "  -d                debug: foreground, log every request\n");
+}
+
+static int named(const struct conf *c, const char *name)
+{
+	for (size_t i = 0; i < c->nnodes; i++)
+		if (!strcmp(c->nodes[i].name, name))
+			return 1;
+	return 0;
+}
+
+/* Whether this node is among the config's nodes: as node= names it, or
+ * else by its host name, or that name's first label (a host that calls
+ * itself gpu-3.example.com in a config that says gpu-3).  0 or -ENOENT. */
+static int find_node(struct conf *c, const struct args *a)
+{
+	char *dot = strchr(c->node, '.');
+
+	if (named(c, c->node))
+		return 0;
+	for (size_t i = 0; i < a->nours; i++)
+		if (!strncmp(a->ours[i], "node=", 5))
+			return -ENOENT;
+	if (!dot || dot == c->node)
+		return -ENOENT;
+	*dot = 0;
+	if (named(c, c->node))
+		return 0;
+	*dot = '.';
+	return -ENOENT;
 }
 
 /* Builds the configuration: defaults, then the file, then the command
@@ -137,15 +167,10 @@ static int configure(struct conf *c, const struct args *a, uint8_t key[AUTH_KEY]
 		if (conf_set(c, key, eq ? eq + 1 : NULL, err, sizeof(err)))
 			goto fail;
 	}
-	if (c->nnodes) {
-		size_t i = 0;
-		while (i < c->nnodes && strcmp(c->nodes[i].name, c->node))
-			i++;
-		if (i == c->nnodes) {
-			snprintf(err, sizeof(err), "%s: node '%s' is not among its nodes "
-				 "(set node=NAME)", c->config_file, c->node);
-			goto fail;
-		}
+	if (c->nnodes && find_node(c, a)) {
+		snprintf(err, sizeof(err), "%s: node '%s' is not among its nodes "
+			 "(set node=NAME)", c->config_file, c->node);
+		goto fail;
 	}
 	if (c->transport == TRANSPORT_RDMA && rdma_active_devices() <= 0) {
 		snprintf(err, sizeof(err), "option 'transport=rdma': no usable RDMA device "

@@ -80,6 +80,21 @@ printf 'pool: [unclosed\n' >"$T/bad3.yaml"
 ok "YAML syntax error refused with file:line" refused "config=$T/bad3.yaml" "$T/bad3.yaml:"
 printf 'nodes:\n  a: { addr: 127.0.0.1:7070 }\n' >"$T/nodes.yaml"
 ok "a node missing from nodes refused" refused "config=$T/nodes.yaml,node=zzz" "node 'zzz' is not among its nodes"
+# Without node=, the host name says which node: whole, or its first label.
+as_host() { local h=$1; shift; unshare -u sh -c 'hostname "$1" && shift && exec "$@"' - "$h" "$@"; }
+if as_host a.example.com true 2>/dev/null; then
+	ok "a host named a.example.com is node a of a config that says a" \
+		as_host a.example.com "$B/omnifs" -o "config=$T/nodes.yaml" "$T/m"
+	is "$(health m "d['node']")" a "... so its health says"
+	fusermount3 -u "$T/m"
+	is "$(as_host b.example.com "$B/omnifs" -o "config=$T/nodes.yaml" "$T/m" 2>&1; echo "exit $?")" \
+	   "omnifs: $T/nodes.yaml: node 'b.example.com' is not among its nodes (set node=NAME)
+exit 2" "a host named b.example.com is refused, by its whole name"
+	ok "node=a.example.com is refused: a name given is taken whole" \
+		refused "config=$T/nodes.yaml,node=a.example.com" "node 'a.example.com' is not among its nodes"
+else
+	skip "no UTS namespace here"; skip "no UTS namespace"; skip "no UTS namespace"; skip "no UTS namespace"
+fi
 ok "a relative state_dir refused" refused state_dir=state "option 'state_dir=state': expected an absolute path"
 ok "a bad rdma_stage refused" refused rdma_stage=lots "option 'rdma_stage=lots': expected 0 or a SIZE like 256MiB"
 new_secret "$T/secret"
