@@ -1339,6 +1339,25 @@ static unsigned test_ms(const char *name)
 	return v ? (unsigned)strtoul(v, NULL, 10) % 10000 : 0;
 }
 
+/* The part of the config every node must share (SPEC §7): the nodes,
+ * their addresses and the stages each hosts, in whatever order the file
+ * lists them (sums of hashes do not mind the order).  Never 0, which
+ * means "not compared" to xport. */
+static uint64_t config_digest(const struct cluster_conf *c)
+{
+	uint64_t d = 0;
+
+	for (size_t i = 0; i < c->nnodes; i++) {
+		const struct cluster_node *n = &c->nodes[i];
+		uint64_t s = 0;
+		for (size_t j = 0; j < n->nstages; j++)
+			s += XXH3_64bits(n->stages[j], strlen(n->stages[j]));
+		s = XXH3_64bits_withSeed(n->name, strlen(n->name), s);
+		d += XXH3_64bits_withSeed(n->addr, strlen(n->addr), s);
+	}
+	return d ? d : 1;
+}
+
 int cluster_create(struct cluster **out, const struct cluster_conf *c,
 		   struct stats *st, char *err, size_t errlen)
 {
@@ -1372,7 +1391,7 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	struct xport_conf xc = { .self = c->self, .listen = listen, .peers = pc,
 				 .npeers = cl->npeers, .key = c->key, .mode = c->mode,
 				 .pool = c->pool ? pool_base(c->pool) : NULL, .pool_size = u.size,
-				 .dead_ms = c->dead_ms,
+				 .dead_ms = c->dead_ms, .digest = config_digest(c),
 				 .trickle_ms = test_ms("OMNIFS_TEST_TRICKLE_MS") };
 	/* GPU memory is READ by GPUDirect RDMA where the transport can, else
 	 * from a copy in the stage.  A test stages a host pool's alike. */

@@ -34,6 +34,8 @@ static json_object *render_peers(const struct vfile_ctx *c)
 			json_object_object_add(p, "transport_why", json_object_new_string(pi.why));
 		if (*pi.down_why)
 			json_object_object_add(p, "down_why", json_object_new_string(pi.down_why));
+		if (pi.config_differs)
+			json_object_object_add(p, "config_differs", json_object_new_boolean(1));
 		json_object_object_add(p, "since_ns", json_object_new_uint64(pi.since_ns));
 		json_object_object_add(p, "owed", json_object_new_int64(cluster_owed(c->cl, i)));
 		json_object_array_add(arr, p);

@@ -211,6 +211,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		put_str(&w, m->u.welcome.name, 1);
 		put_le(&w, m->u.welcome.rdma_port, 2);
 		put(&w, m->u.welcome.token, PROTO_TOKEN);
+		put_le(&w, m->u.welcome.digest, 8);
 		break;
 	case PT_PING: case PT_PONG:
 		break;
@@ -423,6 +424,7 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		get_str(&r, m->u.welcome.name, PROTO_NAME_MAX, 1, 0);
 		m->u.welcome.rdma_port = (uint16_t)get_le(&r, 2);
 		get_bytes(&r, m->u.welcome.token, PROTO_TOKEN);
+		m->u.welcome.digest = get_le(&r, 8);
 		break;
 	case PT_PING: case PT_PONG:
 		break;

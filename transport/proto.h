@@ -21,7 +21,7 @@
 #define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
 #define PROTO_KEY_MAX    255            /* a key */
 #define PROTO_MAGIC      0x4d4fu
-#define PROTO_VERSION    12             /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
+#define PROTO_VERSION    13             /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
 					   4: OBJECT carries a small object's bytes;
 					   5: CLEANUP; 6: EXISTS; 7: CLAIM; 8: GONE of
 					   all ends a resync: what a new connection
@@ -30,7 +30,9 @@
 					   CONSUMED are acknowledged by ACKS; 10:
 					   GRANT's upto, GRANTED's ready (a stage
 					   filled a step at a time); 11: LIST's
-					   view base; 12: REMOVE's heard */
+					   view base; 12: REMOVE's heard; 13:
+					   WELCOME's digest of the cluster's
+					   config */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -131,7 +133,8 @@ struct proto_msg {
 		 * connection when the client connects its queue pair there. */
 		struct { uint32_t caps; uint8_t mac[PROTO_MAC];
 			 char name[PROTO_NAME_MAX + 1];
-			 uint16_t rdma_port; uint8_t token[PROTO_TOKEN]; } welcome;
+			 uint16_t rdma_port; uint8_t token[PROTO_TOKEN];
+			 uint64_t digest; } welcome;    /* of its cluster config */
 		struct proto_obj obj;   /* ANNOUNCE GONE LOOKUP REMOVE OBJECT */
 		struct { uint64_t oid; uint32_t first, n, of; uint64_t rid; } consumed; /* of 0: whole */
 		struct {

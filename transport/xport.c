@@ -121,6 +121,7 @@ struct peer {
 	struct sockaddr_storage sa;     /* addr's, as last looked up (x->lock) */
 	socklen_t salen;
 	int unresolved;                 /* the last lookup failed: said once */
+	int config_differs;             /* its WELCOME's digest is not ours */
 	uint64_t looked_ns;             /* when (0: at the next dial, it went down) */
 	int connecting;
 	int dialing;                    /* a dialer thread connects to it */
@@ -957,7 +958,7 @@ fail:
 }
 
 /* What a WELCOME offered besides the name: caps, and RDMA (port 0: none). */
-struct offer { uint32_t caps; uint16_t port; uint8_t token[PROTO_TOKEN]; };
+struct offer { uint32_t caps; uint16_t port; uint8_t token[PROTO_TOKEN]; uint64_t digest; };
 
 /* A connection's name: its HELLO's nonce, the first 8 bytes (never 0). */
 static uint64_t conn_name(const uint8_t nonce[PROTO_NONCE])
@@ -998,6 +999,7 @@ static int handshake_client(struct xport *x, struct xport_conn *c, struct offer 
 	o->caps = r.u.welcome.caps;
 	o->port = r.u.welcome.rdma_port;
 	memcpy(o->token, r.u.welcome.token, PROTO_TOKEN);
+	o->digest = r.u.welcome.digest;
 	c->name = conn_name(cnonce);
 	atomic_store(&c->frames, 0);    /* the peer counts from here on */
 	return 0;
@@ -1103,7 +1105,7 @@ static int peer_connect(struct xport *x, int i)
 	struct sockaddr_storage sa;
 	socklen_t salen;
 	char why[sizeof(p->why)];
-	int rc, xp;
+	int rc, xp, differs, say;
 
 	if ((rc = connect_claim(x, p)) <= 0)
 		return rc;
@@ -1118,7 +1120,12 @@ static int peer_connect(struct xport *x, int i)
 	if ((rc = conn_open(x, i, &sa, salen, &c, &o)))
 		goto unclaim;
 	xp = peer_transport(x, i, &sa, &o, why, sizeof(why));
+	/* Every node must run the same config (SPEC §7); one that does not
+	 * routes announces and asks by another map of who hosts what. */
+	differs = x->c.digest && o.digest != x->c.digest;
 	pthread_mutex_lock(&x->lock);
+	say = differs && !p->config_differs;
+	p->config_differs = differs;
 	p->out = c;
 	p->caps = o.caps;
 	p->xp = xp;
@@ -1132,6 +1139,10 @@ static int peer_connect(struct xport *x, int i)
 		p->rx_joinable = 1;
 	}
 	pthread_mutex_unlock(&x->lock);
+	if (say)
+		fprintf(stderr, "omnifs: peer %s (%s) runs another cluster config than this node "
+			"(its nodes, addresses or stages differ): every node must run the same one\n",
+			p->name, p->addr);
 	if (!rc && x->ops->peer_up)
 		x->ops->peer_up(x->ctx, i);
 	else if (rc && x->rdma)
@@ -1887,6 +1898,7 @@ static int stranger_step(struct xport *x, struct stranger *s, int *peer, struct 
 		return rc;
 	m = (struct proto_msg){ .type = PT_WELCOME };
 	m.u.welcome.caps = x->caps;
+	m.u.welcome.digest = x->c.digest;
 	snprintf(m.u.welcome.name, sizeof(m.u.welcome.name), "%s", x->self);
 	auth_mac(x->key, AUTH_SERVER, s->cnonce, s->snonce, x->self, m.u.welcome.mac);
 	/* Only now, to a peer that proved it holds the secret: where to
@@ -2558,6 +2570,7 @@ void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out)
 	out->transport = p->out ? xp_name[p->xp] : "";
 	out->why = p->out ? p->why : "";
 	snprintf(out->down_why, sizeof(out->down_why), "%s", p->out ? "" : p->down_why);
+	out->config_differs = p->config_differs;
 	out->since_ns = p->since_ns;
 	pthread_mutex_unlock(&x->lock);
 }

@@ -55,6 +55,8 @@ struct xport_conf {
 	struct pool *stage_from;                /* a GPU pool: registered by dmabuf, or its */
 	uint64_t stage_size;                    /* objects READ from a copy (rdma.h); or NULL */
 	unsigned ping_ms, dead_ms, call_ms;     /* 0: 500, 3000, 5000 */
+	uint64_t digest;                        /* of the cluster config: a peer whose
+						 * differs is said (0: not compared) */
 	unsigned trickle_ms;                    /* tests: each DATA frame sent 16 KiB
 						 * at a time, this far apart, as over
 						 * a link that stalls within frames */
@@ -118,6 +120,7 @@ struct xport_peer_info {
 	const char *transport;          /* in use: "rdma", "tcp", "none"; "" while down */
 	const char *why;                /* why not "rdma" where we have it, or "" */
 	char down_why[128];             /* why it is down (the last fault), or "" */
+	int config_differs;             /* its cluster config is not ours */
 	uint64_t since_ns;              /* of the last change, wall clock */
 };
 void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out);

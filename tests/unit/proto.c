@@ -286,9 +286,11 @@ static void test_grants(void)
 	strcpy(w.u.welcome.name, "b");
 	w.u.welcome.rdma_port = 4791;
 	memcpy(w.u.welcome.token, "0123456789abcdef", PROTO_TOKEN);
+	w.u.welcome.digest = 0x0123456789abcdefull;
 	ok(roundtrip(&w, &r) > 0 && r.u.welcome.rdma_port == 4791 &&
-	   !memcmp(r.u.welcome.token, "0123456789abcdef", PROTO_TOKEN),
-	   "WELCOME carries the RDMA port and the connection's token");
+	   !memcmp(r.u.welcome.token, "0123456789abcdef", PROTO_TOKEN) &&
+	   r.u.welcome.digest == 0x0123456789abcdefull,
+	   "WELCOME carries the RDMA port, the connection's token and the config's digest");
 }
 
 static void test_auth(void)
