@@ -1607,6 +1607,8 @@ static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int 
 		p.wait_ms = FETCH_WAIT_MS;      /* published: waits for its bytes */
 	if (p.wait_ms <= 0)
 		return -ENOENT;
+	if (ns->set.max_wait_ms > 0 && p.wait_ms > ns->set.max_wait_ms)
+		p.wait_ms = ns->set.max_wait_ms;
 	w->type = T_WAITER;
 	w->ino = n->ino;
 	w->flags = flags;

@@ -121,6 +121,7 @@ struct ns_hooks {
 struct ns_settings {
 	const char *node_name;
 	struct ns_policy dflt;
+	int64_t max_wait_ms;    /* > 0: no open waits longer (fs_mount says why) */
 	const struct ns_rule *rules;
 	size_t nrules;
 	ns_wake_fn wake;        /* answers a waiting open; called unlocked */

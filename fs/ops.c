@@ -1393,13 +1393,47 @@ static const struct fuse_lowlevel_ops ops = {
 
 /* ---------------------------------------------------------------- session */
 
+static unsigned sysctl_uint(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	unsigned v = 0;
+
+	if (f) {
+		if (fscanf(f, "%u", &v) != 1)
+			v = 0;
+		fclose(f);
+	}
+	return v;
+}
+
+/* Linux 6.14 on aborts a FUSE connection whose daemon leaves a request
+ * unanswered past a timeout, where an admin sets one (libfuse 3.14 cannot
+ * ask for its own): a waiting open is such a request, and the abort would
+ * take the mount and every object in the pool.  So no wait may last that
+ * long.  The longest one, in ms, said once; 0: no bound. */
+static int64_t kernel_wait_cap_ms(void)
+{
+	unsigned dflt = sysctl_uint("/proc/sys/fs/fuse/default_request_timeout");
+	unsigned max = sysctl_uint("/proc/sys/fs/fuse/max_request_timeout");
+	unsigned t = max && (!dflt || dflt > max) ? max : dflt;
+
+	if (!t)
+		return 0;
+	if (t < 15)
+		t = 15;         /* the kernel's least: it looks each 15 s */
+	fprintf(stderr, "omnifs: the kernel aborts this mount if a request waits %u s for its "
+		"answer (/proc/sys/fs/fuse/%s_request_timeout): opens wait at most %u s\n",
+		t, t == max ? "max" : "default", t - 2);
+	return (int64_t)(t - 2) * 1000;
+}
+
 int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 {
 	struct fs *fs = calloc(1, sizeof(*fs));
 	struct ns_settings set = {
 		.node_name = p->node_name, .dflt = p->dflt, .rules = p->rules,
 		.nrules = p->nrules, .wake = wait_answer,
-		.stale = attrs_stale, .sarg = fs,
+		.stale = attrs_stale, .sarg = fs, .max_wait_ms = kernel_wait_cap_ms(),
 	};
 	int rc = -ENOMEM;
 
