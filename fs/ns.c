@@ -1128,6 +1128,7 @@ static void expire_due(struct ns *ns, uint64_t now, struct ns_wakes *wl)
 			waiter_dequeue(ns, w);
 			stat_add(ns->st, ST_WAIT_TIMEOUTS, 1);
 			stat_add(ns->st, ST_ERRORS, 1);
+			w->cut = w->capped;
 			wake_push(wl, w, -ENOENT, NULL);
 		} else if (td->type == T_SWEEP) {
 			timerq_del(&ns->tq, t);
@@ -1607,7 +1608,9 @@ static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int 
 		p.wait_ms = FETCH_WAIT_MS;      /* published: waits for its bytes */
 	if (p.wait_ms <= 0)
 		return -ENOENT;
-	if (ns->set.max_wait_ms > 0 && p.wait_ms > ns->set.max_wait_ms)
+	w->capped = ns->set.max_wait_ms > 0 && p.wait_ms > ns->set.max_wait_ms;
+	w->cut = 0;
+	if (w->capped)
 		p.wait_ms = ns->set.max_wait_ms;
 	w->type = T_WAITER;
 	w->ino = n->ino;

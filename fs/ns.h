@@ -157,6 +157,10 @@ struct ns_waiter {
 	void (*done)(struct ns_waiter *w, int err, struct ns_handle *h);
 	int wake_err;           /* private to ns: the answer, while queued */
 	struct ns_handle *wake_h;
+	int capped;             /* private to ns: its wait is max_wait_ms */
+	/* Set by ns with its ENOENT: the wait ended at max_wait_ms, short of
+	 * the one asked for (a caller of its own may wait again). */
+	int cut;
 };
 
 /* Waiters a call has answered, told by ns_wake() once the lock is

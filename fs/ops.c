@@ -1090,6 +1090,8 @@ static void get_answer(struct ns_waiter *nw, int err, struct ns_handle *h)
 
 	if (err == -EAGAIN)             /* a view: open(2) makes it */
 		err = -EOPNOTSUPP;
+	if (err == -ENOENT && nw->cut)  /* short of its wait: asks again */
+		err = -ETIME;
 	if (!err)
 		err = ns_direct_where(ns, h, iov + 1, SMALL_IOV, &n, &s.size, &s.xxh3, NULL);
 	if (err == -EOPNOTSUPP && h) {  /* a pool the CPU cannot address */

@@ -56,17 +56,17 @@ def get(dirfd, key, wait_ms):
         try:
             call_ready(dirfd, _GET, b.ptr, retry=False)
             break
-        except (InterruptedError, FileNotFoundError) as e:
+        except OSError as e:
             # Again, for the wait that is left: after a signal, or where
-            # the daemon ended the wait early, as it does where the kernel
-            # would abort a request that waits too long (README, "Waiting").
-            if wait_ms:
-                left = deadline - time.monotonic()
-                if left > 0.001:
-                    wait_ms = math.ceil(left * 1000)
-                    continue
-            if isinstance(e, FileNotFoundError):
+            # the daemon cut the wait short (ETIME), as it does where the
+            # kernel would abort a request that waits too long (README,
+            # "Waiting").
+            if not isinstance(e, InterruptedError) and e.errno != errno.ETIME:
                 raise
+            left = deadline - time.monotonic()
+            if wait_ms and left > 0.001:
+                wait_ms = math.ceil(left * 1000)
+                continue
             raise FileNotFoundError(errno.ENOENT, "omnifs: %s not published in time" % key)
     magic, _, got, _, _, _ = _HEAD.unpack_from(b.mv)
     if magic != MAGIC or got > MAX - HEAD:
