@@ -103,7 +103,10 @@ int mntpoint_prepare(const char *path, char *out, char *err, size_t errlen)
 		goto fail;
 	mounted_type(out, type, sizeof(type));
 	if (strcmp(type, OURS)) {
-		if (!dead(out))
+		/* Only a FUSE mount is looked at: a statfs of an autofs one
+		 * (x-systemd.automount) would wait for the very mount that
+		 * this is. */
+		if (strncmp(type, "fuse", 4) || !dead(out))
 			return 0;
 		snprintf(err, errlen, "mount point '%s': a dead %s mount is there "
 			 "(Transport endpoint is not connected); unmount it first", path,
