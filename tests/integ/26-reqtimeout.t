@@ -16,6 +16,7 @@ put_back() { echo "$OLD" >"$SYSCTL"; }
 CLEANUP_HOOKS+=(put_back)
 echo 15 >"$SYSCTL"
 start_node a pool=host:64MiB,node=a,wait_ms=60000
+stat "$T/a/.omni" >/dev/null    # answered after INIT, where the kernel reads it
 put_back
 is "$(cat "$SYSCTL")" "$OLD" "the sysctl is put back once the daemon has mounted"
 ok "the daemon says how long its opens may wait" grep -qx "omnifs: the kernel aborts this mount if a request waits 15 s for its answer (/proc/sys/fs/fuse/default_request_timeout): opens wait at most 13 s" "$T/a.log"
