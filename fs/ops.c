@@ -1417,7 +1417,8 @@ static int64_t kernel_wait_cap_ms(void)
 {
 	unsigned dflt = sysctl_uint("/proc/sys/fs/fuse/default_request_timeout");
 	unsigned max = sysctl_uint("/proc/sys/fs/fuse/max_request_timeout");
-	unsigned t = max && (!dflt || dflt > max) ? max : dflt;
+	int by_max = max && (!dflt || dflt > max);
+	unsigned t = by_max ? max : dflt;
 
 	if (!t)
 		return 0;
@@ -1425,7 +1426,7 @@ static int64_t kernel_wait_cap_ms(void)
 		t = 15;         /* the kernel's least: it looks each 15 s */
 	fprintf(stderr, "omnifs: the kernel aborts this mount if a request waits %u s for its "
 		"answer (/proc/sys/fs/fuse/%s_request_timeout): opens wait at most %u s\n",
-		t, t == max ? "max" : "default", t - 2);
+		t, by_max ? "max" : "default", t - 2);
 	return (int64_t)(t - 2) * 1000;
 }
 
