@@ -1091,9 +1091,11 @@ static void dial_failed(struct peer *p, int rc)
 {
 	if (rc == -EHOSTUNREACH && p->unresolved)
 		return;                 /* peer_resolve said why */
-	snprintf(p->down_why, sizeof(p->down_why), "%s%s", rc == -EACCES ?
-		 "it refused the handshake: is the secret the same?" : "connecting: ",
-		 rc == -EACCES ? "" : strerror(-rc));
+	if (rc == -EACCES)
+		snprintf(p->down_why, sizeof(p->down_why),
+			 "it refused the handshake: is the secret the same?");
+	else
+		snprintf(p->down_why, sizeof(p->down_why), "connecting: %s", strerror(-rc));
 }
 
 /* Connects to peer i and starts its receiver.  0, or -errno. */
@@ -2062,6 +2064,23 @@ static void *acceptor_thread(void *arg)
  * dead_ms, and the others must go on hearing our pings meanwhile. */
 struct dial { struct xport *x; int peer; };
 
+/* p's name did not resolve (under x->lock, or before a thread runs): why,
+ * for health; 1 if it resolved before, so that the log says it once. */
+static int peer_unresolved(struct peer *p, const char *why)
+{
+	int news = !p->unresolved;
+
+	snprintf(p->down_why, sizeof(p->down_why), "cannot resolve its name (%s)", why);
+	p->unresolved = 1;
+	return news;
+}
+
+static void say_unresolved(const struct peer *p, const char *why)
+{
+	fprintf(stderr, "omnifs: peer %s (%s): cannot resolve its name (%s); "
+		"looked up again while it is down\n", p->name, p->addr, why);
+}
+
 /* Looks peer i's name up again before a dial, so that a peer back at a
  * new address (a Kubernetes pod rescheduled, a new DHCP lease) is found
  * there, and one whose name did not resolve at start once it does: at
@@ -2087,9 +2106,7 @@ static void peer_resolve(struct xport *x, int i)
 		return;
 	rc = resolve_addr(p->addr, &sa, &len, why, sizeof(why));
 	pthread_mutex_lock(&x->lock);   /* said after: a log may block */
-	failed = rc && !p->unresolved;
-	if (rc)
-		snprintf(p->down_why, sizeof(p->down_why), "cannot resolve its name (%s)", why);
+	failed = rc && peer_unresolved(p, why);
 	moved = !rc && (len != p->salen || memcmp(&sa, &p->sa, len));
 	old = p->sa;
 	oldlen = p->salen;
@@ -2097,11 +2114,11 @@ static void peer_resolve(struct xport *x, int i)
 		p->sa = sa;
 		p->salen = len;
 	}
-	p->unresolved = !!rc;
+	if (!rc)
+		p->unresolved = 0;
 	pthread_mutex_unlock(&x->lock);
 	if (failed)
-		fprintf(stderr, "omnifs: peer %s (%s): cannot resolve its name (%s); "
-			"looked up again while it is down\n", p->name, p->addr, why);
+		say_unresolved(p, why);
 	if (moved) {
 		if (old.ss_family)
 			sa_text(&old, oldlen, was, sizeof(was));
@@ -2407,12 +2424,8 @@ int xport_create(struct xport **out, const struct xport_conf *c,
 		if ((rc = resolve_addr(p->addr, &p->sa, &p->salen, why, sizeof(why))) == -EINVAL) {
 			snprintf(err, errlen, "node %s: addr %s: not an address:port", p->name, p->addr);
 			goto free_x;
-		} else if (rc) {
-			fprintf(stderr, "omnifs: peer %s (%s): cannot resolve its name (%s); "
-				"looked up again while it is down\n", p->name, p->addr, why);
-			snprintf(p->down_why, sizeof(p->down_why), "cannot resolve its name (%s)",
-				 why);
-			p->unresolved = 1;
+		} else if (rc && peer_unresolved(p, why)) {
+			say_unresolved(p, why);
 		}
 	}
 	if ((rc = listen_on(x, err, errlen)))
