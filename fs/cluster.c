@@ -1499,9 +1499,9 @@ void cluster_buf_free(struct cluster *cl, void *buf)
 	xport_buf_free(cl->x, buf);
 }
 
-int cluster_rdma(const struct cluster *cl, const char **device, const char **grants)
+int cluster_rdma(const struct cluster *cl, struct xport_rdma_info *out)
 {
-	return xport_rdma(cl->x, device, grants);
+	return xport_rdma(cl->x, out);
 }
 
 int cluster_rdma_gpudirect(const struct cluster *cl)

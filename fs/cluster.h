@@ -103,8 +103,9 @@ int cluster_pull_wait(struct cluster_pulls *ps);
 /* Memory that pulls may land in (zeroed); NULL on failure. */
 void *cluster_buf_alloc(struct cluster *cl, size_t size);
 void cluster_buf_free(struct cluster *cl, void *buf);
-/* This node's RDMA device and its kind of grant: 0, or -ENODEV. */
-int cluster_rdma(const struct cluster *cl, const char **device, const char **grants);
+/* This node's RDMA device, its kind of grant, and why it moves nothing
+ * if it went: 0, or -ENODEV (xport_rdma). */
+int cluster_rdma(const struct cluster *cl, struct xport_rdma_info *out);
 /* 1 if peers READ its GPU pool itself (GPUDirect RDMA), else 0. */
 int cluster_rdma_gpudirect(const struct cluster *cl);
 /* Its RDMA stage (rdma_stage=): size and bytes in use.  0, or -ENODEV. */

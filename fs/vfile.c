@@ -75,10 +75,12 @@ static char *render_health(const struct vfile_ctx *c)
 	}
 	json_object_object_add(root, "pool", pool);
 	json_object_object_add(root, "transport", json_object_new_string(c->transport));
-	const char *dev, *grants;
-	if (c->cl && !cluster_rdma(c->cl, &dev, &grants)) {
-		json_object_object_add(root, "rdma_device", json_object_new_string(dev));
-		json_object_object_add(root, "rdma_grants", json_object_new_string(grants));
+	struct xport_rdma_info ri;
+	if (c->cl && !cluster_rdma(c->cl, &ri)) {
+		json_object_object_add(root, "rdma_device", json_object_new_string(ri.device));
+		json_object_object_add(root, "rdma_grants", json_object_new_string(ri.grants));
+	} else if (c->cl && ri.gone[0]) {       /* opened again when it is back */
+		json_object_object_add(root, "rdma_gone", json_object_new_string(ri.gone));
 	}
 	uint64_t ssize, sused;
 	if (c->cl && !cluster_rdma_stage(c->cl, &ssize, &sused)) {

@@ -117,28 +117,61 @@ static int src_addr(const char *listen, struct sockaddr_storage *sa)
 
 /* ---------------------------------------------------------------- cm events */
 
+/* The device went (removed, reset, a fatal error): conf.lost hears of it
+ * once, and the caller closes this rdma, which lets go of the device. */
+static void device_lost(struct rdma *rd, const char *what)
+{
+	char why[128];
+
+	if (atomic_exchange(&rd->lost, 1))
+		return;
+	snprintf(why, sizeof(why), "%s %s", rd->dev, what);
+	if (rd->c.lost)
+		rd->c.lost(rd->c.ctx, why);
+}
+
+/* The device's own events: only a fatal one matters here (a queue pair's
+ * error reaches its pull by its completions). */
+static int async_events(struct rdma *rd)
+{
+	struct ibv_async_event ae;
+
+	while (!ibv_get_async_event(rd->verbs, &ae)) {
+		if (ae.event_type == IBV_EVENT_DEVICE_FATAL)
+			device_lost(rd, "had a fatal error");
+		ibv_ack_async_event(&ae);
+	}
+	return errno == EAGAIN ? 0 : -1;
+}
+
 static void *cm_thread(void *arg)
 {
 	struct rdma *rd = arg;
-	struct pollfd pf[2] = { { .fd = rd->ch->fd, .events = POLLIN },
-				{ .fd = rd->cm_wake_fd, .events = POLLIN } };
+	struct pollfd pf[3] = { { .fd = rd->ch->fd, .events = POLLIN },
+				{ .fd = rd->cm_wake_fd, .events = POLLIN },
+				{ .fd = rd->verbs->async_fd, .events = POLLIN } };
 	struct rdma_cm_event *e;
 
 	pthread_setname_np(pthread_self(), "omni-rdma-cm");
+	fcntl(pf[2].fd, F_SETFL, fcntl(pf[2].fd, F_GETFL) | O_NONBLOCK);
 	while (!rd->stopping) {
-		if (poll(pf, 2, -1) <= 0 || !(pf[0].revents & POLLIN))
+		if (poll(pf, 3, -1) <= 0)
+			continue;
+		if ((pf[2].revents & POLLIN) && async_events(rd))
+			pf[2].fd = -1;  /* the device is gone: nothing more comes */
+		if (!(pf[0].revents & POLLIN))
 			continue;       /* woken to stop */
 		while (!rdma_get_cm_event(rd->ch, &e)) {
 			struct rdma_cm_id *destroy = NULL;
 			int kind = e->id->context ? *(int *)e->id->context : 0;
+			if (e->event == RDMA_CM_EVENT_DEVICE_REMOVAL)
+				device_lost(rd, "was removed");
 			if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST)
 				srv_connect_request(rd, e, &destroy);
 			else if (kind == CM_LINK)
 				link_cm_event(rd, e->id->context, e, &destroy);
 			else if (kind == CM_SRV)
 				srv_cm_event(rd, e->id->context, e, &destroy);
-			else if (e->event == RDMA_CM_EVENT_DEVICE_REMOVAL)
-				fprintf(stderr, "omnifs: rdma: %s was removed\n", rd->dev);
 			rdma_ack_cm_event(e);
 			rdma_id_destroy(destroy);       /* after its last event's ack */
 		}
@@ -166,49 +199,40 @@ int rdma_lkey(struct rdma *rd, const void *p, size_t len, uint32_t *lkey)
 	return 0;
 }
 
-void *rdma_buf_alloc(struct rdma *rd, size_t size)
+int rdma_buf_reg(struct rdma *rd, void *base, size_t size)
 {
 	struct rbuf *b = calloc(1, sizeof(*b));
-	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 
 	if (!b)
-		return NULL;
-	b->size = (size ? size + pg - 1 : pg) / pg * pg;
-	b->base = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (b->base == MAP_FAILED)
-		goto free_b;
-	if (!(b->mr = ibv_reg_mr(rd->pd, b->base, b->size, IBV_ACCESS_LOCAL_WRITE)))
-		goto unmap;
+		return -ENOMEM;
+	*b = (struct rbuf){ .base = base, .size = size };
+	if (!(b->mr = ibv_reg_mr(rd->pd, base, size, IBV_ACCESS_LOCAL_WRITE))) {
+		int e = errno;
+		free(b);
+		return -e;
+	}
 	pthread_mutex_lock(&rd->lock);
 	b->next = rd->bufs;
 	rd->bufs = b;
 	pthread_mutex_unlock(&rd->lock);
-	return b->base;
-unmap:
-	munmap(b->base, b->size);
-free_b:
-	free(b);
-	return NULL;
+	return 0;
 }
 
-void rdma_buf_free(struct rdma *rd, void *buf)
+void rdma_buf_unreg(struct rdma *rd, void *base)
 {
 	struct rbuf *b = NULL;
 
-	if (!buf)
-		return;
 	pthread_mutex_lock(&rd->lock);
 	for (struct rbuf **pp = &rd->bufs; *pp; pp = &(*pp)->next)
-		if ((*pp)->base == buf) {
+		if ((*pp)->base == base) {
 			b = *pp;
 			*pp = b->next;
 			break;
 		}
 	pthread_mutex_unlock(&rd->lock);
 	if (!b)
-		return;
+		return;         /* another rdma's (one that went), or none */
 	ibv_dereg_mr(b->mr);
-	munmap(b->base, b->size);
 	free(b);
 }
 
@@ -432,6 +456,20 @@ static int open_links(struct rdma *rd)
 	return 0;
 }
 
+/* OMNIFS_TEST_STALE_RKEY's READs land here (rdma_read.c). */
+static void *scratch_new(struct rdma *rd)
+{
+	void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	if (rdma_buf_reg(rd, p, 4096)) {
+		munmap(p, 4096);
+		return NULL;
+	}
+	return p;
+}
+
 int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t errlen)
 {
 	struct rdma *rd = calloc(1, sizeof(*rd));
@@ -474,7 +512,7 @@ int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t er
 	}
 	rd->threads = 1;
 	if (rd->test_stale)
-		rd->scratch = rdma_buf_alloc(rd, 4096);
+		rd->scratch = scratch_new(rd);
 	*out = rd;
 	return 0;
 no_thread:
@@ -483,6 +521,17 @@ no_thread:
 close:
 	rdma_close(rd);
 	return rc;
+}
+
+/* librdmacm keeps a context of its own open on every device it has met,
+ * and lets go of one that went only when a look at the list of devices
+ * finds it gone: the kernel's removal of the device waits for that. */
+static void forget_device(void)
+{
+	struct ibv_context **all = rdma_get_devices(NULL);
+
+	if (all)
+		rdma_free_devices(all);
 }
 
 void rdma_close(struct rdma *rd)
@@ -505,8 +554,10 @@ void rdma_close(struct rdma *rd)
 		pthread_cond_destroy(&rd->links[i].cond);
 	}
 	free(rd->links);
-	while (rd->bufs)
-		rdma_buf_free(rd, rd->bufs->base);
+	while (rd->bufs)        /* their memory is their owners' */
+		rdma_buf_unreg(rd, rd->bufs->base);
+	if (rd->scratch)
+		munmap(rd->scratch, 4096);
 	if (rd->listen)
 		rdma_destroy_id(rd->listen);
 	if (rd->cq)
@@ -528,6 +579,8 @@ void rdma_close(struct rdma *rd)
 		close(rd->wake_fd);
 	if (rd->cm_wake_fd >= 0)
 		close(rd->cm_wake_fd);
+	if (rd->lost)
+		forget_device();
 	pthread_cond_destroy(&rd->chk_cond);
 	pthread_mutex_destroy(&rd->lock);
 	free(rd);

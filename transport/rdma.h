@@ -65,13 +65,19 @@ struct rdma_conf {
 	void (*release)(void *ctx, int peer, uint64_t lease);
 	void (*count)(void *ctx, enum xport_count what, uint64_t n);
 	const char *(*peer_name)(void *ctx, int peer);  /* for the log */
+	/* The device went (removed, reset, a fatal error): why is "rxe0 was
+	 * removed".  Called once, from the rdma_cm thread; the caller is to
+	 * rdma_close() this rdma from another thread soon, for the kernel
+	 * waits for that to finish removing the device, and may open it
+	 * again once it is back. */
+	void (*lost)(void *ctx, const char *why);
 };
 
 /* Opens the device that conf->listen's address is on and registers the
  * pool with it.  0; -ENODEV (no RDMA device has that address) or another
  * -errno, with a one-line reason in err.  Without a pool the CPU
  * addresses (a GPU's memory), this node reads its peers' objects into
- * buffers of rdma_buf_alloc(), and serves its own by GPUDirect RDMA,
+ * memory of rdma_buf_reg(), and serves its own by GPUDirect RDMA,
  * through its stage, or not at all: rdma_gpudirect() and rdma_serves()
  * say which. */
 int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t errlen);
@@ -102,8 +108,9 @@ int rdma_link_up(struct rdma *rd, int peer, const struct sockaddr *ip, uint16_t 
 void rdma_link_down(struct rdma *rd, int peer);
 /* xport_pull's RDMA path, same contract; -ENOTCONN (the pair is lost and
  * cannot be connected again), -ENOBUFS (the owner's stage has no room for
- * the object now), -EFBIG (nor ever) and -EIO also mean progress is never
- * called. */
+ * the object now), -EFBIG (nor ever), -EFAULT (dst is not the pool nor
+ * registered memory: registered with an rdma that went) and -EIO also
+ * mean progress is never called. */
 int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 	      const struct iovec *dst, int ndst, unsigned flags,
 	      xport_progress_fn progress, void *arg);
@@ -111,10 +118,12 @@ int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
  * (conf->release) once the lease's last READ has completed. */
 int rdma_release(struct rdma *rd, int peer, uint64_t lease);
 
-/* Memory that READs may land in besides the pool: zeroed, registered.
- * NULL on failure. */
-void *rdma_buf_alloc(struct rdma *rd, size_t size);
-void rdma_buf_free(struct rdma *rd, void *buf);
+/* The caller's memory [base, base+size) registered, for READs to land in
+ * besides the pool, until rdma_buf_unreg() or rdma_close(); the memory
+ * stays the caller's.  0, or -errno.  Unregistering memory this rdma did
+ * not register does nothing. */
+int rdma_buf_reg(struct rdma *rd, void *base, size_t size);
+void rdma_buf_unreg(struct rdma *rd, void *base);
 
 /* ---- the owner's side (rdma_grant.c) ---- */
 

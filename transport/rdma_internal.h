@@ -94,6 +94,7 @@ struct rdma {
 	int wake_fd;                    /* eventfd: the completion thread has news */
 	int cm_wake_fd;                 /* eventfd: the cm thread is to stop */
 	atomic_int stopping;
+	atomic_int lost;                /* the device went: conf.lost was told */
 	int closing;                    /* pairs fail now because we close: say nothing */
 	int test_stale;                 /* OMNIFS_TEST_STALE_RKEY (rdma_read.c) */
 };

@@ -698,7 +698,7 @@ int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 	    (checks && (r->count != 1 || r->off % PROTO_CHUNK)))
 		return -EINVAL;
 	if (!(p = pull_new(rd, r, dst, ndst, checks)))
-		return -EINVAL;
+		return -EFAULT;         /* dst is no memory a READ may land in (or none) */
 	p->l = l;
 	p->progress = progress;
 	p->arg = arg;

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -58,10 +59,13 @@
 #define RX_AHEAD (64u << 10)       /* a peer's requests read at a time */
 #define HELD_MAX (16u << 10)       /* frames held for the next, at most */
 
+struct xbuf;
+
 struct xport_conn {
 	struct xport *x;
 	struct rdma_srv *srv;           /* a peer's connection that offered it RDMA */
 	int fd, peer, outgoing, refs;
+	int reads_rdma;                 /* a peer's connection: its HELLO said it can */
 	pthread_mutex_t send_lock;
 	atomic_int ping_owed;           /* the keeper found it busy: the sender pings */
 	/* Frames held (XPORT_HOLD) to go with the next, under send_lock:
@@ -128,6 +132,12 @@ struct peer {
 	uint32_t caps;
 	int xp;
 	char why[160];                  /* why not RDMA, where we have it */
+	/* Where its WELCOME said to connect a queue pair (port 0: nowhere),
+	 * good while our connection lasts: a device of ours that is back
+	 * connects there again (rdma_relink). */
+	struct sockaddr_storage offer_sa;
+	uint16_t offer_port;
+	uint8_t offer_token[PROTO_TOKEN];
 	char down_why[128];             /* why it is down: the last fault seen */
 	uint64_t since_ns;
 	struct xport_conn *out;         /* our connection, while up */
@@ -149,6 +159,20 @@ struct xport {
 	pthread_cond_t unbusy;
 	struct xport_conf c;
 	struct rdma *rdma;              /* NULL: every byte moves over TCP */
+	/* A device that goes (rdma.h, conf.lost) is let go of and opened
+	 * again by a thread of its own (rdma_tender): calls into x->rdma go
+	 * through rdma_hold(), which gives none once it went, and the tender
+	 * closes it only when no call is under way.  x->lock guards these. */
+	struct rdma_conf rconf;         /* how it was opened */
+	unsigned rdma_users;            /* calls under way, and owner-side pairs */
+	int rdma_gone;                  /* it went, and is not back yet */
+	char rdma_dev[64];              /* its name, for health */
+	char rdma_why[128];             /* "rxe0 was removed", while gone */
+	unsigned rdma_gen;              /* counts its openings */
+	struct xbuf *bufs;              /* xport_buf_alloc's */
+	pthread_cond_t tend;            /* the tender's: the device went, or stop */
+	pthread_t tender;
+	int tender_started;
 	uint32_t caps;                  /* PROTO_CAP_* we can do */
 	char self[PROTO_NAME_MAX + 1];
 	uint8_t key[AUTH_KEY];
@@ -169,6 +193,7 @@ struct xport {
 
 static void log_limited(struct xport *x, struct ratelog *rl, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+static int bufs_register(struct xport *x, struct rdma *rd, const struct iovec *dst, int ndst);
 
 /* Set in a thread that has called xport_flush, and so calls it again when
  * its burst of work is over: only its frames may be held.  Any other (a
@@ -258,6 +283,66 @@ static void sock_setup(int fd, unsigned dead_ms)
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &st, sizeof(st));
 	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}
+
+/* ---------------------------------------------------------------- rdma in use */
+
+/* x->rdma for a call into it, or NULL: none, or it went.  Under x->lock. */
+static struct rdma *rdma_hold_locked(struct xport *x)
+{
+	struct rdma *rd = x->rdma_gone ? NULL : x->rdma;
+
+	if (rd)
+		x->rdma_users++;
+	return rd;
+}
+
+static struct rdma *rdma_hold(struct xport *x)
+{
+	pthread_mutex_lock(&x->lock);
+	struct rdma *rd = rdma_hold_locked(x);
+	pthread_mutex_unlock(&x->lock);
+	return rd;
+}
+
+static void rdma_drop_locked(struct xport *x)
+{
+	if (!--x->rdma_users)
+		pthread_cond_broadcast(&x->cond);       /* the tender waits for this */
+}
+
+static void rdma_drop(struct xport *x)
+{
+	pthread_mutex_lock(&x->lock);
+	rdma_drop_locked(x);
+	pthread_mutex_unlock(&x->lock);
+}
+
+/* The end of what rdma_hold() gave (rd NULL: nothing). */
+static void rdma_unhold(struct xport *x, struct rdma *rd)
+{
+	if (rd)
+		rdma_drop(x);
+}
+
+/* 1 if this node's device went and is not back: why says how. */
+static int rdma_gone_why(struct xport *x, char *why, size_t len)
+{
+	pthread_mutex_lock(&x->lock);
+	int gone = x->rdma_gone;
+	if (gone)
+		snprintf(why, len, "%s", x->rdma_why);
+	pthread_mutex_unlock(&x->lock);
+	return gone;
+}
+
+/* An owner-side pair holds x->rdma as long as it lasts. */
+static void srv_end(struct xport *x, struct rdma_srv *s)
+{
+	if (!s)
+		return;
+	rdma_srv_end(s);
+	rdma_drop(x);
 }
 
 /* ---------------------------------------------------------------- frames */
@@ -886,8 +971,10 @@ static void peer_down(struct xport *x, int i, const char *why)
 	shutdown(c->fd, SHUT_RDWR);
 	if (!x->stopping)
 		fprintf(stderr, "omnifs: peer %s (%s) down: %s\n", p->name, p->addr, why);
-	if (x->rdma)            /* its READs fail; the owner forgot its grants */
-		rdma_link_down(x->rdma, i);
+	struct rdma *rd = rdma_hold(x);
+	if (rd)                 /* its READs fail; the owner forgot its grants */
+		rdma_link_down(rd, i);
+	rdma_unhold(x, rd);
 	pending_fail(x, i);
 	if (x->ops->peer_down)
 		x->ops->peer_down(x->ctx, i);
@@ -1058,23 +1145,26 @@ static int peer_transport(struct xport *x, int i, const struct sockaddr_storage 
 {
 	struct peer *p = &x->peers[i];
 	int xp = x->c.mode == XPORT_RDMA ? XP_NONE : XP_TCP;
+	struct rdma *rd = rdma_hold(x);
 
 	why[0] = 0;
-	if (x->rdma && o->port) {
+	if (rd && o->port) {
 		char e[96];
-		if (!rdma_link_up(x->rdma, i, (const struct sockaddr *)sa, o->port, o->token,
+		if (!rdma_link_up(rd, i, (const struct sockaddr *)sa, o->port, o->token,
 				  e, sizeof(e)))
 			xp = XP_RDMA;
 		else
 			snprintf(why, len, "its RDMA queue pair did not connect: %s", e);
-	} else if (x->rdma) {
+	} else if (rd) {
 		snprintf(why, len, "%s offers no RDMA", p->name);
+	} else if (rdma_gone_why(x, why, len)) {
+		/* this node's device went: why says so */
 	} else if (x->c.mode == XPORT_AUTO && (o->caps & PROTO_CAP_RDMA)) {
 		snprintf(why, len, "this node has no RDMA");
 	}
 	if (xp == XP_RDMA)
 		fprintf(stderr, "omnifs: peer %s (%s) up, transport rdma (%s, grants by %s)\n",
-			p->name, p->addr, rdma_device(x->rdma), rdma_grants(x->rdma));
+			p->name, p->addr, rdma_device(rd), rdma_grants(rd));
 	else if (xp == XP_NONE)
 		fprintf(stderr, "omnifs: peer %s (%s) up, transport none: %s, and transport=rdma "
 			"moves no byte over TCP; reads of its objects fail with EIO\n",
@@ -1082,6 +1172,7 @@ static int peer_transport(struct xport *x, int i, const struct sockaddr_storage 
 	else
 		fprintf(stderr, "omnifs: peer %s (%s) up, transport tcp%s%s%s\n", p->name, p->addr,
 			*why ? " (" : "", why, *why ? ")" : "");
+	rdma_unhold(x, rd);
 	return xp;
 }
 
@@ -1131,6 +1222,9 @@ static int peer_connect(struct xport *x, int i)
 	p->out = c;
 	p->caps = o.caps;
 	p->xp = xp;
+	p->offer_sa = sa;
+	p->offer_port = o.port;
+	memcpy(p->offer_token, o.token, PROTO_TOKEN);
 	snprintf(p->why, sizeof(p->why), "%s", why);
 	p->since_ns = clock_wall_ns();
 	if (pthread_create(&p->rx, NULL, rx_thread, c)) {
@@ -1145,10 +1239,14 @@ static int peer_connect(struct xport *x, int i)
 		fprintf(stderr, "omnifs: peer %s (%s) runs another cluster config than this node "
 			"(its nodes, addresses or stages differ): every node must run the same one\n",
 			p->name, p->addr);
-	if (!rc && x->ops->peer_up)
+	if (!rc && x->ops->peer_up) {
 		x->ops->peer_up(x->ctx, i);
-	else if (rc && x->rdma)
-		rdma_link_down(x->rdma, i);
+	} else if (rc) {
+		struct rdma *rd = rdma_hold(x);
+		if (rd)
+			rdma_link_down(rd, i);
+		rdma_unhold(x, rd);
+	}
 unclaim:
 	pthread_mutex_lock(&x->lock);
 	if (rc)
@@ -1369,7 +1467,7 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
  * owner's connection (a fetch that an announce starts), and the owner
  * must not find it dead meanwhile.  With auto the caller moves the bytes
  * over TCP at once. */
-static int pull_rdma(struct xport *x, int peer, const struct xport_range *r,
+static int pull_rdma(struct xport *x, struct rdma *rd, int peer, const struct xport_range *r,
 		     const struct iovec *dst, int ndst, unsigned flags,
 		     xport_progress_fn progress, void *arg)
 {
@@ -1377,35 +1475,41 @@ static int pull_rdma(struct xport *x, int peer, const struct xport_range *r,
 	int rc;
 
 	for (unsigned nap_us = 500;; nap_us = nap_us < 32000 ? nap_us * 2 : nap_us) {
-		rc = rdma_pull(x->rdma, peer, r, dst, ndst, flags, progress, arg);
+		rc = rdma_pull(rd, peer, r, dst, ndst, flags, progress, arg);
 		if (rc != -ENOBUFS || x->c.mode != XPORT_RDMA || clock_mono_ns() >= until)
 			return rc;
 		usleep(nap_us);
 	}
 }
 
-/* A pull from a peer whose bytes move by RDMA, or by nothing at all;
- * -ENOBUFS: its stage has no room, pull it over TCP. */
-static int pull_other(struct xport *x, int peer, int xp, const struct xport_range *r,
-		      const struct iovec *dst, int ndst, unsigned flags,
-		      xport_progress_fn progress, void *arg)
+/* A pull from a peer whose bytes move by RDMA (by rd: NULL where this
+ * node's device has just gone), or by nothing at all; -ENOBUFS: pull it
+ * over TCP (its stage has no room, or this node's device went). */
+static int pull_other(struct xport *x, struct rdma *rd, int peer, int xp,
+		      const struct xport_range *r, const struct iovec *dst, int ndst,
+		      unsigned flags, xport_progress_fn progress, void *arg)
 {
 	struct peer *p = &x->peers[peer];
 	int rc;
 
-	if (xp == XP_NONE) {
+	if (xp == XP_NONE || (!rd && x->c.mode == XPORT_RDMA)) {
 		log_limited(x, &p->unread, "peer %s: not read from: %s (transport=rdma)",
-			    p->name, p->why);
+			    p->name, xp == XP_NONE ? p->why : "this node's RDMA device went");
 		return -EIO;
 	}
-	rc = pull_rdma(x, peer, r, dst, ndst, flags, progress, arg);
+	if (!rd)                /* the tender says so, peer by peer */
+		return -ENOBUFS;
+	rc = pull_rdma(x, rd, peer, r, dst, ndst, flags, progress, arg);
+	if (rc == -EFAULT && bufs_register(x, rd, dst, ndst))
+		rc = pull_rdma(x, rd, peer, r, dst, ndst, flags, progress, arg);
 	if (rc == -ENOTCONN) {  /* its pair cannot be had again: choose anew */
 		peer_down(x, peer, "its RDMA queue pair failed and does not reconnect");
 		return -EHOSTDOWN;
 	}
-	if (rc != -ENOBUFS && rc != -EFBIG)
+	if (rc != -ENOBUFS && rc != -EFBIG && rc != -EFAULT)
 		return rc;
-	const char *why = rc == -EFBIG ? "an object is larger than its RDMA stage" :
+	const char *why = rc == -EFAULT ? "a read's buffer cannot be registered with the device" :
+		rc == -EFBIG ? "an object is larger than its RDMA stage" :
 		x->c.mode == XPORT_RDMA ? "its RDMA stage had no room for an object in time" :
 		"its RDMA stage has no room for an object now";
 	if (x->c.mode == XPORT_RDMA) {
@@ -1439,12 +1543,16 @@ int xport_pull(struct xport *x, int peer, const struct xport_range *r,
 		return -EHOSTDOWN;
 	pthread_mutex_lock(&x->lock);
 	xp = x->peers[peer].xp;
+	struct rdma *rd = xp == XP_RDMA ? rdma_hold_locked(x) : NULL;
 	pthread_mutex_unlock(&x->lock);
 	/* An owner whose stage is full serves this one over TCP (auto). */
-	if (xp != XP_TCP &&
-	    (rc = pull_other(x, peer, xp, r, dst, ndst, flags, progress, arg)) != -ENOBUFS) {
-		conn_unref(x, c);
-		return rc;
+	if (xp != XP_TCP) {
+		rc = pull_other(x, rd, peer, xp, r, dst, ndst, flags, progress, arg);
+		rdma_unhold(x, rd);
+		if (rc != -ENOBUFS) {
+			conn_unref(x, c);
+			return rc;
+		}
 	}
 	rc = -ENOMEM;
 	p = calloc(1, sizeof(*p));
@@ -1477,22 +1585,102 @@ void xport_release(struct xport *x, int peer, uint64_t lease)
 {
 	struct proto_msg m = { .type = PT_RELEASE, .u.release.lease = lease };
 
-	if (x->rdma && !rdma_release(x->rdma, peer, lease))
+	struct rdma *rd = rdma_hold(x);
+	int later = rd && !rdma_release(rd, peer, lease);
+
+	rdma_unhold(x, rd);
+	if (later)
 		return;         /* its READs are in flight: it goes after them */
 	xport_send(x, peer, &m);        /* down: its end of the lease went with it */
 }
 
+/* A buffer is this module's memory, registered with the device in use
+ * when it was made (gen: which opening of it); a device that goes takes
+ * its registrations with it, never the memory, and one opened again
+ * registers a buffer when a pull first lands in it (bufs_register). */
+struct xbuf {
+	struct xbuf *next;
+	uint8_t *base;
+	size_t len;
+	unsigned gen;
+};
+
 void *xport_buf_alloc(struct xport *x, size_t size)
 {
-	return x->rdma ? rdma_buf_alloc(x->rdma, size) : calloc(1, size ? size : 1);
+	struct xbuf *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return NULL;
+	b->len = size ? size : 1;
+	b->base = mmap(NULL, b->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b->base == MAP_FAILED)
+		goto free_b;
+	pthread_mutex_lock(&x->lock);
+	struct rdma *rd = rdma_hold_locked(x);
+	b->gen = x->rdma_gen;
+	pthread_mutex_unlock(&x->lock);
+	int rc = rd ? rdma_buf_reg(rd, b->base, b->len) : 0;
+	rdma_unhold(x, rd);
+	if (rc)
+		goto unmap;
+	pthread_mutex_lock(&x->lock);
+	b->next = x->bufs;
+	x->bufs = b;
+	pthread_mutex_unlock(&x->lock);
+	return b->base;
+unmap:
+	munmap(b->base, b->len);
+free_b:
+	free(b);
+	return NULL;
 }
 
 void xport_buf_free(struct xport *x, void *buf)
 {
-	if (x->rdma)
-		rdma_buf_free(x->rdma, buf);
-	else
-		free(buf);
+	struct xbuf *b = NULL;
+
+	if (!buf)
+		return;
+	pthread_mutex_lock(&x->lock);
+	for (struct xbuf **pp = &x->bufs; *pp; pp = &(*pp)->next)
+		if ((*pp)->base == buf) {
+			b = *pp;
+			*pp = b->next;
+			break;
+		}
+	struct rdma *rd = b ? rdma_hold_locked(x) : NULL;
+	pthread_mutex_unlock(&x->lock);
+	if (!b)
+		return;
+	if (rd)                 /* a registration of an rdma that went: none */
+		rdma_buf_unreg(rd, buf);
+	rdma_unhold(x, rd);
+	munmap(b->base, b->len);
+	free(b);
+}
+
+/* Registers with rd, opened since they were made, the buffers that dst
+ * lands in: the number it registered. */
+static int bufs_register(struct xport *x, struct rdma *rd, const struct iovec *dst, int ndst)
+{
+	int n = 0;
+
+	for (int i = 0; i < ndst; i++) {
+		const uint8_t *at = dst[i].iov_base;
+		uint8_t *base = NULL;
+		size_t len = 0;
+		pthread_mutex_lock(&x->lock);
+		for (struct xbuf *b = x->bufs; b; b = b->next)
+			if (at >= b->base && at < b->base + b->len && b->gen != x->rdma_gen) {
+				base = b->base;
+				len = b->len;
+				b->gen = x->rdma_gen;
+				break;
+			}
+		pthread_mutex_unlock(&x->lock);
+		n += base && !rdma_buf_reg(rd, base, len);
+	}
+	return n;
 }
 
 /* ---------------------------------------------------------------- their side */
@@ -1719,8 +1907,10 @@ static void *server_thread(void *arg)
 			    "peer %s sent a bad frame; disconnected", x->peers[c->peer].name);
 	}
 	if (c->srv) {           /* its windows go before the leases they read */
-		rdma_srv_end(c->srv);
+		srv_end(x, c->srv);
+		pthread_mutex_lock(&x->lock);
 		c->srv = NULL;
+		pthread_mutex_unlock(&x->lock);
 	}
 	if (c->peer >= 0 && x->ops->conn_end)
 		x->ops->conn_end(x->ctx, c);
@@ -1906,11 +2096,14 @@ static int stranger_step(struct xport *x, struct stranger *s, int *peer, struct 
 	/* Only now, to a peer that proved it holds the secret: where to
 	 * connect its queue pair, and the token that ties it to us. */
 	*srv = NULL;
-	if (x->rdma && rdma_serves(x->rdma) && (s->caps & PROTO_CAP_RDMA) &&
-	    (*srv = rdma_srv_new(x->rdma, m.u.welcome.token)))
-		m.u.welcome.rdma_port = rdma_port(x->rdma);
+	struct rdma *rd = rdma_hold(x);
+	if (rd && rdma_serves(rd) && (s->caps & PROTO_CAP_RDMA) &&
+	    (*srv = rdma_srv_new(rd, m.u.welcome.token)))
+		m.u.welcome.rdma_port = rdma_port(rd);
+	else
+		rdma_unhold(x, rd);     /* else the pair holds it (srv_end) */
 	if ((rc = stranger_send(s, &m)) && *srv) {
-		rdma_srv_end(*srv);
+		srv_end(x, *srv);
 		*srv = NULL;
 	}
 	return rc ? rc : 1;
@@ -1919,7 +2112,7 @@ static int stranger_step(struct xport *x, struct stranger *s, int *peer, struct 
 /* A peer that proved itself gets a server thread; a newer connection of
  * a peer replaces its older one (it reconnected: the old one is stale). */
 static void stranger_promote(struct xport *x, struct strangers *q, struct stranger *s,
-			     int peer, struct rdma_srv *srv)
+			     int peer, struct rdma_srv *srv, int reads_rdma)
 {
 	uint64_t name = conn_name(s->cnonce);
 	int fd = stranger_unlink(q, s);
@@ -1928,12 +2121,12 @@ static void stranger_promote(struct xport *x, struct strangers *q, struct strang
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 	struct xport_conn *c = conn_new(x, fd, peer, 0);
 	if (!c) {
-		if (srv)
-			rdma_srv_end(srv);
+		srv_end(x, srv);
 		close(fd);
 		return;
 	}
 	c->srv = srv;
+	c->reads_rdma = reads_rdma;
 	c->name = name;
 	pthread_mutex_lock(&x->lock);
 	for (struct xport_conn *o = x->servers; o; o = o->next)
@@ -1945,13 +2138,14 @@ static void stranger_promote(struct xport *x, struct strangers *q, struct strang
 	if (pthread_create(&t, NULL, server_thread, c)) {
 		x->servers = c->next;
 		x->nservers--;
-		if (c->srv)
-			rdma_srv_end(c->srv);
+		c->srv = NULL;  /* ended below, unlocked: rdma_cm's thread may want x->lock */
 		conn_put(c);
 	} else {
+		srv = NULL;     /* the server thread's */
 		pthread_detach(t);
 	}
 	pthread_mutex_unlock(&x->lock);
+	srv_end(x, srv);
 }
 
 /* A new stranger from `from`, after the oldest from that host (or of all)
@@ -2011,7 +2205,7 @@ static void acceptor_events(struct xport *x, struct strangers *q, struct epoll_e
 		if (!s) {
 			listener = 1;
 		} else if ((rc = stranger_step(x, s, &peer, &srv)) > 0) {
-			stranger_promote(x, q, s, peer, srv);
+			stranger_promote(x, q, s, peer, srv, !!(s->caps & PROTO_CAP_RDMA));
 		} else if (rc < 0) {
 			if (rc == -EPROTONOSUPPORT)
 				stranger_other_release(x, s);
@@ -2355,6 +2549,174 @@ static void rdma_said(struct xport *x)
 		rdma_grants(x->rdma), rdma_port(x->rdma));
 }
 
+/* ---------------------------------------------------------------- a device that goes */
+
+/* rdma's conf.lost, on its rdma_cm thread, which must go on: the tender
+ * does the rest.  From here rdma_hold() gives NULL. */
+static void rdma_lost_call(void *ctx, const char *why)
+{
+	struct xport *x = ctx;
+
+	pthread_mutex_lock(&x->lock);
+	if (!x->rdma_gone) {
+		x->rdma_gone = 1;
+		snprintf(x->rdma_why, sizeof(x->rdma_why), "%s", why);
+		pthread_cond_signal(&x->tend);
+	}
+	pthread_mutex_unlock(&x->lock);
+}
+
+/* The connections peers READ this node by (reads_rdma: also those that
+ * could, when the device is back) end, so that they dial again and hear
+ * what it offers now.  Under x->lock. */
+static void servers_redial_locked(struct xport *x, int reads_rdma)
+{
+	for (struct xport_conn *c = x->servers; c; c = c->next)
+		if (c->srv || (reads_rdma && c->reads_rdma))
+			shutdown(c->fd, SHUT_RDWR);
+}
+
+/* This node's device went: every peer read by it is read over TCP now
+ * (transport=rdma: not at all), peers that READ this node dial again to
+ * a WELCOME that offers no RDMA, and once no call into it is under way
+ * it is closed, which lets the kernel finish removing it.  The READs
+ * under way fail (EIO), as they would have anyway. */
+static void rdma_let_go(struct xport *x)
+{
+	int xp = x->c.mode == XPORT_RDMA ? XP_NONE : XP_TCP;
+	char why[sizeof(x->rdma_why)];
+
+	pthread_mutex_lock(&x->lock);
+	snprintf(why, sizeof(why), "%s", x->rdma_why);
+	pthread_mutex_unlock(&x->lock);
+	fprintf(stderr, "omnifs: rdma: %s: %s until it is back\n", why, xp == XP_TCP ?
+		"peers' objects are read over tcp" : "peers' objects cannot be read (transport=rdma)");
+	for (size_t i = 0; i < x->npeers; i++) {
+		struct peer *p = &x->peers[i];
+		pthread_mutex_lock(&x->lock);
+		int was = p->xp == XP_RDMA && p->out;
+		if (p->xp == XP_RDMA) {
+			p->xp = xp;
+			snprintf(p->why, sizeof(p->why), "%s", why);
+			p->since_ns = clock_wall_ns();
+		}
+		pthread_mutex_unlock(&x->lock);
+		if (was)
+			fprintf(stderr, "omnifs: peer %s (%s): transport %s now (%s)\n", p->name,
+				p->addr, xp == XP_TCP ? "tcp" : "none", why);
+	}
+	pthread_mutex_lock(&x->lock);
+	while (x->rdma_users && !x->stopping) {
+		struct timespec ts = clock_deadline_in(100);
+		servers_redial_locked(x, 0);    /* a handshake under way may add one */
+		pthread_cond_timedwait(&x->cond, &x->lock, &ts);
+	}
+	struct rdma *rd = x->stopping ? NULL : x->rdma;         /* else xport_destroy's */
+	if (rd)
+		x->rdma = NULL;
+	pthread_mutex_unlock(&x->lock);
+	rdma_close(rd);
+}
+
+/* Our connection to each peer whose WELCOME offered RDMA connects a
+ * queue pair again, with the device back: its bytes move by RDMA again. */
+static void rdma_relink(struct xport *x, struct rdma *rd)
+{
+	for (size_t i = 0; i < x->npeers; i++) {
+		struct peer *p = &x->peers[i];
+		struct sockaddr_storage sa;
+		uint8_t token[PROTO_TOKEN];
+		char e[96];
+		pthread_mutex_lock(&x->lock);
+		struct xport_conn *c = p->out;
+		uint16_t port = c ? p->offer_port : 0;
+		sa = p->offer_sa;
+		memcpy(token, p->offer_token, PROTO_TOKEN);
+		pthread_mutex_unlock(&x->lock);
+		if (!port)
+			continue;       /* down (it dials anew), or it offers none */
+		int rc = rdma_link_up(rd, (int)i, (const struct sockaddr *)&sa, port, token, e,
+				      sizeof(e));
+		pthread_mutex_lock(&x->lock);
+		int same = p->out == c;
+		if (same && !rc)
+			p->xp = XP_RDMA;
+		if (same) {
+			snprintf(p->why, sizeof(p->why), rc ? "its RDMA queue pair did not connect: "
+				 "%s" : "%s", rc ? e : "");
+			p->since_ns = clock_wall_ns();
+		}
+		pthread_mutex_unlock(&x->lock);
+		if (same && !rc)
+			fprintf(stderr, "omnifs: peer %s (%s): transport rdma again (%s, grants by %s)\n",
+				p->name, p->addr, rdma_device(rd), rdma_grants(rd));
+		else if (same)
+			fprintf(stderr, "omnifs: peer %s (%s): still transport %s: its RDMA queue pair "
+				"did not connect: %s\n", p->name, p->addr,
+				x->c.mode == XPORT_RDMA ? "none" : "tcp", e);
+	}
+}
+
+/* The device, opened again where it is back (1), or not yet (0). */
+static int rdma_reopen(struct xport *x)
+{
+	struct rdma *rd;
+	char why[384];
+
+	if (rdma_open(&rd, &x->rconf, why, sizeof(why)))
+		return 0;
+	pthread_mutex_lock(&x->lock);
+	int stop = x->stopping;
+	if (!stop) {
+		x->rdma = rd;
+		x->rdma_gone = 0;
+		x->rdma_gen++;
+		snprintf(x->rdma_dev, sizeof(x->rdma_dev), "%s", rdma_device(rd));
+	}
+	pthread_mutex_unlock(&x->lock);
+	if (stop) {
+		rdma_close(rd);
+		return 1;
+	}
+	fprintf(stderr, "omnifs: rdma: %s is back\n", rdma_device(rd));
+	rdma_said(x);
+	rdma_relink(x, rd);
+	pthread_mutex_lock(&x->lock);
+	servers_redial_locked(x, 1);    /* to hear where their pairs connect now */
+	pthread_mutex_unlock(&x->lock);
+	return 1;
+}
+
+/* Lets go of a device that went, then opens it again each RESOLVE_MS
+ * until it is back.  Idle, and woken by nothing else, the rest of the
+ * time. */
+static void *tender_thread(void *arg)
+{
+	struct xport *x = arg;
+
+	pthread_setname_np(pthread_self(), "omni-rdma-tend");
+	pthread_mutex_lock(&x->lock);
+	while (!x->stopping) {
+		if (x->rdma_gone && x->rdma) {
+			pthread_mutex_unlock(&x->lock);
+			rdma_let_go(x);
+			pthread_mutex_lock(&x->lock);
+		} else if (x->rdma_gone) {
+			struct timespec ts = clock_deadline_in(RESOLVE_MS);
+			pthread_cond_timedwait(&x->tend, &x->lock, &ts);
+			if (x->stopping)
+				break;
+			pthread_mutex_unlock(&x->lock);
+			rdma_reopen(x);
+			pthread_mutex_lock(&x->lock);
+		} else {
+			pthread_cond_wait(&x->tend, &x->lock);
+		}
+	}
+	pthread_mutex_unlock(&x->lock);
+	return NULL;
+}
+
 /* transport=auto and rdma open the device behind the listen address;
  * auto goes on without one, saying so, and rdma fails. */
 static int open_rdma(struct xport *x, char *err, size_t errlen)
@@ -2364,7 +2726,7 @@ static int open_rdma(struct xport *x, char *err, size_t errlen)
 		.stage_from = x->c.stage_from, .stage_size = x->c.stage_size,
 		.npeers = x->npeers, .dead_ms = x->c.dead_ms, .ctx = x,
 		.grant = rdma_grant_call, .release = rdma_release_call, .count = rdma_count_call,
-		.peer_name = rdma_name_call,
+		.peer_name = rdma_name_call, .lost = rdma_lost_call,
 	};
 	char why[384];
 	int rc_;
@@ -2390,6 +2752,8 @@ static int open_rdma(struct xport *x, char *err, size_t errlen)
 		return -ENOMEM;
 	}
 	x->caps |= PROTO_CAP_RDMA;
+	x->rconf = rc;
+	snprintf(x->rdma_dev, sizeof(x->rdma_dev), "%s", rdma_device(x->rdma));
 	rdma_said(x);
 	return 0;
 }
@@ -2432,8 +2796,10 @@ int xport_create(struct xport **out, const struct xport_conf *c,
 		goto free_x;
 	pthread_mutex_init(&x->lock, NULL);
 	clock_cond_init(&x->cond);
+	clock_cond_init(&x->tend);
 	pthread_cond_init(&x->unbusy, NULL);
 	if ((rc = open_rdma(x, err, errlen))) {
+		pthread_cond_destroy(&x->tend);
 		pthread_cond_destroy(&x->unbusy);
 		pthread_cond_destroy(&x->cond);
 		pthread_mutex_destroy(&x->lock);
@@ -2460,6 +2826,10 @@ int xport_start(struct xport *x)
 		return -EAGAIN;
 	}
 	x->started = 1;
+	/* Only a device opened at start is looked after: auto on a node
+	 * without one does not look for one. */
+	if (x->rdma && !pthread_create(&x->tender, NULL, tender_thread, x))
+		x->tender_started = 1;
 	return 0;
 }
 
@@ -2471,6 +2841,7 @@ void xport_destroy(struct xport *x)
 	pthread_mutex_lock(&x->lock);
 	x->stopping = 1;
 	pthread_cond_broadcast(&x->cond);
+	pthread_cond_signal(&x->tend);
 	for (struct xport_conn *c = x->servers; c; c = c->next)
 		shutdown(c->fd, SHUT_RDWR);
 	for (size_t i = 0; i < x->npeers; i++)
@@ -2482,6 +2853,8 @@ void xport_destroy(struct xport *x)
 		pthread_join(x->acceptor, NULL);
 		pthread_join(x->keeper, NULL);
 	}
+	if (x->tender_started)  /* a device it let go of is closed already */
+		pthread_join(x->tender, NULL);
 	pthread_mutex_lock(&x->lock);
 	while (x->dialers)      /* each sees stopping within a tick */
 		pthread_cond_wait(&x->cond, &x->lock);
@@ -2494,7 +2867,13 @@ void xport_destroy(struct xport *x)
 		pthread_cond_wait(&x->cond, &x->lock);
 	pthread_mutex_unlock(&x->lock);
 	rdma_close(x->rdma);    /* its pulls end; every connection is gone */
+	for (struct xbuf *b = x->bufs, *next; b; b = next) {     /* their owners' leftovers */
+		next = b->next;
+		munmap(b->base, b->len);
+		free(b);
+	}
 	close(x->lfd);
+	pthread_cond_destroy(&x->tend);
 	pthread_cond_destroy(&x->unbusy);
 	pthread_cond_destroy(&x->cond);
 	pthread_mutex_destroy(&x->lock);
@@ -2553,23 +2932,35 @@ int xport_peer_up(struct xport *x, int peer)
 	return up;
 }
 
-int xport_rdma(const struct xport *x, const char **device, const char **grants)
+int xport_rdma(struct xport *x, struct xport_rdma_info *out)
 {
-	if (!x->rdma)
-		return -ENODEV;
-	*device = rdma_device(x->rdma);
-	*grants = rdma_grants(x->rdma);
-	return 0;
+	struct rdma *rd = rdma_hold(x);
+
+	pthread_mutex_lock(&x->lock);
+	snprintf(out->device, sizeof(out->device), "%s", x->rdma_dev);
+	snprintf(out->gone, sizeof(out->gone), "%s", x->rdma_gone ? x->rdma_why : "");
+	pthread_mutex_unlock(&x->lock);
+	out->grants = rd ? rdma_grants(rd) : NULL;
+	rdma_unhold(x, rd);
+	return rd ? 0 : -ENODEV;
 }
 
-int xport_rdma_gpudirect(const struct xport *x)
+int xport_rdma_gpudirect(struct xport *x)
 {
-	return x->rdma && rdma_gpudirect(x->rdma, NULL);
+	struct rdma *rd = rdma_hold(x);
+	int direct = rd && rdma_gpudirect(rd, NULL);
+
+	rdma_unhold(x, rd);
+	return direct;
 }
 
-int xport_rdma_stage(const struct xport *x, uint64_t *size, uint64_t *used)
+int xport_rdma_stage(struct xport *x, uint64_t *size, uint64_t *used)
 {
-	return x->rdma && rdma_stage(x->rdma, size, used) ? 0 : -ENODEV;
+	struct rdma *rd = rdma_hold(x);
+	int rc = rd && rdma_stage(rd, size, used) ? 0 : -ENODEV;
+
+	rdma_unhold(x, rd);
+	return rc;
 }
 
 void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out)

@@ -125,14 +125,21 @@ struct xport_peer_info {
 };
 void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out);
 int xport_peer_up(struct xport *x, int peer);
-/* This node's RDMA device and how it grants reads ("window" or "pool"):
- * 0, or -ENODEV if it moves no byte by RDMA. */
-int xport_rdma(const struct xport *x, const char **device, const char **grants);
+/* This node's RDMA device, how it grants reads ("window" or "pool"), and
+ * why it moves nothing now if it went ("rxe0 was removed": it is opened
+ * again when it is back). */
+struct xport_rdma_info {
+	char device[64];                /* "": none was ever opened */
+	const char *grants;             /* NULL while it is gone */
+	char gone[128];                 /* "" unless it went */
+};
+/* 0 with the device in use; -ENODEV with none (or gone: out says). */
+int xport_rdma(struct xport *x, struct xport_rdma_info *out);
 /* 1 if peers READ this node's GPU pool itself (GPUDirect RDMA), else 0. */
-int xport_rdma_gpudirect(const struct xport *x);
+int xport_rdma_gpudirect(struct xport *x);
 /* The RDMA stage of a pool no device reads (rdma.h): its size and the
  * bytes grants hold.  0, or -ENODEV without one. */
-int xport_rdma_stage(const struct xport *x, uint64_t *size, uint64_t *used);
+int xport_rdma_stage(struct xport *x, uint64_t *size, uint64_t *used);
 
 /* How far this node has heard peer: the name of peer's connection to it
  * that is served now (0: none) and how many of its frames were served to
