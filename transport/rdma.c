@@ -164,7 +164,10 @@ static void *cm_thread(void *arg)
 		while (!rdma_get_cm_event(rd->ch, &e)) {
 			struct rdma_cm_id *destroy = NULL;
 			int kind = e->id->context ? *(int *)e->id->context : 0;
-			if (e->event == RDMA_CM_EVENT_DEVICE_REMOVAL)
+			/* (A link's id may sit on another device, which its
+			 * queue pair then could not use: that one's loss is
+			 * the link's alone.) */
+			if (e->event == RDMA_CM_EVENT_DEVICE_REMOVAL && e->id->verbs == rd->verbs)
 				device_lost(rd, "was removed");
 			if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST)
 				srv_connect_request(rd, e, &destroy);

@@ -132,12 +132,6 @@ struct peer {
 	uint32_t caps;
 	int xp;
 	char why[160];                  /* why not RDMA, where we have it */
-	/* Where its WELCOME said to connect a queue pair (port 0: nowhere),
-	 * good while our connection lasts: a device of ours that is back
-	 * connects there again (rdma_relink). */
-	struct sockaddr_storage offer_sa;
-	uint16_t offer_port;
-	uint8_t offer_token[PROTO_TOKEN];
 	char down_why[128];             /* why it is down: the last fault seen */
 	uint64_t since_ns;
 	struct xport_conn *out;         /* our connection, while up */
@@ -1222,9 +1216,6 @@ static int peer_connect(struct xport *x, int i)
 	p->out = c;
 	p->caps = o.caps;
 	p->xp = xp;
-	p->offer_sa = sa;
-	p->offer_port = o.port;
-	memcpy(p->offer_token, o.token, PROTO_TOKEN);
 	snprintf(p->why, sizeof(p->why), "%s", why);
 	p->since_ns = clock_wall_ns();
 	if (pthread_create(&p->rx, NULL, rx_thread, c)) {
@@ -2618,45 +2609,6 @@ static void rdma_let_go(struct xport *x)
 	rdma_close(rd);
 }
 
-/* Our connection to each peer whose WELCOME offered RDMA connects a
- * queue pair again, with the device back: its bytes move by RDMA again. */
-static void rdma_relink(struct xport *x, struct rdma *rd)
-{
-	for (size_t i = 0; i < x->npeers; i++) {
-		struct peer *p = &x->peers[i];
-		struct sockaddr_storage sa;
-		uint8_t token[PROTO_TOKEN];
-		char e[96];
-		pthread_mutex_lock(&x->lock);
-		struct xport_conn *c = p->out;
-		uint16_t port = c ? p->offer_port : 0;
-		sa = p->offer_sa;
-		memcpy(token, p->offer_token, PROTO_TOKEN);
-		pthread_mutex_unlock(&x->lock);
-		if (!port)
-			continue;       /* down (it dials anew), or it offers none */
-		int rc = rdma_link_up(rd, (int)i, (const struct sockaddr *)&sa, port, token, e,
-				      sizeof(e));
-		pthread_mutex_lock(&x->lock);
-		int same = p->out == c;
-		if (same && !rc)
-			p->xp = XP_RDMA;
-		if (same) {
-			snprintf(p->why, sizeof(p->why), rc ? "its RDMA queue pair did not connect: "
-				 "%s" : "%s", rc ? e : "");
-			p->since_ns = clock_wall_ns();
-		}
-		pthread_mutex_unlock(&x->lock);
-		if (same && !rc)
-			fprintf(stderr, "omnifs: peer %s (%s): transport rdma again (%s, grants by %s)\n",
-				p->name, p->addr, rdma_device(rd), rdma_grants(rd));
-		else if (same)
-			fprintf(stderr, "omnifs: peer %s (%s): still transport %s: its RDMA queue pair "
-				"did not connect: %s\n", p->name, p->addr,
-				x->c.mode == XPORT_RDMA ? "none" : "tcp", e);
-	}
-}
-
 /* The device, opened again where it is back (1), or not yet (0). */
 static int rdma_reopen(struct xport *x)
 {
@@ -2678,11 +2630,15 @@ static int rdma_reopen(struct xport *x)
 		rdma_close(rd);
 		return 1;
 	}
-	fprintf(stderr, "omnifs: rdma: %s is back\n", rdma_device(rd));
+	fprintf(stderr, "omnifs: rdma: %s is back: connecting to every peer again, to connect "
+		"queue pairs\n", rdma_device(rd));
 	rdma_said(x);
-	rdma_relink(x, rd);
+	/* Both ways: our pairs connect at the handshake, and peers hear
+	 * where theirs connect now in its WELCOME. */
+	for (size_t i = 0; i < x->npeers; i++)
+		peer_down(x, (int)i, "this node's RDMA device is back: connecting again");
 	pthread_mutex_lock(&x->lock);
-	servers_redial_locked(x, 1);    /* to hear where their pairs connect now */
+	servers_redial_locked(x, 1);
 	pthread_mutex_unlock(&x->lock);
 	return 1;
 }
