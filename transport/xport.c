@@ -2596,6 +2596,7 @@ static void rdma_let_go(struct xport *x)
 			fprintf(stderr, "omnifs: peer %s (%s): transport %s now (%s)\n", p->name,
 				p->addr, xp == XP_TCP ? "tcp" : "none", why);
 	}
+	/* Each call ends within its own bounds (a pull's: about dead_ms). */
 	pthread_mutex_lock(&x->lock);
 	while (x->rdma_users && !x->stopping) {
 		struct timespec ts = clock_deadline_in(100);
@@ -2609,14 +2610,14 @@ static void rdma_let_go(struct xport *x)
 	rdma_close(rd);
 }
 
-/* The device, opened again where it is back (1), or not yet (0). */
-static int rdma_reopen(struct xport *x)
+/* The device, opened again if it is back. */
+static void rdma_reopen(struct xport *x)
 {
 	struct rdma *rd;
 	char why[384];
 
 	if (rdma_open(&rd, &x->rconf, why, sizeof(why)))
-		return 0;
+		return;
 	pthread_mutex_lock(&x->lock);
 	int stop = x->stopping;
 	if (!stop) {
@@ -2628,7 +2629,7 @@ static int rdma_reopen(struct xport *x)
 	pthread_mutex_unlock(&x->lock);
 	if (stop) {
 		rdma_close(rd);
-		return 1;
+		return;
 	}
 	fprintf(stderr, "omnifs: rdma: %s is back: connecting to every peer again, to connect "
 		"queue pairs\n", rdma_device(rd));
@@ -2640,7 +2641,6 @@ static int rdma_reopen(struct xport *x)
 	pthread_mutex_lock(&x->lock);
 	servers_redial_locked(x, 1);
 	pthread_mutex_unlock(&x->lock);
-	return 1;
 }
 
 /* Lets go of a device that went, then opens it again each RESOLVE_MS
