@@ -154,7 +154,7 @@ struct xport {
 	struct xport_conf c;
 	struct rdma *rdma;              /* NULL: every byte moves over TCP */
 	/* A device that goes (rdma.h, conf.lost) is let go of and opened
-	 * again by a thread of its own (rdma_tender): calls into x->rdma go
+	 * again by a thread of its own (tender_thread): calls into x->rdma go
 	 * through rdma_hold(), which gives none once it went, and the tender
 	 * closes it only when no call is under way.  x->lock guards these. */
 	struct rdma_conf rconf;         /* how it was opened */
@@ -328,6 +328,16 @@ static int rdma_gone_why(struct xport *x, char *why, size_t len)
 		snprintf(why, len, "%s", x->rdma_why);
 	pthread_mutex_unlock(&x->lock);
 	return gone;
+}
+
+/* Our pair to peer i goes: its READs fail; the owner forgot its grants. */
+static void link_down(struct xport *x, int i)
+{
+	struct rdma *rd = rdma_hold(x);
+
+	if (rd)
+		rdma_link_down(rd, i);
+	rdma_unhold(x, rd);
 }
 
 /* An owner-side pair holds x->rdma as long as it lasts. */
@@ -965,10 +975,7 @@ static void peer_down(struct xport *x, int i, const char *why)
 	shutdown(c->fd, SHUT_RDWR);
 	if (!x->stopping)
 		fprintf(stderr, "omnifs: peer %s (%s) down: %s\n", p->name, p->addr, why);
-	struct rdma *rd = rdma_hold(x);
-	if (rd)                 /* its READs fail; the owner forgot its grants */
-		rdma_link_down(rd, i);
-	rdma_unhold(x, rd);
+	link_down(x, i);
 	pending_fail(x, i);
 	if (x->ops->peer_down)
 		x->ops->peer_down(x->ctx, i);
@@ -1233,10 +1240,7 @@ static int peer_connect(struct xport *x, int i)
 	if (!rc && x->ops->peer_up) {
 		x->ops->peer_up(x->ctx, i);
 	} else if (rc) {
-		struct rdma *rd = rdma_hold(x);
-		if (rd)
-			rdma_link_down(rd, i);
-		rdma_unhold(x, rd);
+		link_down(x, i);
 	}
 unclaim:
 	pthread_mutex_lock(&x->lock);
