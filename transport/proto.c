@@ -213,7 +213,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		put(&w, m->u.welcome.token, PROTO_TOKEN);
 		put_le(&w, m->u.welcome.digest, 8);
 		break;
-	case PT_PING: case PT_PONG:
+	case PT_PING: case PT_PONG: case PT_REDIAL:
 		break;
 	case PT_ANNOUNCE: case PT_OBJECT: case PT_CLAIM:
 		put_obj(&w, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
@@ -426,7 +426,7 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		get_bytes(&r, m->u.welcome.token, PROTO_TOKEN);
 		m->u.welcome.digest = get_le(&r, 8);
 		break;
-	case PT_PING: case PT_PONG:
+	case PT_PING: case PT_PONG: case PT_REDIAL:
 		break;
 	case PT_ANNOUNCE: case PT_OBJECT: case PT_CLAIM:
 		get_obj(&r, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
@@ -547,7 +547,7 @@ const char *proto_type_name(unsigned type)
 		"?", "HELLO", "CHALLENGE", "AUTH", "WELCOME", "PING", "PONG",
 		"ANNOUNCE", "GONE", "CONSUMED", "LOOKUP", "LIST", "REMOVE", "PULL",
 		"STATUS", "OBJECT", "LISTING", "DATA", "RELEASE", "GRANT", "GRANTED",
-		"CLEANUP", "CLEANED", "EXISTS", "CLAIM", "ACKS",
+		"CLEANUP", "CLEANED", "EXISTS", "CLAIM", "ACKS", "REDIAL",
 	};
 	_Static_assert(sizeof(names) / sizeof(*names) == PT_MAX_TYPE + 1, "a name for each type");
 	return type <= PT_MAX_TYPE ? names[type] : "?";

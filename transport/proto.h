@@ -51,6 +51,7 @@
 /* What a side's transports can do, exchanged in the handshake. */
 #define PROTO_CAP_TCP  1u
 #define PROTO_CAP_RDMA 2u
+#define PROTO_CAP_REDIAL 4u     /* a client that hears REDIAL */
 
 enum proto_type {
 	PT_HELLO = 1,   /* client: version, caps, nonce, name */
@@ -93,7 +94,11 @@ enum proto_type {
 	PT_ACKS,        /* reply: the reqids of requests acted on (REMOVE, CONSUMED),
 			   up to PROTO_ACKS_MAX in one frame, sent once the
 			   requests pause */
-	PT_MAX_TYPE = PT_ACKS,
+	PT_REDIAL,      /* one-way, server to a client whose HELLO has
+			   PROTO_CAP_REDIAL: connect again, once no request of
+			   yours is in flight here (what the WELCOME would say
+			   changed: the sender's RDMA device is back) */
+	PT_MAX_TYPE = PT_REDIAL,
 };
 
 struct proto_hdr {

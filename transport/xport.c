@@ -66,6 +66,9 @@ struct xport_conn {
 	struct rdma_srv *srv;           /* a peer's connection that offered it RDMA */
 	int fd, peer, outgoing, refs;
 	int reads_rdma;                 /* a peer's connection: its HELLO said it can */
+	int hears_redial;               /* ... and that it hears REDIAL */
+	int retired;                    /* ours, let go of for a rejoin (rejoin_locked) */
+	int ended;                      /* ours, and its receiver saw its end first */
 	pthread_mutex_t send_lock;
 	atomic_int ping_owed;           /* the keeper found it busy: the sender pings */
 	/* Frames held (XPORT_HOLD) to go with the next, under send_lock:
@@ -135,6 +138,11 @@ struct peer {
 	char down_why[128];             /* why it is down: the last fault seen */
 	uint64_t since_ns;
 	struct xport_conn *out;         /* our connection, while up */
+	/* To be connected again once no request is in flight to it (what a
+	 * handshake settles changed: a device is back), so that none fails
+	 * for it; meanwhile new requests wait (peer_out_settled). */
+	int rejoin;
+	int rejoining;                  /* let go of for that, not connected again yet */
 	pthread_t rx;
 	int rx_joinable;
 	struct ratelog bad_frames;      /* its connections to us */
@@ -188,6 +196,7 @@ struct xport {
 static void log_limited(struct xport *x, struct ratelog *rl, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static int bufs_register(struct xport *x, struct rdma *rd, const struct iovec *dst, int ndst);
+static void dial(struct xport *x, int i);
 
 /* Set in a thread that has called xport_flush, and so calls it again when
  * its burst of work is over: only its frames may be held.  Any other (a
@@ -675,11 +684,44 @@ static struct pending *pending_find(struct xport *x, uint64_t reqid)
 	return NULL;
 }
 
+/* Whether a request to peer i is in flight.  Under x->lock. */
+static int peer_busy(const struct xport *x, int i)
+{
+	for (const struct pending *p = x->pending; p; p = p->next)
+		if (p->peer == i)
+			return 1;
+	return 0;
+}
+
+/* Peer i's connection is let go of, if it is to be rejoined and no
+ * request is in flight on it: its receiver sees its end at once (SHUT_RD
+ * ends no send), sends what is still held on it and closes it
+ * (retired_end); the requests that wait for it (peer_out_settled)
+ * connect again.  The peer is not down: nothing it told us is forgotten.  Under
+ * x->lock. */
+static void rejoin_locked(struct xport *x, int i)
+{
+	struct peer *p = &x->peers[i];
+	struct xport_conn *c = p->out;
+
+	if (!p->rejoin || !c || c->ended || peer_busy(x, i))
+		return;
+	p->out = NULL;
+	p->rejoin = 0;
+	p->rejoining = 1;
+	c->retired = 1;
+	shutdown(c->fd, SHUT_RD);
+	pthread_cond_broadcast(&x->cond);
+}
+
+/* Takes p off the table; the last one of a peer being rejoined lets its
+ * connection go. */
 static void pending_del(struct xport *x, struct pending *p)
 {
 	for (struct pending **pp = &x->pending; *pp; pp = &(*pp)->next)
 		if (*pp == p) {
 			*pp = p->next;
+			rejoin_locked(x, p->peer);
 			return;
 		}
 }
@@ -967,8 +1009,10 @@ static void peer_down(struct xport *x, int i, const char *why)
 	if (c)
 		snprintf(p->down_why, sizeof(p->down_why), "%s", why);
 	p->out = NULL;
+	p->rejoin = 0;                  /* what waits for that connects anew */
 	p->since_ns = clock_wall_ns();
 	p->looked_ns = 0;               /* it may be back elsewhere: look at once */
+	pthread_cond_broadcast(&x->cond);
 	pthread_mutex_unlock(&x->lock);
 	if (!c)
 		return;
@@ -982,6 +1026,45 @@ static void peer_down(struct xport *x, int i, const char *why)
 	pthread_mutex_lock(&x->lock);
 	conn_put(c);
 	pthread_mutex_unlock(&x->lock);
+}
+
+/* Peer i is connected to again once no request to it is in flight
+ * (rejoin_locked), if it is up (on c, unless c is NULL). */
+static void rejoin(struct xport *x, int i, const struct xport_conn *c, const char *why)
+{
+	struct peer *p = &x->peers[i];
+
+	pthread_mutex_lock(&x->lock);
+	int now = p->out && (!c || p->out == c) && !p->rejoin;
+	if (now) {
+		p->rejoin = 1;
+		rejoin_locked(x, i);
+	}
+	pthread_mutex_unlock(&x->lock);
+	if (now)
+		fprintf(stderr, "omnifs: peer %s (%s): connecting again once its requests in "
+			"flight are done (%s)\n", p->name, p->addr, why);
+}
+
+/* The end of a connection let go of for a rejoin: what was held on it
+ * goes first, as with its next frame.  No request is on it (they link
+ * only on p->out), and its peer's next connection waits for this
+ * receiver (connect_claim), pair and all. */
+static void retired_end(struct xport *x, struct xport_conn *c)
+{
+	int peer = c->peer;
+	struct iovec v[1];
+
+	pthread_mutex_lock(&c->send_lock);
+	if (c->held_ns)
+		send_after_held(c, v, 1);
+	pthread_mutex_unlock(&c->send_lock);
+	shutdown(c->fd, SHUT_RDWR);
+	link_down(x, peer);
+	pthread_mutex_lock(&x->lock);
+	conn_put(c);
+	pthread_mutex_unlock(&x->lock);
+	dial(x, peer);          /* its connection, for announces as for requests */
 }
 
 /* Reads replies and DATA on our connection until it fails. */
@@ -1004,12 +1087,22 @@ static void *rx_thread(void *arg)
 			rx_reply(c, &h, &m);
 		} else if (h.type == PT_ACKS) {
 			rx_acks(c, &m);
+		} else if (h.type == PT_REDIAL) {
+			rejoin(x, c->peer, c, "it asks: its RDMA device is back");
 		} else if (h.type != PT_PONG) {
 			rc = -EPROTO;   /* a request has no business here */
 		}
 		proto_msg_free(&m);
 		if (rc)
 			break;
+	}
+	pthread_mutex_lock(&x->lock);
+	int retired = c->retired;
+	c->ended = 1;                   /* else peer_down's */
+	pthread_mutex_unlock(&x->lock);
+	if (retired) {
+		retired_end(x, c);
+		return NULL;
 	}
 	if (rc == -EPROTO || rc == -EMSGSIZE)
 		count(x, XC_BAD_FRAMES, 1);
@@ -1221,6 +1314,7 @@ static int peer_connect(struct xport *x, int i)
 	say = differs && !p->config_differs;
 	p->config_differs = differs;
 	p->out = c;
+	p->rejoining = 0;
 	p->caps = o.caps;
 	p->xp = xp;
 	snprintf(p->why, sizeof(p->why), "%s", why);
@@ -1244,11 +1338,21 @@ static int peer_connect(struct xport *x, int i)
 	}
 unclaim:
 	pthread_mutex_lock(&x->lock);
-	if (rc)
+	int lost = rc && p->rejoining;  /* it went while we rejoined it */
+	char down[sizeof(p->down_why)];
+	if (rc) {
 		dial_failed(p, rc);
+		p->rejoining = 0;
+		snprintf(down, sizeof(down), "%s", p->down_why);
+	}
 	p->connecting = 0;
 	pthread_cond_broadcast(&x->cond);
 	pthread_mutex_unlock(&x->lock);
+	if (lost && !x->stopping) {
+		fprintf(stderr, "omnifs: peer %s (%s) down: %s\n", p->name, p->addr, down);
+		if (x->ops->peer_down)
+			x->ops->peer_down(x->ctx, i);
+	}
 	return rc;
 }
 
@@ -1265,6 +1369,30 @@ static struct xport_conn *peer_out(struct xport *x, int peer)
 	return c;
 }
 
+/* peer_out() for a new request.  While the peer is to be rejoined, it
+ * waits until the requests in flight are done and the connection is let
+ * go of (NULL: connect again): else a steady stream of them would keep
+ * it busy for good.  For a quarter of dead_ms at most (the caller may
+ * serve a peer, which must not find it dead), then on it as it is. */
+static struct xport_conn *peer_out_settled(struct xport *x, int i)
+{
+	struct xport_conn *c;
+	struct timespec ts;
+	int waited = 0;
+
+	pthread_mutex_lock(&x->lock);
+	while (x->peers[i].rejoin && !x->stopping) {
+		if (!waited++)
+			ts = clock_deadline_in(x->c.dead_ms / 4);
+		if (pthread_cond_timedwait(&x->cond, &x->lock, &ts) == ETIMEDOUT)
+			break;
+	}
+	if ((c = x->peers[i].out))
+		c->refs++;
+	pthread_mutex_unlock(&x->lock);
+	return c;
+}
+
 /* Our connection to peer with a reference, connecting on demand. */
 static struct xport_conn *peer_conn(struct xport *x, int i)
 {
@@ -1272,7 +1400,7 @@ static struct xport_conn *peer_conn(struct xport *x, int i)
 
 	if (i < 0 || (size_t)i >= x->npeers)
 		return NULL;
-	if ((c = peer_out(x, i)) || peer_connect(x, i))
+	if ((c = peer_out_settled(x, i)) || peer_connect(x, i))
 		return c;
 	return peer_out(x, i);
 }
@@ -1282,6 +1410,23 @@ static void conn_unref(struct xport *x, struct xport_conn *c)
 	pthread_mutex_lock(&x->lock);
 	conn_put(c);
 	pthread_mutex_unlock(&x->lock);
+}
+
+/* Links p on *c (a reference, or NULL); where *c was let go of for a
+ * rejoin since it was had, on the peer's next connection, which *c is
+ * then.  1 if linked. */
+static int link_on(struct xport *x, struct xport_conn **c, struct pending *p)
+{
+	while (*c) {
+		pthread_mutex_lock(&x->lock);
+		int linked = pending_link(x, *c, p), retired = !linked && (*c)->retired;
+		pthread_mutex_unlock(&x->lock);
+		if (!retired)
+			return linked;
+		conn_unref(x, *c);
+		*c = peer_conn(x, p->peer);
+	}
+	return 0;
 }
 
 /* A one-way message on c (a reference the caller took), which it drops. */
@@ -1318,10 +1463,8 @@ int xport_tell(struct xport *x, int peer, const struct proto_msg *m, unsigned ho
 		return -ENOMEM;
 	*p = (struct pending){ .peer = peer, .told = done, .arg = arg };
 	c = how & XPORT_CONNECT ? peer_conn(x, peer) : peer_out(x, peer);
-	pthread_mutex_lock(&x->lock);
-	if (c && pending_link(x, c, p))
+	if (link_on(x, &c, p))
 		id = p->reqid;
-	pthread_mutex_unlock(&x->lock);
 	if (!id) {
 		rc = -EHOSTDOWN;
 		free(p);
@@ -1376,15 +1519,12 @@ void xport_flush(struct xport *x, int all)
 		held_note(x, oldest);
 }
 
-/* Sends call p on c, linked so that its reply finds it: 0 or an errno
- * (the call is then over).  Unlocked. */
-static int call_send(struct xport *x, struct xport_conn *c, struct pending *p,
+/* Sends call p on *c (link_on), linked so that its reply finds it: 0 or
+ * an errno (the call is then over).  Unlocked. */
+static int call_send(struct xport *x, struct xport_conn **c, struct pending *p,
 		     const struct proto_msg *req)
 {
-	pthread_mutex_lock(&x->lock);
-	int linked = pending_link(x, c, p);
-	pthread_mutex_unlock(&x->lock);
-	return linked ? conn_send(c, p->reqid, req) : -EHOSTDOWN;
+	return link_on(x, c, p) ? conn_send(*c, p->reqid, req) : -EHOSTDOWN;
 }
 
 int xport_call_each(struct xport *x, struct xport_callee *to, int n,
@@ -1406,8 +1546,7 @@ int xport_call_each(struct xport *x, struct xport_callee *to, int n,
 		k->p = (struct pending){ .peer = to[i].peer, .on_reply = on_reply,
 					 .arg = to[i].arg, .cond = &cond };
 		k->c = peer_conn(x, to[i].peer);
-		to[i].rc = k->c ? call_send(x, k->c, &k->p, to[i].req ? to[i].req : req)
-				: -EHOSTDOWN;
+		to[i].rc = call_send(x, &k->c, &k->p, to[i].req ? to[i].req : req);
 		waiting += !to[i].rc;
 	}
 	pthread_mutex_lock(&x->lock);
@@ -1557,10 +1696,7 @@ int xport_pull(struct xport *x, int peer, const struct xport_range *r,
 	*p = (struct pending){ .peer = peer, .pull = 1, .arg = arg, .off = off, .len = len,
 			       .asked_ns = clock_mono_ns(), .dst = p->dst, .ndst = ndst,
 			       .progress = progress };
-	pthread_mutex_lock(&x->lock);
-	int linked = pending_link(x, c, p);
-	pthread_mutex_unlock(&x->lock);
-	if (!linked) {
+	if (!link_on(x, &c, p)) {
 		rc = -EHOSTDOWN;        /* as if peer_conn() had found it down */
 		goto fail;
 	}
@@ -1572,7 +1708,8 @@ fail:
 	if (p)
 		free(p->dst);
 	free(p);
-	conn_unref(x, c);
+	if (c)
+		conn_unref(x, c);
 	return rc;
 }
 
@@ -2107,9 +2244,10 @@ static int stranger_step(struct xport *x, struct stranger *s, int *peer, struct 
 /* A peer that proved itself gets a server thread; a newer connection of
  * a peer replaces its older one (it reconnected: the old one is stale). */
 static void stranger_promote(struct xport *x, struct strangers *q, struct stranger *s,
-			     int peer, struct rdma_srv *srv, int reads_rdma)
+			     int peer, struct rdma_srv *srv)
 {
 	uint64_t name = conn_name(s->cnonce);
+	uint32_t caps = s->caps;
 	int fd = stranger_unlink(q, s);
 	pthread_t t;
 
@@ -2121,7 +2259,8 @@ static void stranger_promote(struct xport *x, struct strangers *q, struct strang
 		return;
 	}
 	c->srv = srv;
-	c->reads_rdma = reads_rdma;
+	c->reads_rdma = !!(caps & PROTO_CAP_RDMA);
+	c->hears_redial = !!(caps & PROTO_CAP_REDIAL);
 	c->name = name;
 	pthread_mutex_lock(&x->lock);
 	for (struct xport_conn *o = x->servers; o; o = o->next)
@@ -2200,7 +2339,7 @@ static void acceptor_events(struct xport *x, struct strangers *q, struct epoll_e
 		if (!s) {
 			listener = 1;
 		} else if ((rc = stranger_step(x, s, &peer, &srv)) > 0) {
-			stranger_promote(x, q, s, peer, srv, !!(s->caps & PROTO_CAP_RDMA));
+			stranger_promote(x, q, s, peer, srv);
 		} else if (rc < 0) {
 			if (rc == -EPROTONOSUPPORT)
 				stranger_other_release(x, s);
@@ -2561,13 +2700,12 @@ static void rdma_lost_call(void *ctx, const char *why)
 	pthread_mutex_unlock(&x->lock);
 }
 
-/* The connections peers READ this node by (reads_rdma: also those that
- * could, when the device is back) end, so that they dial again and hear
- * what it offers now.  Under x->lock. */
-static void servers_redial_locked(struct xport *x, int reads_rdma)
+/* The connections peers READ this node by end, so that they dial again
+ * and hear that it offers no RDMA now.  Under x->lock. */
+static void servers_redial_locked(struct xport *x)
 {
 	for (struct xport_conn *c = x->servers; c; c = c->next)
-		if (c->srv || (reads_rdma && c->reads_rdma))
+		if (c->srv)
 			shutdown(c->fd, SHUT_RDWR);
 }
 
@@ -2604,7 +2742,7 @@ static void rdma_let_go(struct xport *x)
 	pthread_mutex_lock(&x->lock);
 	while (x->rdma_users && !x->stopping) {
 		struct timespec ts = clock_deadline_in(100);
-		servers_redial_locked(x, 0);    /* a handshake under way may add one */
+		servers_redial_locked(x);       /* a handshake under way may add one */
 		pthread_cond_timedwait(&x->cond, &x->lock, &ts);
 	}
 	struct rdma *rd = x->stopping ? NULL : x->rdma;         /* else xport_destroy's */
@@ -2612,6 +2750,40 @@ static void rdma_let_go(struct xport *x)
 		x->rdma = NULL;
 	pthread_mutex_unlock(&x->lock);
 	rdma_close(rd);
+}
+
+/* Peers that could READ this node but read it over TCP hear that its
+ * device is back (REDIAL): each connects again once its requests here
+ * are done, and hears where its pair connects in the WELCOME.  One of an
+ * older release, which would not understand, is made to by the end of
+ * its connection. */
+static void servers_redial_back(struct xport *x)
+{
+	struct proto_msg m = { .type = PT_REDIAL };
+	struct xport_conn **tell;
+	size_t n = 0;
+
+	pthread_mutex_lock(&x->lock);
+	for (struct xport_conn *c = x->servers; c; c = c->next)
+		n++;
+	tell = calloc(n + 1, sizeof(*tell));
+	n = 0;
+	for (struct xport_conn *c = x->servers; c; c = c->next) {
+		if (!c->reads_rdma || c->srv)
+			continue;
+		if (c->hears_redial && tell) {
+			c->refs++;
+			tell[n++] = c;
+		} else {
+			shutdown(c->fd, SHUT_RDWR);
+		}
+	}
+	pthread_mutex_unlock(&x->lock);
+	for (size_t i = 0; i < n; i++) {
+		conn_send(tell[i], 0, &m);      /* a failure ends it: the same, sooner */
+		conn_unref(x, tell[i]);
+	}
+	free(tell);
 }
 
 /* The device, opened again if it is back. */
@@ -2636,15 +2808,13 @@ static void rdma_reopen(struct xport *x)
 		return;
 	}
 	fprintf(stderr, "omnifs: rdma: %s is back: connecting to every peer again, to connect "
-		"queue pairs\n", rdma_device(rd));
+		"queue pairs, each once its requests in flight are done\n", rdma_device(rd));
 	rdma_said(x);
 	/* Both ways: our pairs connect at the handshake, and peers hear
 	 * where theirs connect now in its WELCOME. */
 	for (size_t i = 0; i < x->npeers; i++)
-		peer_down(x, (int)i, "this node's RDMA device is back: connecting again");
-	pthread_mutex_lock(&x->lock);
-	servers_redial_locked(x, 1);
-	pthread_mutex_unlock(&x->lock);
+		rejoin(x, (int)i, NULL, "this node's RDMA device is back");
+	servers_redial_back(x);
 }
 
 /* Lets go of a device that went, then opens it again each RESOLVE_MS
@@ -2691,7 +2861,7 @@ static int open_rdma(struct xport *x, char *err, size_t errlen)
 	char why[384];
 	int rc_;
 
-	x->caps = PROTO_CAP_TCP;
+	x->caps = PROTO_CAP_TCP | PROTO_CAP_REDIAL;
 	if (x->c.mode == XPORT_TCP)
 		return 0;
 	rc_ = rdma_open(&x->rdma, &rc, why, sizeof(why));

@@ -19,7 +19,9 @@
  * read once per lease and the bytes come by one-sided READs.  Each chunk
  * is checked against the hash the owner took at publish before progress()
  * reports it.  Which transport a peer uses is chosen when its connection
- * comes up (mode below), said in the log and in xport_peer_info().
+ * comes up (mode below), said in the log and in xport_peer_info().  What
+ * changes that choice (a device that is back) has the connection made
+ * again once no request is in flight on it, never under one.
  */
 #ifndef OMNI_XPORT_H
 #define OMNI_XPORT_H

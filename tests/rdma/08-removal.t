@@ -74,13 +74,33 @@ c_none() { peer_is c a none; }
 ok "c (transport=rdma) sees a up, by nothing" wait_until 15 c_none
 is "$(M=$T/c pyerr "open(M + '/0/2/x2', 'rb').read()")" EIO "... and reads of a's objects fail: EIO"
 
-# --- it comes back ---------------------------------------------------------------
+# --- it comes back, under reads ----------------------------------------------------
+# b reads a's object and a reads b's, over and over, while the device comes
+# back and every daemon connects again: no read may fail or differ.
+head -c 1000000 /dev/urandom >"$T/y" && cp "$T/y" "$T/b/1/0/y1"
+reads() {       # reads NAME FILE COPY: until $T/stop, each read compared
+	while [ ! -e "$T/stop" ]; do
+		if cmp -s "$2" "$3"; then echo >>"$T/$1.reads"; else echo "$(date +%T.%N)" >>"$T/$1.failed"; fi
+	done
+}
+count() { [ -e "$T/$1" ] && wc -l <"$T/$1" || echo 0; }
+: >"$T/b.reads" && : >"$T/a.reads"
+reads b "$T/x" "$T/b/0/1/x2" & READERS=($!)
+reads a "$T/y" "$T/a/1/0/y1" & READERS+=($!)
+CLEANUP_HOOKS+=(stop_readers)
+stop_readers() { touch "$T/stop"; wait "${READERS[@]}" 2>/dev/null; }
 ok "rxe0 is added again" rdma link add rxe0 type rxe netdev "$NETDEV"
 ok "every daemon opens it again: b and c read a by rdma, a reads b, nobody restarted" \
 	wait_until 30 all_rdma
 for n in a b c; do
 	ok "$n's log says it is back" grep -q "omnifs: rdma: rxe0 is back" "$T/$n.log"
 done
+nb=$(count b.reads) na=$(count a.reads)
+more() { [ "$(count b.reads)" -ge $((nb + 5)) ] && [ "$(count a.reads)" -ge $((na + 5)) ]; }
+ok "reads go on after" wait_until 20 more
+stop_readers
+is "$(count b.failed) $(count a.failed)" "0 0" \
+   "no read failed or differed while the device came back ($(count b.reads) by b, $(count a.reads) by a)"
 is "$(health b "d.get('rdma_gone'), d.get('rdma_device')")" "None rxe0" "b's health names it again"
 rdma0=$(stat_of b bytes_pulled_rdma) tcp1=$(stat_of b bytes_pulled_tcp)
 cp "$T/x" "$T/a/0/1/x3"

@@ -222,6 +222,10 @@ static void test_messages(void)
 	strcpy(h.u.hello.name, "node-a");
 	ok(roundtrip(&h, &r) > 0 && !strcmp(r.u.hello.name, "node-a"), "HELLO round-trips");
 	is(proto_decode(PT_PING, buf, 1, &r), -EPROTO, "a PING with a body: refused");
+	struct proto_msg rd = { .type = PT_REDIAL };
+	is(roundtrip(&rd, &r), 0, "REDIAL round-trips, with no body");
+	is(proto_decode(PT_REDIAL, buf, 1, &r), -EPROTO, "a REDIAL with a body: refused");
+	is(strcmp(proto_type_name(PT_REDIAL), "REDIAL"), 0, "... and is named");
 }
 
 /* A GRANTED of a 3 MiB + 5 object in two extents, [0, 2 MiB) of it
