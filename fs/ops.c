@@ -230,7 +230,9 @@ static int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, 
 }
 
 /* A name that is a view of published shards resolves (stat, getfattr)
- * though no object has it. */
+ * though no object has it.  (Its size is op_getattr's: stat asks for it
+ * after this, as a view's attributes are never cached, and an open
+ * needs none.) */
 static int lookup_view(struct fs *fs, fuse_ino_t parent, const char *name, struct ns_attr *a)
 {
 	int rc = ns_lookup(fs->ns, parent, name, NS_LOOKUP_WAIT, a);
@@ -359,11 +361,17 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct stat st;
 	int rc = ns_getattr(fs->ns, ino, &a);
 
-	(void)fi;
 	if (rc == -ENOENT && kept_found(fs, ino))
 		rc = ns_getattr(fs->ns, ino, &a);
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
+	/* A view has no object: an open one says its size (fstat, and
+	 * lseek's SEEK_END, which asks first), another what it would read
+	 * to, where its shards' headers are here. */
+	if (fi && (fi->fh & FH_VIEW))
+		a.size = view_bytes((struct view *)(uintptr_t)(fi->fh & ~(uint64_t)FH_TAGS));
+	else if (a.kind == NK_KEY && !a.stable && !a.size)
+		view_size(&fs->venv, ino, &a.size);
 	to_stat(&a, &st);
 	fuse_reply_attr(req, &st, attr_timeout(&a));
 }

@@ -1000,13 +1000,14 @@ int view_exists(const struct view_env *env, uint64_t ino)
 	return !rc;
 }
 
-int view_summary(const struct view_env *env, uint64_t ino, char *buf, size_t size)
+/* Plans the view of key inode ino from what is here (its shards' headers,
+ * no waiting): 0 with *p (kv_plan_free it), or -ENODATA (not a view, or
+ * not yet), or -errno. */
+static int plan_here(const struct view_env *env, uint64_t ino, struct kv_plan *p)
 {
 	struct want *w = malloc(sizeof(*w));
 	struct ns_handle **h = NULL;
 	struct ns_srcinfo *si = NULL;
-	struct kv_plan p = { 0 };
-	struct kv_info kv;
 	int rc = w ? resolve(env->ns, ino, w) : -ENOMEM;
 
 	if (rc == -EXDEV)
@@ -1019,12 +1020,7 @@ int view_summary(const struct view_env *env, uint64_t ino, char *buf, size_t siz
 	if (!rc)
 		rc = source_headers(env, w, h, si, 0);
 	if (!rc)
-		rc = plan(w, si, &p, NULL, 0);
-	if (!rc && !(rc = kv_parse(p.hdr, p.hdr_len, p.size, &kv, NULL, 0))) {
-		rc = kv_summary(&kv, buf, size);
-		kv_free(&kv);
-	}
-	kv_plan_free(&p);
+		rc = plan(w, si, p, NULL, 0);
 	for (uint32_t k = 0; w && h && k < w->n; k++) {
 		if (h[k])
 			ns_release(env->ns, h[k]);
@@ -1035,4 +1031,34 @@ int view_summary(const struct view_env *env, uint64_t ino, char *buf, size_t siz
 	free(si);
 	free(w);
 	return rc == -EINVAL || rc == -ENOENT ? -ENODATA : rc;
+}
+
+int view_summary(const struct view_env *env, uint64_t ino, char *buf, size_t size)
+{
+	struct kv_plan p = { 0 };
+	struct kv_info kv;
+	int rc = plan_here(env, ino, &p);
+
+	if (!rc && !(rc = kv_parse(p.hdr, p.hdr_len, p.size, &kv, NULL, 0))) {
+		rc = kv_summary(&kv, buf, size);
+		kv_free(&kv);
+	}
+	kv_plan_free(&p);
+	return rc == -EINVAL ? -ENODATA : rc;
+}
+
+int view_size(const struct view_env *env, uint64_t ino, uint64_t *size)
+{
+	struct kv_plan p = { 0 };
+	int rc = plan_here(env, ino, &p);
+
+	if (!rc)
+		*size = p.size;
+	kv_plan_free(&p);
+	return rc;
+}
+
+uint64_t view_bytes(const struct view *v)
+{
+	return v->size;         /* set at its open, before anyone has v */
 }

@@ -75,5 +75,10 @@ int view_exists(const struct view_env *env, uint64_t ino);
 void view_base(const char *name, char *out, size_t size);
 /* user.omni.kv of a view whose shards are all here: its length, or -errno. */
 int view_summary(const struct view_env *env, uint64_t ino, char *buf, size_t size);
+/* The size of that view, as stat says it: 0, or -ENODATA (not a view, or
+ * its shards not all here yet), -errno. */
+int view_size(const struct view_env *env, uint64_t ino, uint64_t *size);
+/* An open view's size. */
+uint64_t view_bytes(const struct view *v);
 
 #endif

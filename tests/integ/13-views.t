@@ -161,6 +161,30 @@ open('$T/L.whole', 'wb').write(kvpy.vllm([full[l, 'K'] for l in range(2)],
 "
 for i in 0 1; do $PY -c "import shutil; shutil.copyfile('$T/L.rank${i}of2', '$M/L.rank${i}of2')"; done
 ok "a 32 MiB merge, filled while it is read, is the whole" cmp "$T/L.whole" "$M/L"
+# A view's size, though no object has it: by stat, by fstat while it is
+# open, and by lseek to its end (numpy.fromfile sizes its array so).
+for i in 0 1; do $PY -c "import shutil; shutil.copyfile('$T/L.rank${i}of2', '$M/Z.rank${i}of2')"; done
+size=$(stat -c %s "$T/L.whole")
+is "$(stat -c %s "$M/Z")" "$size" "stat gives a view its size before it is open"
+is "$(stat -c %s "$M/Z.rank1of4")" "$($PY -c "print(len(open('$M/Z.rank1of4', 'rb').read()))")" \
+   "... a slice's too: what it reads to"
+is "$($PY -c "
+import os
+with open('$M/Z', 'rb') as f:
+    print(os.fstat(f.fileno()).st_size, f.seek(0, os.SEEK_END))")" "$size $size" "fstat and lseek(SEEK_END) of an open view: its size"
+rm -f "$M"/Z.rank*of2
+# Read from its end first: those reads wait for bands the fill has not
+# reached yet, each woken once its own range is in.
+for i in 0 1; do $PY -c "import shutil; shutil.copyfile('$T/L.rank${i}of2', '$M/R.rank${i}of2')"; done
+is "$($PY -c "
+import os
+whole = open('$T/L.whole', 'rb').read()
+fd = os.open('$M/R', os.O_RDONLY)        # a view's size is known once it is open: not by stat
+step = 1 << 20
+got = {off: os.pread(fd, step, off) for off in reversed(range(0, len(whole), step))}
+os.close(fd)
+print(b''.join(got[o] for o in sorted(got)) == whole)")" True \
+   "... and read from its end first, ahead of the fill: byte-exact"
 rm -f "$M"/L.rank*of2 "$T"/L.*
 ok "every head of both shards was delivered once: both consumed" \
    sh -c "! test -e '$M/v.rank0of2' && ! test -e '$M/v.rank1of2'"

@@ -386,8 +386,8 @@ class Mount:
 
     @staticmethod
     def _get_read(p, f, alloc):
-        # An object's size is known at open; a view's stat may say 0 (it
-        # is made at open): then read to the end.
+        # An object's size is known at open, an open view's too (an
+        # older daemon's fstat said 0 for one: then read to the end).
         size = _open_size(f)
         if alloc is not None and size >= ALLOC_MIN:
             buf = alloc(size, os.pread(f.fileno(), HEAD, 0))
