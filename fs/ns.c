@@ -235,6 +235,7 @@ static void node_attr(struct ns *ns, const struct node *n, struct ns_attr *a)
 		break;
 	case NK_KEY:
 		a->mode = S_IFREG | 0444;
+		a->bare = !n->obj;
 		if (!n->obj)
 			break;
 		a->uid = n->obj->uid;

@@ -186,6 +186,7 @@ struct ns_attr {
 	uint32_t uid, gid;
 	uint64_t mtime_ns;
 	int stable;             /* a published object: nothing above changes */
+	int bare;               /* a key with no object at all (a view's name) */
 	int gone;               /* an object that left, still open (no links) */
 };
 

@@ -370,7 +370,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	 * to, where its shards' headers are here. */
 	if (fi && (fi->fh & FH_VIEW))
 		a.size = view_bytes((struct view *)(uintptr_t)(fi->fh & ~(uint64_t)FH_TAGS));
-	else if (a.kind == NK_KEY && !a.stable && (a.mode & 0777) == 0444)      /* no object */
+	else if (a.bare)
 		view_size(&fs->venv, ino, &a.size);
 	to_stat(&a, &st);
 	fuse_reply_attr(req, &st, attr_timeout(&a));

@@ -697,8 +697,8 @@ static int peer_busy(const struct xport *x, int i)
  * request is in flight on it: its receiver sees its end at once (SHUT_RD
  * ends no send), sends what is still held on it and closes it
  * (retired_end); the requests that wait for it (peer_out_settled)
- * connect again.  The peer is not down: nothing it told us is forgotten.  Under
- * x->lock. */
+ * connect again.  The peer is not down: nothing it told us is forgotten.
+ * Under x->lock. */
 static void rejoin_locked(struct xport *x, int i)
 {
 	struct peer *p = &x->peers[i];
