@@ -11,7 +11,7 @@ DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libxxhash-dev libyaml-dev \
             libjson-c-dev libibverbs-dev librdmacm-dev attr iproute2 util-linux \
             perl procps python3 python3-prometheus-client python3-xxhash \
             python3-msgpack python3-numpy python3-pytest python3-pip python3-setuptools \
-            libsodium-dev clang
+            python3-dev libsodium-dev clang
 LIBS_PC  := fuse3 json-c yaml-0.1 libxxhash libsodium
 # What `make check` needs besides: torch (its CPU build), whose tensors the
 # Python connector takes and gives, and rsync, which README says works;
@@ -51,9 +51,15 @@ TOOLS    := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*
 BENCHES  := $(BUILD)/bench/ceilingfs $(BUILD)/bench/edgefs $(BUILD)/bench/memcpy $(BUILD)/bench/tcpceil \
             $(BUILD)/bench/wake $(BUILD)/bench/hashrate
 INTEG    := $(sort $(wildcard tests/integ/*.t))
+# The Python module's small requests in C (contrib/python/omnifs/_small.c),
+# built beside its sources, where the tests import the package from, for
+# Debian's python3; pip builds its own when it installs the package.
+PYEXT    := contrib/python/omnifs/_small$(shell /usr/bin/python3 -c \
+            'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+PYINC    := $(shell /usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 
 .PHONY: all deps test-deps run check check-clang test check-cuda check-rdma bench fuzz soak tools install uninstall clean
-all: $(BUILD)/omnifs $(BUILD)/mount.omnifs $(BUILD)/omnikv
+all: $(BUILD)/omnifs $(BUILD)/mount.omnifs $(BUILD)/omnikv $(PYEXT)
 
 # $(call install_missing,PKGS): apt-get install those of PKGS not installed.
 define install_missing
@@ -76,6 +82,10 @@ test-deps:
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# Not with $(CFLAGS): a sanitized extension would not load into python3.
+$(PYEXT): contrib/python/omnifs/_small.c fs/direct.h
+	$(CC) -O2 -g -std=c11 -Wall -Wextra -Werror -shared -fPIC -I$(PYINC) -I. $< -o $@
 
 $(BUILD)/omnifs: $(BUILD)/obj/mount/main.o $(BUILD)/obj/mount/mntpoint.o $(LIB_OBJS)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -271,6 +281,7 @@ uninstall:
 
 clean:
 	rm -rf build build-san build-fuzz build-clang
+	rm -f $(PYEXT)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 .SECONDARY:

@@ -11,6 +11,11 @@ ok "installs the daemon" test -x "$R/usr/bin/omnifs"
 ok "installs the helper" test -x "$R/usr/sbin/mount.omnifs"
 is "$(readlink "$R/sbin/mount.fuse.omnifs")" "/usr/sbin/mount.omnifs" "links mount.fuse.omnifs for mount(8)"
 ok "installs an example config" test -f "$R/etc/omnifs/omnifs.yaml"
+PKG=$(find "$R" -path '*-packages/omnifs/__init__.py' -printf '%h\n' | head -1)
+ok "installs the Python package" test -n "$PKG"
+is "$(PYTHONPATH=${PKG%/omnifs} /usr/bin/python3 -c 'import omnifs.small as s; print(s.native.__file__)' 2>&1)" \
+	"$(ls "$PKG"/_small.*.so 2>&1)" "... with its small requests in C, built and used"
+ok "... and not the extension's source" test ! -e "$PKG/_small.c"
 ok "the example config is valid" "$R/usr/bin/omnifs" -o "config=$R/etc/omnifs/omnifs.yaml,pool=host:8M" "$T/nonexistent" 2>&1 |
 	grep -q "mount point"
 

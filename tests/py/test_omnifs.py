@@ -1135,6 +1135,22 @@ def small_counters(mount):
     return s["small_gets"], s["small_puts"]
 
 
+@pytest.fixture(params=["native", "ctypes"])
+def small_path(request, monkeypatch):
+    """Each small-request test twice: through omnifs._small, which make
+    builds, and through the ctypes path used where it was not built."""
+    from omnifs import small
+    assert small.native is not None, "omnifs._small was not built (make builds it)"
+    if request.param == "ctypes":
+        monkeypatch.setattr(small, "native", None)
+    return request.param
+
+
+def pure(code, path):
+    """code, run through the ctypes path where path says so."""
+    return ("import omnifs.small; omnifs.small.native = None\n" if path == "ctypes" else "") + code
+
+
 def small_errno(path, cmd_nr, head, body=b"", size=None):
     """The errno of a hand-made small ioctl on path (0: it worked)."""
     from omnifs import small
@@ -1142,7 +1158,7 @@ def small_errno(path, cmd_nr, head, body=b"", size=None):
 
 
 @pytest.mark.parametrize("size", [0, 1, 4096, "room"])
-def test_small_objects_go_in_one_request_each(size):
+def test_small_objects_go_in_one_request_each(size, small_path):
     from omnifs import small
     m, k = omnifs.Mount(ONE), rid()
     data = os.urandom(small.MAX - small.HEAD - len(k) if size == "room" else size)
@@ -1163,7 +1179,7 @@ def test_small_objects_go_in_one_request_each(size):
     assert bytes(m.get("0", "1", k + "x", timeout=5)) == b"a"
 
 
-def test_a_small_get_of_a_larger_object_consumes_nothing_and_reads_it():
+def test_a_small_get_of_a_larger_object_consumes_nothing_and_reads_it(small_path):
     m, k, data = omnifs.Mount(ONE), rid(), os.urandom(40000)
     m.put("0", "1", k, data)
     g0, _ = small_counters(ONE)
@@ -1176,7 +1192,7 @@ def test_a_small_get_of_a_larger_object_consumes_nothing_and_reads_it():
     assert small_counters(ONE)[0] == g0 and k not in m.keys("0", "1")
 
 
-def test_a_small_put_counts_a_keys_bytes_not_its_characters():
+def test_a_small_put_counts_a_keys_bytes_not_its_characters(small_path):
     """A key of multi-byte characters leaves less room in the one request:
     the largest put that fits goes small, one byte more is written."""
     from omnifs import small
@@ -1192,7 +1208,7 @@ def test_a_small_put_counts_a_keys_bytes_not_its_characters():
     assert m.small, "the small requests are still in use"
 
 
-def test_a_keys_limit_is_255_bytes_not_characters():
+def test_a_keys_limit_is_255_bytes_not_characters(small_path):
     """SPEC §3: keys of up to 255 bytes; checked before any request, and
     ENAMETOOLONG past them, as the filesystem says."""
     m = omnifs.Mount(ONE)
@@ -1232,9 +1248,9 @@ def getter(mount, key, code=GETTER):
             r.communicate()
 
 
-def test_a_small_get_waits_for_a_later_put_and_times_out_on_time():
+def test_a_small_get_waits_for_a_later_put_and_times_out_on_time(small_path):
     m, k = omnifs.Mount(ONE), rid()
-    with getter(ONE, k) as r:
+    with getter(ONE, k, pure(GETTER, small_path)) as r:
         m.put("0", "1", k, b"later")
         assert r.communicate(timeout=10)[0] == b"later" and r.returncode == 0
     t0 = time.monotonic()
@@ -1243,7 +1259,7 @@ def test_a_small_get_waits_for_a_later_put_and_times_out_on_time():
     assert 0.3 <= time.monotonic() - t0 < 0.33 + 0.05
 
 
-def test_a_waiting_get_lets_the_other_threads_run():
+def test_a_waiting_get_lets_the_other_threads_run(small_path):
     # fcntl.ioctl of a buffer over 1 KiB holds the GIL (CPython < 3.14):
     # a get waiting in it froze the whole worker for its timeout.
     import threading
@@ -1263,7 +1279,7 @@ def test_a_waiting_get_lets_the_other_threads_run():
     waiting.join(10)
 
 
-def test_an_interrupted_small_get_leaves_no_waiter():
+def test_an_interrupted_small_get_leaves_no_waiter(small_path):
     m, k = omnifs.Mount(ONE), rid()
     w0 = m.stats()["waiters"]
     # Python takes SIGINT only where it was not ignored at its start, and
@@ -1271,7 +1287,7 @@ def test_an_interrupted_small_get_leaves_no_waiter():
     code = ("import signal, sys, omnifs\n"
             "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "omnifs.Mount(sys.argv[1]).get('0', '1', sys.argv[2], timeout=30)")
-    with getter(ONE, k, code) as r:
+    with getter(ONE, k, pure(code, small_path)) as r:
         assert m.stats()["waiters"] == w0 + 1
         r.send_signal(2)
         assert b"KeyboardInterrupt" in r.communicate(timeout=5)[1]
@@ -1283,7 +1299,7 @@ def test_an_interrupted_small_get_leaves_no_waiter():
     assert m.get("0", "1", k, timeout=1) == b"for a later reader"
 
 
-def test_small_requests_refuse_bad_input_and_change_nothing():
+def test_small_requests_refuse_bad_input_and_change_nothing(small_path):
     from omnifs import small
     m, k = omnifs.Mount(ONE), rid()
     edge, used = os.path.join(ONE, "0", "1"), pool_used(ONE)
@@ -1317,20 +1333,42 @@ def test_small_requests_refuse_bad_input_and_change_nothing():
     assert pool_used(ONE) == used
 
 
-def test_small_objects_across_nodes():
+def test_the_c_small_requests_refuse_bad_arguments_and_change_nothing():
+    from omnifs import _small, small
+    m, k = omnifs.Mount(ONE), rid()
+    fd, used = m._edge("0", "1"), pool_used(ONE)
+    for call in (lambda: _small.put(fd, k.encode(), b"x"), lambda: _small.get(fd, k.encode()),
+                 lambda: _small.put(fd, k, b"x", -1), lambda: _small.get(fd, k, 0),
+                 lambda: _small.put(fd, k.encode(), 3, -1), lambda: _small.put("3", b"k", b"x", -1)):
+        with pytest.raises(TypeError):
+            call()
+    for call, err in ((lambda: _small.put(fd, k.encode(), bytes(small.MAX), -1), errno.E2BIG),
+                      (lambda: _small.get(fd, bytes(small.MAX), 0), errno.ENAMETOOLONG),
+                      (lambda: _small.put(-1, k.encode(), b"x", -1), errno.EBADF),
+                      (lambda: _small.get(fd, k.encode(), -1), errno.EINVAL),
+                      (lambda: _small.put(fd, k.encode(), b"x", -2), errno.EINVAL)):
+        with pytest.raises(OSError) as e:
+            call()
+        assert e.value.errno == err
+    assert k not in m.keys("0", "1") and pool_used(ONE) == used
+    _small.put(fd, k.encode(), memoryview(b"xyz")[1:], 1)      # any bytes-like
+    assert _small.get(fd, k.encode(), 1000) == bytearray(b"yz") and k not in m.keys("0", "1")
+
+
+def test_small_objects_across_nodes(small_path):
     k, data = rid(), os.urandom(5000)
     b, c = omnifs.Mount(B), omnifs.Mount(C)
     g0 = small_counters(C)[0]
     b.put("0", "1", k, data)
     assert bytes(c.get("0", "1", k, timeout=5)) == data, "announced with its bytes"
     assert small_counters(C)[0] == g0 + 1
-    with getter(C, k + "later") as r:   # waiting on c before b puts it
+    with getter(C, k + "later", pure(GETTER, small_path)) as r:   # waiting on c before b puts it
         b.put("0", "1", k + "later", data)
         assert r.communicate(timeout=10)[0] == data
     assert small_counters(C)[0] == g0 + 2
     # larger than announces carry: EREMOTE, then pulled by a read
     big = os.urandom(100 << 10)
-    with getter(C, k + "big") as r:
+    with getter(C, k + "big", pure(GETTER, small_path)) as r:
         b.put("0", "1", k + "big", big)
         assert r.communicate(timeout=10)[0] == big
     assert small_counters(C)[0] == g0 + 2
