@@ -1029,13 +1029,15 @@ static void peer_down(struct xport *x, int i, const char *why)
 }
 
 /* Peer i is connected to again once no request to it is in flight
- * (rejoin_locked), if it is up (on c, unless c is NULL). */
-static void rejoin(struct xport *x, int i, const struct xport_conn *c, const char *why)
+ * (rejoin_locked), if it is up (on c, unless c is NULL) and its WELCOME
+ * said every cap in need. */
+static void rejoin(struct xport *x, int i, const struct xport_conn *c, uint32_t need,
+		   const char *why)
 {
 	struct peer *p = &x->peers[i];
 
 	pthread_mutex_lock(&x->lock);
-	int now = p->out && (!c || p->out == c) && !p->rejoin;
+	int now = p->out && (!c || p->out == c) && (p->caps & need) == need && !p->rejoin;
 	if (now) {
 		p->rejoin = 1;
 		rejoin_locked(x, i);
@@ -1088,7 +1090,7 @@ static void *rx_thread(void *arg)
 		} else if (h.type == PT_ACKS) {
 			rx_acks(c, &m);
 		} else if (h.type == PT_REDIAL) {
-			rejoin(x, c->peer, c, "it asks: its RDMA device is back");
+			rejoin(x, c->peer, c, 0, "it asks: its RDMA device is back");
 		} else if (h.type != PT_PONG) {
 			rc = -EPROTO;   /* a request has no business here */
 		}
@@ -2807,13 +2809,16 @@ static void rdma_reopen(struct xport *x)
 		rdma_close(rd);
 		return;
 	}
-	fprintf(stderr, "omnifs: rdma: %s is back: connecting to every peer again, to connect "
-		"queue pairs, each once its requests in flight are done\n", rdma_device(rd));
+	fprintf(stderr, "omnifs: rdma: %s is back: connecting to every peer that does RDMA "
+		"again, to connect queue pairs, each once its requests in flight are done\n",
+		rdma_device(rd));
 	rdma_said(x);
 	/* Both ways: our pairs connect at the handshake, and peers hear
-	 * where theirs connect now in its WELCOME. */
+	 * where theirs connect now in its WELCOME.  Not to peers that do no
+	 * RDMA (transport=tcp, or no device at their start): nothing would
+	 * change, and their new requests would wait for nothing. */
 	for (size_t i = 0; i < x->npeers; i++)
-		rejoin(x, (int)i, NULL, "this node's RDMA device is back");
+		rejoin(x, (int)i, NULL, PROTO_CAP_RDMA, "this node's RDMA device is back");
 	servers_redial_back(x);
 }
 

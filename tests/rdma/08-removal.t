@@ -5,10 +5,11 @@
 # waited for the daemons to exit); each says so, and its peers' bytes move
 # over TCP (transport=auto) or not at all (transport=rdma), as its log and
 # health say, never silently.  When the device is back, each opens it
-# again and its peers' bytes move by RDMA again, nobody restarted.
+# again and its peers' bytes move by RDMA again, nobody restarted; a
+# node that does no RDMA (transport=tcp) is left as it was.
 . "$(dirname "$0")/lib.sh"
 
-cluster a:'"0"' b:'"1"' c:'"2"' <<EOF
+cluster a:'"0"' b:'"1"' c:'"2"' d:'"3"' <<EOF
 pool: host:64MiB
 readers: 0
 wait_ms: 10000
@@ -16,6 +17,7 @@ EOF
 node a
 node b pool=host:6MiB         # a view's buffer does not fit in it: it is registered memory
 node c transport=rdma
+node d transport=tcp
 NETDEV=$(rdma link show | awk '/rxe0/ { for (i = 1; i <= NF; i++) if ($i == "netdev") print $(i + 1) }')
 [ -n "$NETDEV" ] || bail "no netdev under rxe0: $(rdma link show)"
 # A second device that nobody uses: librdmacm lets go of its own handle
@@ -39,6 +41,10 @@ head -c 3000000 /dev/urandom >"$T/x"
 cp "$T/x" "$T/a/0/1/x1" && cp "$T/x" "$T/a/0/2/x1"
 ok "b reads a's object" cmp "$T/x" "$T/b/0/1/x1"
 ok "c reads a's object" cmp "$T/x" "$T/c/0/2/x1"
+cp "$T/x" "$T/a/0/3/x1"
+d_tcp() { peer_is d a tcp && peer_is a d tcp; }
+ok "d (transport=tcp) and a see each other up, by tcp" wait_until 20 d_tcp
+ok "d reads a's object" cmp "$T/x" "$T/d/0/3/x1"
 # A view's buffers are registered with the device, and kept for the next.
 "$B/tools/kvgen" shards 4 512 8 128 2 "$T/s" || bail "kvgen shards"
 "$B/omnikv" view --rank 0 --of 1 -o "$T/s.view" "$T"/s.rank?of2
@@ -95,6 +101,9 @@ ok "every daemon opens it again: b and c read a by rdma, a reads b, nobody resta
 for n in a b c; do
 	ok "$n's log says it is back" grep -q "omnifs: rdma: rxe0 is back" "$T/$n.log"
 done
+is "$(grep -c 'peer d .*connecting again' "$T/a.log" "$T/b.log" "$T/c.log" | grep -vc ':0$')" 0 \
+   "no node connects again to d, which does no RDMA"
+is "$(grep -c 'connecting again' "$T/d.log")" 0 "... nor d to them: nobody asked it"
 nb=$(count b.reads) na=$(count a.reads)
 more() { [ "$(count b.reads)" -ge $((nb + 5)) ] && [ "$(count a.reads)" -ge $((na + 5)) ]; }
 ok "reads go on after" wait_until 20 more
@@ -113,5 +122,8 @@ ok "... by rdma" test "$(stat_of b bytes_pulled_rdma)" -gt "$rdma0"
 is "$(stat_of b bytes_pulled_tcp)" "$tcp1" "... none of it over tcp"
 ok "c reads a's object again" cmp "$T/x" "$T/c/0/2/x2"
 ok "a's first object still reads on b" cmp "$T/x" "$T/b/0/1/x1"
+cp "$T/x" "$T/a/0/3/x2"
+ok "d reads a's next object, by tcp as before" cmp "$T/x" "$T/d/0/3/x2"
+ok "... d's peers never went down for it" sh -c "! grep -q 'peer a .* down' '$T/d.log'"
 
 done_testing
