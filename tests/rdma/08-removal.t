@@ -6,7 +6,8 @@
 # over TCP (transport=auto) or not at all (transport=rdma), as its log and
 # health say, never silently.  When the device is back, each opens it
 # again and its peers' bytes move by RDMA again, nobody restarted; a
-# node that does no RDMA (transport=tcp) is left as it was.
+# node that does no RDMA (transport=tcp) is left as it was, and one that
+# is frozen when it comes back is taken down, and read again once it runs.
 . "$(dirname "$0")/lib.sh"
 
 cluster a:'"0"' b:'"1"' c:'"2"' d:'"3"' <<EOF
@@ -125,5 +126,24 @@ ok "a's first object still reads on b" cmp "$T/x" "$T/b/0/1/x1"
 cp "$T/x" "$T/a/0/3/x2"
 ok "d reads a's next object, by tcp as before" cmp "$T/x" "$T/d/0/3/x2"
 ok "... d's peers never went down for it" sh -c "! grep -q 'peer a .* down' '$T/d.log'"
+
+# --- it comes back while a peer is frozen ------------------------------------------
+# a lets go of its connection to b for the rejoin, and b, stopped, does not
+# answer the next one: a takes b down, as any peer that stops answering,
+# and reads b by RDMA again once b runs.
+ok "rxe0 goes again" rdma link delete rxe0
+ok "... b and a see each other up, by tcp" wait_until 15 b_tcp
+# (down: connecting: ..., the dial's failure; not the silence of a peer up)
+downs=$(grep -c "omnifs: peer b (.*) down: connecting" "$T/a.log")
+b_down() { [ "$(grep -c "omnifs: peer b (.*) down: connecting" "$T/a.log")" -gt "$downs" ]; }
+kill -STOP "${NODE_PID[b]}"
+ok "rxe0 is added again, b stopped" rdma link add rxe0 type rxe netdev "$NETDEV"
+ok "a takes b down when b does not answer its connecting again" wait_until 30 b_down
+kill -CONT "${NODE_PID[b]}"
+ok "... b runs again: b and c read a by rdma, a reads b" wait_until 30 all_rdma
+cp "$T/y" "$T/b/1/0/y2"
+ok "a reads b's new object" cmp "$T/y" "$T/a/1/0/y2"
+cp "$T/x" "$T/a/0/1/x4"
+ok "b reads a's new object" cmp "$T/x" "$T/b/0/1/x4"
 
 done_testing
