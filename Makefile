@@ -58,8 +58,8 @@ PYEXT    := contrib/python/omnifs/_small$(shell /usr/bin/python3 -c \
             'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
 PYINC    := $(shell /usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 
-.PHONY: all deps test-deps run check check-clang test check-cuda check-rdma bench fuzz soak tools install uninstall clean
-all: $(BUILD)/omnifs $(BUILD)/mount.omnifs $(BUILD)/omnikv $(PYEXT)
+.PHONY: all python deps test-deps run check check-clang test check-cuda check-rdma bench fuzz soak tools install uninstall clean
+all: $(BUILD)/omnifs $(BUILD)/mount.omnifs $(BUILD)/omnikv
 
 # $(call install_missing,PKGS): apt-get install those of PKGS not installed.
 define install_missing
@@ -83,7 +83,10 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-# Not with $(CFLAGS): a sanitized extension would not load into python3.
+# What the tests and benchmarks import; not part of all, so that the
+# daemon builds without Python's headers.  Not with $(CFLAGS): a sanitized
+# extension would not load into python3.
+python: $(PYEXT)
 $(PYEXT): contrib/python/omnifs/_small.c fs/direct.h
 	$(CC) -O2 -g -std=c11 -Wall -Wextra -Werror -shared -fPIC -I$(PYINC) -I. $< -o $@
 
@@ -212,17 +215,17 @@ run: deps
 	@echo "  echo hi > omni/0/1/k && cat omni/0/1/k; cat omni/.omni/stats   (Ctrl-C unmounts)"
 	$(BUILD)/omnifs -f omni
 
-test: all $(UNIT) $(TOOLS) $(BENCHES)
+test: all python $(UNIT) $(TOOLS) $(BENCHES)
 	OMNIFS_BUILD=$(abspath $(BUILD)) prove --exec '' $(PROVE_FLAGS) $(UNIT) $(INTEG)
 
 # The RDMA suite runs in a soft-RoCE guest (../shared/rdma-vm), one boot for
 # all of tests/rdma/*.t; where no guest can be had it says SKIP and why.
-check-rdma: all $(TOOLS)
+check-rdma: all python $(TOOLS)
 	tests/rdma/suite $(abspath $(BUILD))
 
 # The GPU suite (tests/cuda/*.t) needs a CUDA device; elsewhere each file
 # says SKIP and why.  On a GPU machine: make check-cuda.
-check-cuda: all $(TOOLS)
+check-cuda: all python $(TOOLS)
 	OMNIFS_BUILD=$(abspath $(BUILD)) prove --exec '' $(PROVE_FLAGS) $(sort $(wildcard tests/cuda/*.t))
 
 # Every C file through clang too, warnings as errors: what gcc lets pass
@@ -255,7 +258,7 @@ soak: deps
 tools: $(TOOLS)
 
 bench: deps
-	@$(MAKE) --no-print-directory all $(TOOLS) $(BENCHES)
+	@$(MAKE) --no-print-directory all python $(TOOLS) $(BENCHES)
 	OMNIFS_BUILD=$(abspath $(BUILD)) tests/bench/bench.sh
 
 install: all

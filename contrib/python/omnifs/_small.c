@@ -8,9 +8,9 @@
  * hand-off on our 2-core VM; here each request is one call that touches a
  * few pages.  The GIL is let go for the ioctl, as a GET waits in it.
  *
- * small.py uses this where it was built (make, pip install) and its own
- * ctypes path where not: both send the same bytes.  The answers are
- * small.py's: None or OSError with the ioctl's errno. */
+ * small.py uses this where it was built (pip install, make python), and
+ * its own ctypes path where not: both send the same bytes.  The answers
+ * are small.py's: None or OSError with the ioctl's errno. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
