@@ -55,8 +55,10 @@ static int small_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t n,
 		return -1;
 	}
 	long v = PyLong_AsLong(args[0]);
+	if (v == -1 && PyErr_Occurred())
+		return -1;
 	*last = PyLong_AsLongLong(args[n - 1]);
-	if (PyErr_Occurred())
+	if (*last == -1 && PyErr_Occurred())
 		return -1;
 	if (v < 0 || v > INT_MAX)
 		v = -1;                 /* EBADF, as the kernel says for any bad one */
