@@ -1137,10 +1137,10 @@ def small_counters(mount):
 
 @pytest.fixture(params=["native", "ctypes"])
 def small_path(request, monkeypatch):
-    """Each small-request test twice: through omnifs._small, which make
+    """Each small-request test twice: through omnifs._small, which make python
     builds, and through the ctypes path used where it was not built."""
     from omnifs import small
-    assert small.native is not None, "omnifs._small was not built (make builds it)"
+    assert small.native is not None, "omnifs._small was not built (make python builds it)"
     if request.param == "ctypes":
         monkeypatch.setattr(small, "native", None)
     return request.param
