@@ -1392,7 +1392,8 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 				 .npeers = cl->npeers, .key = c->key, .mode = c->mode,
 				 .pool = c->pool ? pool_base(c->pool) : NULL, .pool_size = u.size,
 				 .dead_ms = c->dead_ms, .digest = config_digest(c),
-				 .trickle_ms = test_ms("OMNIFS_TEST_TRICKLE_MS") };
+				 .trickle_ms = test_ms("OMNIFS_TEST_TRICKLE_MS"),
+				 .handshake_hold_ms = test_ms("OMNIFS_TEST_HANDSHAKE_HOLD_MS") };
 	/* GPU memory is READ by GPUDirect RDMA where the transport can, else
 	 * from a copy in the stage.  A test stages a host pool's alike. */
 	if (c->pool && (!pool_cpu(c->pool) || (c->rdma_stage && getenv("OMNIFS_TEST_STAGE")))) {

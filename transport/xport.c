@@ -171,6 +171,10 @@ struct xport {
 	char rdma_dev[64];              /* its name, for health */
 	char rdma_why[128];             /* "rxe0 was removed", while gone */
 	unsigned rdma_gen;              /* counts its openings */
+	/* Counts its goings and comings back: a handshake that settled how a
+	 * peer's bytes move across one settled it by what is no more, and
+	 * the connection is made again (peer_connect, stranger_promote). */
+	unsigned rdma_turns;
 	struct xbuf *bufs;              /* xport_buf_alloc's */
 	pthread_cond_t tend;            /* the tender's: the device went, or stop */
 	pthread_t tender;
@@ -197,6 +201,7 @@ static void log_limited(struct xport *x, struct ratelog *rl, const char *fmt, ..
 	__attribute__((format(printf, 3, 4)));
 static int bufs_register(struct xport *x, struct rdma *rd, const struct iovec *dst, int ndst);
 static void dial(struct xport *x, int i);
+static void redial_tell(struct xport *x, struct xport_conn *c);
 
 /* Set in a thread that has called xport_flush, and so calls it again when
  * its burst of work is over: only its frames may be held.  Any other (a
@@ -1294,13 +1299,15 @@ static int peer_connect(struct xport *x, int i)
 	struct sockaddr_storage sa;
 	socklen_t salen;
 	char why[sizeof(p->why)];
-	int rc, xp, differs, say;
+	unsigned turns;
+	int rc, xp, differs, say, turned;
 
 	if ((rc = connect_claim(x, p)) <= 0)
 		return rc;
 	pthread_mutex_lock(&x->lock);
 	sa = p->sa;
 	salen = p->salen;
+	turns = x->rdma_turns;
 	pthread_mutex_unlock(&x->lock);
 	if (!sa.ss_family) {            /* its name has not resolved yet */
 		rc = -EHOSTUNREACH;
@@ -1309,12 +1316,15 @@ static int peer_connect(struct xport *x, int i)
 	if ((rc = conn_open(x, i, &sa, salen, &c, &o)))
 		goto unclaim;
 	xp = peer_transport(x, i, &sa, &o, why, sizeof(why));
+	if (x->c.handshake_hold_ms)
+		usleep(x->c.handshake_hold_ms * 1000u);
 	/* Every node must run the same config (SPEC §7); one that does not
 	 * routes announces and asks by another map of who hosts what. */
 	differs = x->c.digest && o.digest != x->c.digest;
 	pthread_mutex_lock(&x->lock);
 	say = differs && !p->config_differs;
 	p->config_differs = differs;
+	turned = x->rdma_turns != turns;
 	p->out = c;
 	p->rejoining = 0;
 	p->caps = o.caps;
@@ -1333,11 +1343,13 @@ static int peer_connect(struct xport *x, int i)
 		fprintf(stderr, "omnifs: peer %s (%s) runs another cluster config than this node "
 			"(its nodes, addresses or stages differ): every node must run the same one\n",
 			p->name, p->addr);
-	if (!rc && x->ops->peer_up) {
+	if (!rc && x->ops->peer_up)
 		x->ops->peer_up(x->ctx, i);
-	} else if (rc) {
+	if (!rc && turned)      /* what it settled is no more: settle it again */
+		rejoin(x, i, c, PROTO_CAP_RDMA, "this node's RDMA device came or went "
+		       "while it connected");
+	if (rc)
 		link_down(x, i);
-	}
 unclaim:
 	pthread_mutex_lock(&x->lock);
 	int lost = rc && p->rejoining;  /* it went while we rejoined it */
@@ -2069,6 +2081,7 @@ struct stranger {
 	uint8_t cnonce[PROTO_NONCE], snonce[PROTO_NONCE];
 	char name[PROTO_NAME_MAX + 1];
 	uint32_t caps;
+	unsigned turns;                 /* x->rdma_turns its WELCOME was made at */
 	struct stranger *prev, *next;   /* oldest first: deadlines in order */
 };
 
@@ -2230,7 +2243,10 @@ static int stranger_step(struct xport *x, struct stranger *s, int *peer, struct 
 	/* Only now, to a peer that proved it holds the secret: where to
 	 * connect its queue pair, and the token that ties it to us. */
 	*srv = NULL;
-	struct rdma *rd = rdma_hold(x);
+	pthread_mutex_lock(&x->lock);
+	struct rdma *rd = rdma_hold_locked(x);
+	s->turns = x->rdma_turns;
+	pthread_mutex_unlock(&x->lock);
 	if (rd && rdma_serves(rd) && (s->caps & PROTO_CAP_RDMA) &&
 	    (*srv = rdma_srv_new(rd, m.u.welcome.token)))
 		m.u.welcome.rdma_port = rdma_port(rd);
@@ -2250,10 +2266,13 @@ static void stranger_promote(struct xport *x, struct strangers *q, struct strang
 {
 	uint64_t name = conn_name(s->cnonce);
 	uint32_t caps = s->caps;
-	int fd = stranger_unlink(q, s);
+	unsigned turns = s->turns;
+	int fd = stranger_unlink(q, s), tell = 0;
 	pthread_t t;
 
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	if (x->c.handshake_hold_ms)
+		usleep(x->c.handshake_hold_ms * 1000u);
 	struct xport_conn *c = conn_new(x, fd, peer, 0);
 	if (!c) {
 		srv_end(x, srv);
@@ -2277,11 +2296,18 @@ static void stranger_promote(struct xport *x, struct strangers *q, struct strang
 		c->srv = NULL;  /* ended below, unlocked: rdma_cm's thread may want x->lock */
 		conn_put(c);
 	} else {
+		/* Its WELCOME offered no RDMA, and the device is back since:
+		 * servers_redial_back did not know this connection yet. */
+		tell = !srv && c->reads_rdma && turns != x->rdma_turns && x->rdma && !x->rdma_gone;
+		if (tell)
+			c->refs++;
 		srv = NULL;     /* the server thread's */
 		pthread_detach(t);
 	}
 	pthread_mutex_unlock(&x->lock);
 	srv_end(x, srv);
+	if (tell)
+		redial_tell(x, c);
 }
 
 /* A new stranger from `from`, after the oldest from that host (or of all)
@@ -2696,6 +2722,7 @@ static void rdma_lost_call(void *ctx, const char *why)
 	pthread_mutex_lock(&x->lock);
 	if (!x->rdma_gone) {
 		x->rdma_gone = 1;
+		x->rdma_turns++;
 		snprintf(x->rdma_why, sizeof(x->rdma_why), "%s", why);
 		pthread_cond_signal(&x->tend);
 	}
@@ -2754,14 +2781,26 @@ static void rdma_let_go(struct xport *x)
 	rdma_close(rd);
 }
 
-/* Peers that could READ this node but read it over TCP hear that its
- * device is back (REDIAL): each connects again once its requests here
- * are done, and hears where its pair connects in the WELCOME.  One of an
- * older release, which would not understand, is made to by the end of
- * its connection. */
-static void servers_redial_back(struct xport *x)
+/* Tells c, a peer's connection to us that the caller holds a reference
+ * to, that this node's device is back (REDIAL): the peer connects again
+ * once its requests here are done, and hears where its pair connects in
+ * the WELCOME.  One of an older release, which would not understand, is
+ * made to by the end of its connection.  Drops the reference. */
+static void redial_tell(struct xport *x, struct xport_conn *c)
 {
 	struct proto_msg m = { .type = PT_REDIAL };
+
+	if (c->hears_redial)
+		conn_send(c, 0, &m);    /* a failure ends it: the same, sooner */
+	else
+		shutdown(c->fd, SHUT_RDWR);
+	conn_unref(x, c);
+}
+
+/* Peers that could READ this node but read it over TCP hear that its
+ * device is back (redial_tell). */
+static void servers_redial_back(struct xport *x)
+{
 	struct xport_conn **tell;
 	size_t n = 0;
 
@@ -2773,18 +2812,16 @@ static void servers_redial_back(struct xport *x)
 	for (struct xport_conn *c = x->servers; c; c = c->next) {
 		if (!c->reads_rdma || c->srv)
 			continue;
-		if (c->hears_redial && tell) {
+		if (tell) {
 			c->refs++;
 			tell[n++] = c;
 		} else {
-			shutdown(c->fd, SHUT_RDWR);
+			shutdown(c->fd, SHUT_RDWR);     /* no memory to list it: the end */
 		}
 	}
 	pthread_mutex_unlock(&x->lock);
-	for (size_t i = 0; i < n; i++) {
-		conn_send(tell[i], 0, &m);      /* a failure ends it: the same, sooner */
-		conn_unref(x, tell[i]);
-	}
+	for (size_t i = 0; i < n; i++)
+		redial_tell(x, tell[i]);
 	free(tell);
 }
 
@@ -2802,6 +2839,7 @@ static void rdma_reopen(struct xport *x)
 		x->rdma = rd;
 		x->rdma_gone = 0;
 		x->rdma_gen++;
+		x->rdma_turns++;
 		snprintf(x->rdma_dev, sizeof(x->rdma_dev), "%s", rdma_device(rd));
 	}
 	pthread_mutex_unlock(&x->lock);

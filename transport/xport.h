@@ -62,6 +62,9 @@ struct xport_conf {
 	unsigned trickle_ms;                    /* tests: each DATA frame sent 16 KiB
 						 * at a time, this far apart, as over
 						 * a link that stalls within frames */
+	unsigned handshake_hold_ms;             /* tests: each handshake held this long
+						 * between settling the transport and
+						 * using the connection */
 };
 
 enum xport_count { XC_AUTH_FAILED, XC_BAD_FRAMES, XC_PULLED, XC_SERVED, XC_BAD_CHUNKS,

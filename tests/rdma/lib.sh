@@ -36,3 +36,11 @@ node() { start_node "$1" "config=$T/omni.yaml,node=$1${2:+,$2}"; }
 peer_is() {
 	[ "$(health "$1" "[p['state'] + ' ' + p['transport'] for p in d['peers'] if p['name'] == '$2'][0]")" = "up $3" ]
 }
+# peers_of NODE... - each NODE's peers as its health says them, as
+# diagnostics: what a wait for transports that failed found instead
+peers_of() {
+	local n
+	for n; do
+		diag "$n's peers: $(health "$n" "'; '.join(' '.join([p['name'], p['state'], p['transport'], p.get('transport_why', p.get('down_why', ''))]) for p in d['peers'])")"
+	done
+}
