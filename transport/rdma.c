@@ -484,6 +484,7 @@ int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t er
 	rd->c = *c;
 	rd->wake_fd = rd->cm_wake_fd = rd->dmabuf_fd = -1;
 	rd->test_stale = getenv("OMNIFS_TEST_STALE_RKEY") != NULL;
+	rd->test_rejects = env_uint("OMNIFS_TEST_RDMA_REJECTS", 0, 0, 1000);
 	pthread_mutex_init(&rd->lock, NULL);
 	pthread_cond_init(&rd->chk_cond, NULL);
 	if ((rc = open_device(rd, err, errlen)) || (rc = open_verbs(rd, err, errlen)))

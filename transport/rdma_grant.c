@@ -144,6 +144,10 @@ void srv_connect_request(struct rdma *rd, struct rdma_cm_event *e, struct rdma_c
 	for (s = rd->srvs; s && req->private_data_len >= PROTO_TOKEN; s = s->next)
 		if (!sodium_memcmp(s->token, req->private_data, PROTO_TOKEN))
 			break;          /* in constant time: nothing to learn by guessing */
+	if (s && req->private_data_len >= PROTO_TOKEN && rd->test_rejects) {
+		fprintf(stderr, "omnifs: test: a queue pair rejected (%u more)\n", --rd->test_rejects);
+		s = NULL;
+	}
 	if (s && req->private_data_len >= PROTO_TOKEN)
 		s->refs++;
 	else

@@ -97,6 +97,7 @@ struct rdma {
 	atomic_int lost;                /* the device went: conf.lost was told */
 	int closing;                    /* pairs fail now because we close: say nothing */
 	int test_stale;                 /* OMNIFS_TEST_STALE_RKEY (rdma_read.c) */
+	unsigned test_rejects;          /* OMNIFS_TEST_RDMA_REJECTS left (rdma_grant.c) */
 };
 
 static inline void rdma_count(struct rdma *rd, enum xport_count what, uint64_t n)

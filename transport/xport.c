@@ -55,6 +55,8 @@
 #define STRANGERS_PER_HOST 256
 #define CONNECT_MS 1000
 #define RESOLVE_MS 2000         /* a down peer's name, looked up again at most */
+#define QP_RETRY_MS 1000        /* a queue pair that did not connect, tried again */
+#define QP_RETRY_MAX_MS 30000   /* ... twice as late after each failure, this at most */
 #define SOCKBUF (4 << 20)
 #define RX_AHEAD (64u << 10)       /* a peer's requests read at a time */
 #define HELD_MAX (16u << 10)       /* frames held for the next, at most */
@@ -143,6 +145,14 @@ struct peer {
 	 * for it; meanwhile new requests wait (peer_out_settled). */
 	int rejoin;
 	int rejoining;                  /* let go of for that, not connected again yet */
+	/* Its queue pair did not connect at the handshake (a peer's rdma_cm
+	 * slow or refusing, a fabric hiccup): a dialer tries again on the
+	 * same connection (peer_relink), whose bytes move over TCP meanwhile,
+	 * QP_RETRY_MS later, then twice as late after each failure. */
+	uint16_t qp_port;               /* its WELCOME's: where, and with what */
+	uint8_t qp_token[PROTO_TOKEN];
+	uint64_t qp_retry_ns;           /* when (monotonic); 0: not to */
+	unsigned qp_tries;
 	pthread_t rx;
 	int rx_joinable;
 	struct ratelog bad_frames;      /* its connections to us */
@@ -1242,7 +1252,7 @@ static int conn_open(struct xport *x, int i, const struct sockaddr_storage *sa, 
  * where both ends have it and its queue pair connects; else TCP, or none
  * at all with transport=rdma.  Said in one line, as SPEC §2 wants. */
 static int peer_transport(struct xport *x, int i, const struct sockaddr_storage *sa,
-			  const struct offer *o, char *why, size_t len)
+			  const struct offer *o, char *why, size_t len, int *pair_failed)
 {
 	struct peer *p = &x->peers[i];
 	int xp = x->c.mode == XPORT_RDMA ? XP_NONE : XP_TCP;
@@ -1256,6 +1266,7 @@ static int peer_transport(struct xport *x, int i, const struct sockaddr_storage 
 			xp = XP_RDMA;
 		else
 			snprintf(why, len, "its RDMA queue pair did not connect: %s", e);
+		*pair_failed = xp != XP_RDMA;
 	} else if (rd) {
 		snprintf(why, len, "%s offers no RDMA", p->name);
 	} else if (rdma_gone_why(x, why, len)) {
@@ -1300,7 +1311,7 @@ static int peer_connect(struct xport *x, int i)
 	socklen_t salen;
 	char why[sizeof(p->why)];
 	unsigned turns;
-	int rc, xp, differs, say, turned;
+	int rc, xp, differs, say, turned, pair_failed = 0;
 
 	if ((rc = connect_claim(x, p)) <= 0)
 		return rc;
@@ -1315,7 +1326,7 @@ static int peer_connect(struct xport *x, int i)
 	}
 	if ((rc = conn_open(x, i, &sa, salen, &c, &o)))
 		goto unclaim;
-	xp = peer_transport(x, i, &sa, &o, why, sizeof(why));
+	xp = peer_transport(x, i, &sa, &o, why, sizeof(why), &pair_failed);
 	if (x->c.handshake_hold_ms)
 		usleep(x->c.handshake_hold_ms * 1000u);
 	/* Every node must run the same config (SPEC §7); one that does not
@@ -1331,6 +1342,10 @@ static int peer_connect(struct xport *x, int i)
 	p->xp = xp;
 	snprintf(p->why, sizeof(p->why), "%s", why);
 	p->since_ns = clock_wall_ns();
+	p->qp_port = o.port;
+	memcpy(p->qp_token, o.token, PROTO_TOKEN);
+	p->qp_retry_ns = pair_failed ? clock_mono_ns() + QP_RETRY_MS * 1000000ull : 0;
+	p->qp_tries = 0;
 	if (pthread_create(&p->rx, NULL, rx_thread, c)) {
 		p->out = NULL;
 		conn_put(c);
@@ -2484,14 +2499,102 @@ static void peer_resolve(struct xport *x, int i)
 	}
 }
 
+/* Peer i is up, and its queue pair, which did not connect, is due to be
+ * tried again on this node's device (under x->lock). */
+static int relink_due(struct xport *x, int i)
+{
+	const struct peer *p = &x->peers[i];
+
+	return p->out && !p->connecting && p->qp_retry_ns && x->rdma && !x->rdma_gone &&
+	       clock_mono_ns() >= p->qp_retry_ns;
+}
+
+/* Under x->lock: the pair tried again ended (rc), on the connection it
+ * was for; 1 if it is up and to be said. */
+static int relinked(struct xport *x, int i, int rc, const char *e)
+{
+	struct peer *p = &x->peers[i];
+
+	p->qp_tries++;
+	if (!rc) {
+		p->xp = XP_RDMA;
+		p->why[0] = 0;
+		p->since_ns = clock_wall_ns();
+		p->qp_retry_ns = 0;
+		return 1;
+	}
+	unsigned ms = QP_RETRY_MS << (p->qp_tries < 5 ? p->qp_tries : 5);
+	ms = ms < QP_RETRY_MAX_MS ? ms : QP_RETRY_MAX_MS;
+	p->qp_retry_ns = clock_mono_ns() + ms * 1000000ull;
+	snprintf(p->why, sizeof(p->why), "its RDMA queue pair did not connect: %s "
+		 "(tried again %u times; the next in %u s)", e, p->qp_tries, ms / 1000);
+	return 0;
+}
+
+/* Connects the queue pair of peer i again where it did not connect at the
+ * handshake and its time has come: on the same connection, whose bytes
+ * move over TCP (transport=rdma: not at all) until it does.  No other
+ * connect to i runs meanwhile (p->connecting), so that the pair is that
+ * connection's or none; one that came up for a connection gone since, or
+ * on a device that went, goes again at once. */
+static void peer_relink(struct xport *x, int i)
+{
+	struct peer *p = &x->peers[i];
+	struct sockaddr_storage sa;
+	uint8_t token[PROTO_TOKEN];
+	uint16_t port;
+	char e[96] = "";
+	unsigned tries = 0;
+	int rc, same, say = 0;
+
+	pthread_mutex_lock(&x->lock);
+	struct xport_conn *c = p->out;
+	struct rdma *rd = relink_due(x, i) ? rdma_hold_locked(x) : NULL;
+	unsigned turns = x->rdma_turns;
+	if (rd) {
+		p->connecting = 1;
+		sa = p->sa;
+		port = p->qp_port;
+		memcpy(token, p->qp_token, PROTO_TOKEN);
+	}
+	pthread_mutex_unlock(&x->lock);
+	if (!rd)
+		return;
+	rc = rdma_link_up(rd, i, (const struct sockaddr *)&sa, port, token, e, sizeof(e));
+	pthread_mutex_lock(&x->lock);
+	same = p->out == c && x->rdma_turns == turns;
+	pthread_mutex_unlock(&x->lock);
+	if (!same)
+		rdma_link_down(rd, i);
+	pthread_mutex_lock(&x->lock);
+	if (same)
+		say = relinked(x, i, rc, e);
+	tries = p->qp_tries;
+	p->connecting = 0;
+	pthread_cond_broadcast(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+	if (say)
+		fprintf(stderr, "omnifs: peer %s (%s): transport rdma now (%s, grants by %s; its "
+			"queue pair connected, try %u)\n", p->name, p->addr, rdma_device(rd),
+			rdma_grants(rd), tries + 1);
+	rdma_unhold(x, rd);
+}
+
 static void *dialer_thread(void *arg)
 {
 	struct dial *d = arg;
 	struct xport *x = d->x;
 
 	pthread_setname_np(pthread_self(), "omni-dial");
-	peer_resolve(x, d->peer);
-	peer_connect(x, d->peer);
+	pthread_mutex_lock(&x->lock);
+	int up = x->peers[d->peer].out != NULL;
+	pthread_mutex_unlock(&x->lock);
+	if (up) {
+		peer_relink(x, d->peer);
+	} else {
+		peer_resolve(x, d->peer);
+		peer_connect(x, d->peer);
+	}
 	pthread_mutex_lock(&x->lock);
 	x->peers[d->peer].dialing = 0;
 	x->dialers--;
@@ -2563,9 +2666,14 @@ static void *keeper_thread(void *arg)
 	pthread_mutex_lock(&x->lock);
 	while (!x->stopping) {
 		pthread_mutex_unlock(&x->lock);
-		for (size_t i = 0; i < x->npeers && !x->stopping; i++)
-			if (ping_peer(x, (int)i) == -EHOSTDOWN)
+		for (size_t i = 0; i < x->npeers && !x->stopping; i++) {
+			int down = ping_peer(x, (int)i) == -EHOSTDOWN;
+			pthread_mutex_lock(&x->lock);
+			int relink = relink_due(x, (int)i);
+			pthread_mutex_unlock(&x->lock);
+			if (down || relink)
 				dial(x, (int)i);
+		}
 		/* A round each ping_ms, whatever else x->cond is broadcast for
 		 * (a dialer's end among them: a peer that refuses at once
 		 * must not be dialed in a loop). */
