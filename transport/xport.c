@@ -2527,7 +2527,7 @@ static int relinked(struct xport *x, int i, int rc, const char *e)
 	ms = ms < QP_RETRY_MAX_MS ? ms : QP_RETRY_MAX_MS;
 	p->qp_retry_ns = clock_mono_ns() + ms * 1000000ull;
 	snprintf(p->why, sizeof(p->why), "its RDMA queue pair did not connect: %s "
-		 "(tried again %u times; the next in %u s)", e, p->qp_tries, ms / 1000);
+		 "(try %u; the next in %u s)", e, p->qp_tries + 1, ms / 1000);
 	return 0;
 }
 

@@ -145,6 +145,7 @@ ok "... d's peers never went down for it" sh -c "! grep -q 'peer a .* down' '$T/
 # down, as any peer that stops answering, and reads b by RDMA again once b
 # runs, whatever b's threads find first then.
 unplug "rxe0 goes again"
+is "$?" 0 "... and succeeds"
 ok "... b and a see each other up, by tcp" wait_until 15 b_tcp
 downs=$(grep -c "omnifs: peer b (.*) down: " "$T/a.log")
 b_down() { [ "$(grep -c "omnifs: peer b (.*) down: " "$T/a.log")" -gt "$downs" ]; }

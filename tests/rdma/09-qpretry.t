@@ -20,6 +20,10 @@ node c transport=rdma
 
 rejected() { [ "$(grep -c "omnifs: test: a queue pair rejected" "$T/a.log")" = 3 ]; }
 ok "a rejects three queue pairs" wait_until 20 rejected
+# the third is a try again: for 2 s its reader's health says so
+why_of() { health "$1" "[p.get('transport_why', '') for p in d['peers'] if p['name'] == 'a'][0]"; }
+retrying() { why_of b | grep -qF "(try 2; the next in 2 s)" || why_of c | grep -qF "(try 2; the next in 2 s)"; }
+ok "... and its reader's health says which try failed, and when the next is" wait_until 10 retrying
 ok "b's log says a is read over tcp, and why" \
 	grep -q "peer a ($IP:${PORT[a]}) up, transport tcp (its RDMA queue pair did not connect: RDMA_CM_EVENT_REJECTED)" "$T/b.log"
 ok "c's (transport=rdma) says a cannot be read, and why" \
