@@ -92,6 +92,19 @@ void rdma_id_destroy(struct rdma_cm_id *id)
 	rdma_destroy_id(id);
 }
 
+void rdma_cq_free(struct rdma *rd, struct ibv_cq *cq, struct ibv_comp_channel *cch)
+{
+	int e = cq ? ibv_destroy_cq(cq) : 0;
+
+	/* The channel is a descriptor of the device's: the kernel's removal
+	 * of the device waits for it, so one left here is said. */
+	if (e)
+		fprintf(stderr, "omnifs: rdma: a completion queue is still in use (%s): "
+			"%s cannot be removed while this daemon runs\n", strerror(e), rd->dev);
+	else if (cch)
+		ibv_destroy_comp_channel(cch);
+}
+
 /* The listen option's host, as an address with port 0. */
 static int src_addr(const char *listen, struct sockaddr_storage *sa)
 {
@@ -176,6 +189,8 @@ static void *cm_thread(void *arg)
 			else if (kind == CM_SRV)
 				srv_cm_event(rd, e->id->context, e, &destroy);
 			rdma_ack_cm_event(e);
+			if (destroy && kind == CM_SRV && rd->test_cm_hold_ms)   /* 08-removal.t */
+				usleep(rd->test_cm_hold_ms * 1000u);
 			rdma_id_destroy(destroy);       /* after its last event's ack */
 		}
 	}
@@ -485,6 +500,7 @@ int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t er
 	rd->wake_fd = rd->cm_wake_fd = rd->dmabuf_fd = -1;
 	rd->test_stale = getenv("OMNIFS_TEST_STALE_RKEY") != NULL;
 	rd->test_rejects = env_uint("OMNIFS_TEST_RDMA_REJECTS", 0, 0, 1000);
+	rd->test_cm_hold_ms = env_uint("OMNIFS_TEST_CM_HOLD_MS", 0, 0, 10000);
 	pthread_mutex_init(&rd->lock, NULL);
 	pthread_cond_init(&rd->chk_cond, NULL);
 	if ((rc = open_device(rd, err, errlen)) || (rc = open_verbs(rd, err, errlen)))
@@ -564,10 +580,7 @@ void rdma_close(struct rdma *rd)
 		munmap(rd->scratch, 4096);
 	if (rd->listen)
 		rdma_destroy_id(rd->listen);
-	if (rd->cq)
-		ibv_destroy_cq(rd->cq);
-	if (rd->cch)
-		ibv_destroy_comp_channel(rd->cch);
+	rdma_cq_free(rd, rd->cq, rd->cch);
 	if (rd->pool_mr)
 		ibv_dereg_mr(rd->pool_mr);
 	if (rd->dmabuf_fd >= 0)

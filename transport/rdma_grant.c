@@ -97,8 +97,7 @@ static void srv_put(struct rdma_srv *s)
 	pthread_mutex_unlock(&rd->lock);
 	if (!last)
 		return;
-	ibv_destroy_cq(s->cq);
-	ibv_destroy_comp_channel(s->cch);
+	rdma_cq_free(rd, s->cq, s->cch);      /* its pair went first (srv_qp_drop) */
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
@@ -132,6 +131,16 @@ static void grants_drop(struct rdma_srv *s)
 }
 
 /* ---------------------------------------------------------------- cm events */
+
+/* Under s->lock: the pair of an id that goes after its event's ack, on
+ * rdma_cm's thread, goes now.  The connection may end meanwhile, and its
+ * srv_put finds s->cq free: a pair left on it would keep the queue, and
+ * with it the device, for good. */
+static void srv_qp_drop(struct rdma_cm_id *id)
+{
+	if (id->qp)
+		rdma_destroy_qp(id);
+}
 
 /* A connect request: accepted if it names a connection we gave a token. */
 void srv_connect_request(struct rdma *rd, struct rdma_cm_event *e, struct rdma_cm_id **destroy)
@@ -174,6 +183,7 @@ void srv_connect_request(struct rdma *rd, struct rdma_cm_event *e, struct rdma_c
 	e->id->context = s;
 	if (s->ended || rdma_create_qp(e->id, rd->pd, &qa) || rdma_accept(e->id, &cp)) {
 		rdma_reject(e->id, NULL, 0);
+		srv_qp_drop(e->id);
 		*destroy = e->id;
 	} else {
 		s->id = e->id;
@@ -192,6 +202,7 @@ void srv_cm_event(struct rdma *rd, struct rdma_srv *s, struct rdma_cm_event *e,
 			       e->event == RDMA_CM_EVENT_DEVICE_REMOVAL)) {
 		grants_drop(s);
 		s->id = NULL;
+		srv_qp_drop(e->id);
 		*destroy = e->id;
 	}
 	pthread_mutex_unlock(&s->lock);

@@ -98,6 +98,7 @@ struct rdma {
 	int closing;                    /* pairs fail now because we close: say nothing */
 	int test_stale;                 /* OMNIFS_TEST_STALE_RKEY (rdma_read.c) */
 	unsigned test_rejects;          /* OMNIFS_TEST_RDMA_REJECTS left (rdma_grant.c) */
+	unsigned test_cm_hold_ms;       /* OMNIFS_TEST_CM_HOLD_MS (cm_thread) */
 };
 
 static inline void rdma_count(struct rdma *rd, enum xport_count what, uint64_t n)
@@ -131,5 +132,8 @@ void srv_cm_event(struct rdma *rd, struct rdma_srv *s, struct rdma_cm_event *e,
 struct ibv_qp_init_attr rdma_qp_attr(struct rdma *rd, struct ibv_cq *cq, unsigned send_wr);
 /* Destroys a cm id and its queue pair: no lock held. */
 void rdma_id_destroy(struct rdma_cm_id *id);
+/* Destroys a completion queue and its channel (either may be NULL); says
+ * so where a queue pair still holds it, and with it the device. */
+void rdma_cq_free(struct rdma *rd, struct ibv_cq *cq, struct ibv_comp_channel *cch);
 
 #endif

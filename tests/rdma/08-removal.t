@@ -17,6 +17,11 @@ pool: host:64MiB
 readers: 0
 wait_ms: 10000
 EOF
+# a's rdma_cm thread holds each pair peers connected to it, once its end
+# is heard, before it destroys its id: when the device goes, a's tender
+# ends those peers' connections meanwhile, whose ends must find the pair
+# gone, or the completion queue stays, and so does the device, for good
+OMNIFS_TEST_CM_HOLD_MS=2000 \
 node a
 # b's handshakes are held: one under way when the device comes back is
 # one that settled its transport without it (the last part)
@@ -71,6 +76,7 @@ unplug() {
 deleted() { ! kill -0 "$DELETE" 2>/dev/null; }
 unplug "rdma link delete rxe0 finishes within 15 s, three daemons running"
 is "$?" 0 "... and succeeds"
+ok "... no daemon left a completion queue in use" sh -c "! grep -q 'still in use' '$T'/*.log"
 for n in a b c; do
 	ok "$n's log says the device went" grep -q "omnifs: rdma: rxe0 was removed: " "$T/$n.log"
 done
