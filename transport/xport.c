@@ -180,11 +180,7 @@ struct xport {
 	int rdma_gone;                  /* it went, and is not back yet */
 	char rdma_dev[64];              /* its name, for health */
 	char rdma_why[128];             /* "rxe0 was removed", while gone */
-	unsigned rdma_gen;              /* counts its openings */
-	/* Counts its goings and comings back: a handshake that settled how a
-	 * peer's bytes move across one settled it by what is no more, and
-	 * the connection is made again (peer_connect, stranger_promote). */
-	unsigned rdma_turns;
+	unsigned rdma_gen;              /* counts its openings again (rdma_turns) */
 	struct xbuf *bufs;              /* xport_buf_alloc's */
 	pthread_cond_t tend;            /* the tender's: the device went, or stop */
 	pthread_t tender;
@@ -313,6 +309,16 @@ static struct rdma *rdma_hold_locked(struct xport *x)
 	if (rd)
 		x->rdma_users++;
 	return rd;
+}
+
+/* Counts the device's goings and comings back, under x->lock: it goes
+ * only while here, and each opening again follows a going.  A handshake
+ * that settled how a peer's bytes move across one settled it by what is
+ * no more, and the connection is made again (peer_connect,
+ * stranger_promote). */
+static unsigned rdma_turns(const struct xport *x)
+{
+	return 2 * x->rdma_gen + (unsigned)x->rdma_gone;
 }
 
 static struct rdma *rdma_hold(struct xport *x)
@@ -1318,7 +1324,7 @@ static int peer_connect(struct xport *x, int i)
 	pthread_mutex_lock(&x->lock);
 	sa = p->sa;
 	salen = p->salen;
-	turns = x->rdma_turns;
+	turns = rdma_turns(x);
 	pthread_mutex_unlock(&x->lock);
 	if (!sa.ss_family) {            /* its name has not resolved yet */
 		rc = -EHOSTUNREACH;
@@ -1335,7 +1341,7 @@ static int peer_connect(struct xport *x, int i)
 	pthread_mutex_lock(&x->lock);
 	say = differs && !p->config_differs;
 	p->config_differs = differs;
-	turned = x->rdma_turns != turns;
+	turned = rdma_turns(x) != turns;
 	p->out = c;
 	p->rejoining = 0;
 	p->caps = o.caps;
@@ -2096,7 +2102,7 @@ struct stranger {
 	uint8_t cnonce[PROTO_NONCE], snonce[PROTO_NONCE];
 	char name[PROTO_NAME_MAX + 1];
 	uint32_t caps;
-	unsigned turns;                 /* x->rdma_turns its WELCOME was made at */
+	unsigned turns;                 /* rdma_turns(x) its WELCOME was made at */
 	struct stranger *prev, *next;   /* oldest first: deadlines in order */
 };
 
@@ -2260,7 +2266,7 @@ static int stranger_step(struct xport *x, struct stranger *s, int *peer, struct 
 	*srv = NULL;
 	pthread_mutex_lock(&x->lock);
 	struct rdma *rd = rdma_hold_locked(x);
-	s->turns = x->rdma_turns;
+	s->turns = rdma_turns(x);
 	pthread_mutex_unlock(&x->lock);
 	if (rd && rdma_serves(rd) && (s->caps & PROTO_CAP_RDMA) &&
 	    (*srv = rdma_srv_new(rd, m.u.welcome.token)))
@@ -2313,7 +2319,7 @@ static void stranger_promote(struct xport *x, struct strangers *q, struct strang
 	} else {
 		/* Its WELCOME offered no RDMA, and the device is back since:
 		 * servers_redial_back did not know this connection yet. */
-		tell = !srv && c->reads_rdma && turns != x->rdma_turns && x->rdma && !x->rdma_gone;
+		tell = !srv && c->reads_rdma && turns != rdma_turns(x) && x->rdma && !x->rdma_gone;
 		if (tell)
 			c->refs++;
 		srv = NULL;     /* the server thread's */
@@ -2550,7 +2556,7 @@ static void peer_relink(struct xport *x, int i)
 	pthread_mutex_lock(&x->lock);
 	struct xport_conn *c = p->out;
 	struct rdma *rd = relink_due(x, i) ? rdma_hold_locked(x) : NULL;
-	unsigned turns = x->rdma_turns;
+	unsigned turns = rdma_turns(x);
 	if (rd) {
 		p->connecting = 1;
 		sa = p->sa;
@@ -2562,7 +2568,7 @@ static void peer_relink(struct xport *x, int i)
 		return;
 	rc = rdma_link_up(rd, i, (const struct sockaddr *)&sa, port, token, e, sizeof(e));
 	pthread_mutex_lock(&x->lock);
-	same = p->out == c && x->rdma_turns == turns;
+	same = p->out == c && rdma_turns(x) == turns;
 	pthread_mutex_unlock(&x->lock);
 	if (!same)
 		rdma_link_down(rd, i);
@@ -2830,7 +2836,6 @@ static void rdma_lost_call(void *ctx, const char *why)
 	pthread_mutex_lock(&x->lock);
 	if (!x->rdma_gone) {
 		x->rdma_gone = 1;
-		x->rdma_turns++;
 		snprintf(x->rdma_why, sizeof(x->rdma_why), "%s", why);
 		pthread_cond_signal(&x->tend);
 	}
@@ -2947,7 +2952,6 @@ static void rdma_reopen(struct xport *x)
 		x->rdma = rd;
 		x->rdma_gone = 0;
 		x->rdma_gen++;
-		x->rdma_turns++;
 		snprintf(x->rdma_dev, sizeof(x->rdma_dev), "%s", rdma_device(rd));
 	}
 	pthread_mutex_unlock(&x->lock);
