@@ -1225,6 +1225,46 @@ def test_a_keys_limit_is_255_bytes_not_characters(small_path):
     assert bytes(m.get("0", "1", k, timeout=5)) == b"longest"
 
 
+def test_an_open_edges_one_step_paths_say_what_the_whole_ones_say(small_path):
+    """put() and get() on an edge open already go in one step where they can
+    (no key check of their own: the daemon's): every failure there is the
+    same exception as on a fresh Mount, a get's timeout is waited once, and
+    nothing stays."""
+    from omnifs import small
+    k, used = rid(), pool_used(ONE)
+    warm = omnifs.Mount(ONE)
+    warm.put("0", "1", k, b"opens the edge")
+    assert ("0", "1") in warm._edges
+    puts, errs = small_counters(ONE)[1], []
+    for key in ("a/b", ".x", "", "k\0", "k" * 256, "é" * 128, 3, None, "\ud800"):
+        for m in (omnifs.Mount(ONE), warm):
+            for call in (lambda: m.put("0", "1", key, b"x"),
+                         lambda: m.get("0", "1", key, timeout=5)):
+                with pytest.raises(Exception) as e:
+                    call()
+                errs.append((type(e.value), getattr(e.value, "errno", None), str(e.value)))
+        assert errs[:2] == errs[2:], key
+        errs.clear()
+    assert small_counters(ONE)[1] == puts, "no bad key made a request"
+    for m in (omnifs.Mount(ONE), warm):
+        with pytest.raises(FileExistsError) as e:
+            m.put("0", "1", k, b"again")
+        assert e.value.filename == os.path.join(ONE, "0", "1", k)
+        t0 = time.monotonic()
+        with pytest.raises(FileNotFoundError) as e:
+            m.get("0", "1", k + "-never", timeout=0.3)
+        assert 0.3 <= time.monotonic() - t0 < 0.33 + 0.05, "waited once"
+        assert e.value.filename == os.path.join(ONE, "0", "1", k + "-never")
+    assert warm.get("0", "1", k, timeout=5) == b"opens the edge"
+    warm.put("0", "1", k, b"kept for two", readers=2)            # readers: the whole path
+    for _ in range(2):
+        assert warm.get("0", "1", k, timeout=5) == b"kept for two"
+    big = os.urandom(small.MAX)                              # over the small request's room
+    warm.put("0", "1", k, big)
+    assert bytes(warm.get("0", "1", k, timeout=5)) == big
+    assert k not in warm.keys("0", "1") and pool_used(ONE) == used
+
+
 GETTER = ("import sys, omnifs\n"
           "sys.stdout.buffer.write(omnifs.Mount(sys.argv[1]).get('0', '1', sys.argv[2], timeout=10))")
 

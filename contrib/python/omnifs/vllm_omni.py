@@ -102,9 +102,11 @@ class OmniFSConnector(_Base):
             if gpu is not None:     # device to device where the pool is GPU memory
                 n = self._mount.put_cuda(str(from_stage), str(to_stage), str(put_key), gpu[1],
                                          readers=self.readers, head=gpu[0])
-            else:
-                n = self._mount.put(str(from_stage), str(to_stage), str(put_key),
-                                    codec.encode(data), readers=self.readers)
+            else:           # plain bytes as codec.encode() has them, in a step less
+                raw = (data if type(data) is bytes and not data.startswith(codec.MAGIC)
+                       else codec.encode(data))
+                n = self._mount.put(str(from_stage), str(to_stage), str(put_key), raw,
+                                    readers=self.readers)
         except Exception as e:
             log.error("OmniFSConnector: put %s/%s/%s failed: %s", from_stage, to_stage, put_key, e)
             self._count("put_failures")
@@ -121,7 +123,9 @@ class OmniFSConnector(_Base):
                 raise OSError(errno.EBADF, "the connector is closed")
             raw = self._mount.get(str(from_stage), str(to_stage), str(get_key), timeout=wait,
                                   alloc=codec.alloc)
-            obj = codec.decode(raw)
+            # Raw bytes as codec.decode() returns them, in a step less.
+            obj = (raw if type(raw) is bytearray and not raw.startswith(codec.MAGIC)
+                   else codec.decode(raw))
         except FileNotFoundError:
             self._count("get_timeouts")
             return None
@@ -129,7 +133,9 @@ class OmniFSConnector(_Base):
             log.error("OmniFSConnector: get %s/%s/%s failed: %s", from_stage, to_stage, get_key, e)
             self._count("get_failures")
             return None
-        self._count("gets", 1, "bytes_got", len(raw))
+        with self._lock:        # _count()'s, in a step less: the caller waits for it
+            self._n["gets"] += 1
+            self._n["bytes_got"] += len(raw)
         return obj, len(raw)
 
     def get_with_deadline(self, from_stage, to_stage, get_key, metadata=None, *, deadline):
