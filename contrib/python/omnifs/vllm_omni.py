@@ -18,7 +18,6 @@ import errno
 import logging
 import math
 import operator
-import os
 import threading
 import time
 
