@@ -66,6 +66,29 @@ struct omnifs_direct {
 #define OMNIFS_IOC_WHERE_SOON _IOR('O', 0x19, struct omnifs_direct)
 #define OMNIFS_IOC_LANDED _IOWR('O', 0x1a, uint64_t)
 
+/* OMNIFS_IOC_WINDOW, on a descriptor opened for reading of another node's
+ * object that streams (larger than 65 MiB: README, "A cluster"): in, off
+ * and len; it waits until len bytes from off on (at least 1; fewer where
+ * their 2 MiB piece ends first) have landed in the reader's window and
+ * been checked, and answers how many lie there in a row (len: up to the
+ * end of their piece; 0 at the end), where (pool_off: an offset in
+ * OMNIFS_IOC_SHARE's file) and the object's size.  The caller copies them
+ * itself, instead of a FUSE read per MiB and a kernel copy.  They stay
+ * until the descriptor's next WINDOW (one caller at a time: it moves the
+ * window on) or its close; meanwhile a read(2) of it fails with EBUSY.
+ * Counted as a read of those bytes (all of them: a complete read).
+ * EOPNOTSUPP for any other object, or a pool that is not host memory; EIO
+ * once a pull of the range failed (the bytes copied so far are worth
+ * nothing); EINVAL past the end.  Root and the daemon's user only, as
+ * SHARE. */
+struct omnifs_window {
+	uint64_t off;           /* in */
+	uint64_t len;           /* in: the least wanted; out: how many */
+	uint64_t pool_off, size;        /* out */
+};
+
+#define OMNIFS_IOC_WINDOW _IOWR('O', 0x1b, struct omnifs_window)
+
 /* OMNIFS_IOC_PLACED, on a placed writer's descriptor, as its copy goes:
  * the object's first `upto` bytes are in and final.  The daemon hashes
  * them while the writer copies the rest, so that its close does not wait

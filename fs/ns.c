@@ -1844,6 +1844,10 @@ ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 		pthread_mutex_unlock(&ns->lock);
 		return -EREMOTE;        /* a view pulls its ranges itself */
 	}
+	if (h->windowed) {              /* its own turn: it would wait for itself */
+		pthread_mutex_unlock(&ns->lock);
+		return -EBUSY;
+	}
 	if ((o->state != OS_PUBLISHED && !h->write) ||
 	    (o->owner >= 0 && !h->stream && fetch_wait(ns, h, off, len)))
 		goto fail;
@@ -1976,7 +1980,9 @@ void ns_release(struct ns *ns, struct ns_handle *h)
 	int owner = -1;
 	uint64_t lease = 0;
 	/* The kernel may send the release as soon as a read's reply is out,
-	 * before that read's ns_read_done: its turn must end first. */
+	 * before that read's ns_read_done: its turn must end first.  A turn
+	 * kept for the caller's copy out of the window ends here. */
+	window_end(ns, h);
 	while (h->stream && stream_reading(h->stream))
 		pthread_cond_wait(&ns->fcond, &ns->lock);
 	handle_drop(ns, h, &owner, &lease);

@@ -277,7 +277,9 @@ ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
  * The bytes stay valid until the handle's release; but on a handle that
  * streams (a reader's, of a large remote object), only until ns_read_done(),
  * which must follow every read that returned bytes, once they are copied
- * out: the window moves on then, and the handle's release waits for it. */
+ * out: the window moves on then, and the handle's release waits for it.
+ * -EBUSY while the handle holds a range of its window for its caller's
+ * own copy (ns_direct_window). */
 ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 		struct iovec *iov, int *niov, int maxiov);
 int ns_handle_streams(const struct ns_handle *h);
@@ -334,6 +336,18 @@ int ns_direct_landing(struct ns *ns, struct ns_handle *h, uint64_t upto, uint64_
  * copying here whole has landed (or its pull has failed); returns at once
  * for any other.  Blocks: never from a thread that delivers pulls. */
 void ns_direct_landed(struct ns *ns, struct ns_handle *h);
+/* OMNIFS_IOC_WINDOW: for a reader's handle of a streamed object (another
+ * node's, larger than NS_STREAM_MIN) in a host pool, where its bytes from
+ * off on lie in the pool, waited for until want of them (at least 1,
+ * fewer where their 2 MiB piece ends) have landed and been checked: *poff
+ * (an offset in the pool), *len bytes in a row (0 at the end), *size the
+ * object's.  The caller copies them itself; they stay there, and the
+ * handle keeps its read turn (ns_read: -EBUSY), until its next call or its
+ * release.  Counted as a read of that range.  -EOPNOTSUPP for any other
+ * handle or pool, -EBADF for a writer's, -EIO once a pull of the range
+ * failed, -EINVAL past the end. */
+int ns_direct_window(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t want,
+		     uint64_t *poff, uint64_t *len, uint64_t *size);
 /* As where, the bytes as pool offsets (any pool; for a GPU's, which
  * another process maps by the pool's IPC handle). */
 struct ns_span { uint64_t off, len; };

@@ -101,6 +101,49 @@ void ns_direct_landed(struct ns *ns, struct ns_handle *h)
 	pthread_mutex_unlock(&ns->lock);
 }
 
+void window_end(struct ns *ns, struct ns_handle *h)
+{
+	if (h->windowed) {
+		h->windowed = 0;
+		stream_done(ns, h->stream);
+	}
+}
+
+int ns_direct_window(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t want,
+		     uint64_t *poff, uint64_t *len, uint64_t *size)
+{
+	struct object *o = h->obj;
+	ssize_t got = 0;
+	int rc = 0;
+
+	if (!ns->base)
+		return -EOPNOTSUPP;     /* the window is not where a process can copy */
+	pthread_mutex_lock(&ns->lock);
+	if (h->write || h->source || h->served)
+		rc = -EBADF;
+	else if (!h->stream)
+		rc = -EOPNOTSUPP;       /* not streamed: WHERE, or read(2) */
+	else if (off > o->size)
+		rc = -EINVAL;
+	if (!rc)
+		window_end(ns, h);
+	if (!rc && off < o->size && (got = stream_window(ns, h->stream, off, want, poff)) < 0)
+		rc = (int)got;
+	if (!rc && got > 0) {
+		h->windowed = 1;
+		rangeset_add(&h->seen, off, off + (uint64_t)got);
+		h->done += (uint64_t)got;
+		if (off + (uint64_t)got == o->size)
+			stat_add(ns->st, ST_WINDOW_GETS, 1);
+	}
+	*len = rc ? 0 : (uint64_t)got;
+	*size = o->size;
+	pthread_mutex_unlock(&ns->lock);
+	if (*len)
+		stat_add(ns->st, ST_BYTES_READ, *len);
+	return rc;
+}
+
 int ns_direct_spans(struct ns *ns, struct ns_handle *h, struct ns_span *sp, int max, int *n,
 		    uint64_t *size, uint64_t *xxh3)
 {

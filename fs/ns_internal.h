@@ -132,6 +132,8 @@ struct ns_handle {
 	struct stream *stream;          /* a streamed read's window (ns_stream.c) */
 	int write, flushed, counted, killed, served, source, placed, sole;
 	int unseen;                     /* not in its object's opens (handle_unseen) */
+	int windowed;                   /* holds its stream's turn between two
+					 * OMNIFS_IOC_WINDOW (ns_direct_window) */
 	unsigned gen;
 	struct rangeset seen;
 	uint64_t opened_ns, done;
@@ -320,6 +322,15 @@ void stream_pump_all(struct ns *ns, struct stream *list);       /* unlocked: ns_
 ssize_t stream_read(struct ns *ns, struct stream *s, uint64_t off, size_t len,
 		    struct iovec *iov, int *niov);
 void stream_done(struct ns *ns, struct stream *s);
+/* As stream_read, for a process that copies out of the pool itself (a
+ * host pool's window only): once want bytes from off (at least 1, fewer
+ * where their slot ends) have landed, their pool offset and how many have
+ * landed there in a row; the turn stays until stream_done(). */
+ssize_t stream_window(struct ns *ns, struct stream *s, uint64_t off, uint64_t want,
+		      uint64_t *poff);
+/* Under the lock: h's caller is done with the window's range it was last
+ * shown (ns_direct_window, in ns_direct.c), and h's turn ends. */
+void window_end(struct ns *ns, struct ns_handle *h);
 int stream_reading(const struct stream *s);     /* a read's turn is on */
 /* The handle lets go; the owner is told (unlocked) that lease is over. */
 void stream_close(struct stream *s, int *owner, uint64_t *lease);

@@ -296,11 +296,13 @@ static ssize_t slot_failed(struct ns *ns, struct slot *sl)
 	return sl->err;
 }
 
-ssize_t stream_read(struct ns *ns, struct stream *s, uint64_t off, size_t len,
-		    struct iovec *iov, int *niov)
+/* Waits for its turn (which it takes) and for [off, end) to land, in the
+ * slots *a (at off) and *b (at end - 1): 0, or the error of a slot whose
+ * pull failed, and then the turn is over. */
+static ssize_t stream_wait(struct ns *ns, struct stream *s, uint64_t off, uint64_t end,
+			   struct slot **a, struct slot **b)
 {
-	uint64_t end = off + (len < STREAM_SLOT ? len : STREAM_SLOT), x;
-	struct slot *a, *b;
+	uint64_t x;
 
 	while (s->reading)
 		pthread_cond_wait(&ns->fcond, &ns->lock);
@@ -314,22 +316,56 @@ ssize_t stream_read(struct ns *ns, struct stream *s, uint64_t off, size_t len,
 			pthread_mutex_lock(&ns->lock);
 			continue;
 		}
-		a = slot_at(s, off);
-		b = slot_at(s, end - 1);
-		if (a && a->state == SL_DONE && a->err)
-			return slot_failed(ns, a);
-		if (b && b->state == SL_DONE && b->err)
-			return slot_failed(ns, b);
-		if (a && b && slot_has(a, end) && slot_has(b, end))
-			break;
+		*a = slot_at(s, off);
+		*b = slot_at(s, end - 1);
+		if (*a && (*a)->state == SL_DONE && (*a)->err)
+			return slot_failed(ns, *a);
+		if (*b && (*b)->state == SL_DONE && (*b)->err)
+			return slot_failed(ns, *b);
+		if (*a && *b && slot_has(*a, end) && slot_has(*b, end))
+			return 0;
 		pthread_cond_wait(&ns->fcond, &ns->lock);
 	}
+}
+
+ssize_t stream_read(struct ns *ns, struct stream *s, uint64_t off, size_t len,
+		    struct iovec *iov, int *niov)
+{
+	uint64_t end = off + (len < STREAM_SLOT ? len : STREAM_SLOT);
+	struct slot *a, *b;
+	ssize_t rc = stream_wait(ns, s, off, end, &a, &b);
+
+	if (rc)
+		return rc;
 	iov[0] = (struct iovec){ slot_mem(a) + (off - a->start),
 				 (a == b ? end : a->start + a->len) - off };
 	*niov = 1;
 	if (b != a)
 		iov[(*niov)++] = (struct iovec){ slot_mem(b), end - b->start };
 	return (ssize_t)(end - off);
+}
+
+/* OMNIFS_IOC_WINDOW's (ns_direct_window): where the bytes from off on lie
+ * in the pool once want of them (at least 1; fewer where their slot ends
+ * first) have landed: *poff, and how many, up to the end of their slot.
+ * The turn is a read's, taken here and ended by the caller's next range or
+ * its release (stream_done), so that the slot stays while the process
+ * copies out of it. */
+ssize_t stream_window(struct ns *ns, struct stream *s, uint64_t off, uint64_t want,
+		      uint64_t *poff)
+{
+	uint64_t end = off + (want ? want : 1), stop = (off / STREAM_SLOT + 1) * STREAM_SLOT;
+	struct slot *a, *b;
+	ssize_t rc;
+
+	if (end > stop)         /* slots hold aligned pieces */
+		end = stop;
+	if (end > s->size)
+		end = s->size;
+	if ((rc = stream_wait(ns, s, off, end, &a, &b)))
+		return rc;
+	*poff = (uint64_t)(slot_mem(a) - ns->base) + (off - a->start);
+	return (ssize_t)(a->start + a->have - off);
 }
 
 int stream_reading(const struct stream *s)

@@ -991,6 +991,20 @@ static void upto_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct ns_ha
 	return (void)(rc ? fuse_reply_err(req, -rc) : fuse_reply_ioctl(req, 0, &have, sizeof(have)));
 }
 
+/* OMNIFS_IOC_WINDOW: a streamed object's next bytes, in the pool. */
+static void window_ioctl(fuse_req_t req, struct fs *fs, struct ns_handle *h, const void *in_buf,
+			 size_t in_bufsz, size_t out_bufsz)
+{
+	struct omnifs_window w;
+	int rc;
+
+	if (in_bufsz != sizeof(w) || out_bufsz < sizeof(w))
+		return (void)fuse_reply_err(req, EINVAL);
+	memcpy(&w, in_buf, sizeof(w));
+	rc = ns_direct_window(fs->ns, h, w.off, w.len, &w.pool_off, &w.len, &w.size);
+	(void)(rc ? fuse_reply_err(req, -rc) : fuse_reply_ioctl(req, 0, &w, sizeof(w)));
+}
+
 /* OMNIFS_IOC_SHARE: the pool's file, for a process to map once. */
 static void share_ioctl(fuse_req_t req, struct fs *fs, size_t out_bufsz)
 {
@@ -1024,7 +1038,7 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 
 	if (cmd != OMNIFS_IOC_WHERE && cmd != OMNIFS_IOC_PLACE && cmd != OMNIFS_IOC_CUDA &&
 	    cmd != OMNIFS_IOC_PLACED && cmd != OMNIFS_IOC_CUDA_PLACE && cmd != OMNIFS_IOC_SHARE &&
-	    cmd != OMNIFS_IOC_WHERE_SOON && cmd != OMNIFS_IOC_LANDED)
+	    cmd != OMNIFS_IOC_WHERE_SOON && cmd != OMNIFS_IOC_LANDED && cmd != OMNIFS_IOC_WINDOW)
 		return (void)fuse_reply_err(req, ENOTTY);
 	if (fi->fh & FH_TAGS)           /* views, .omni files: no one place */
 		return (void)fuse_reply_err(req, EOPNOTSUPP);
@@ -1037,6 +1051,8 @@ static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi
 		return cuda_ioctl(req, cmd, h, in_buf, in_bufsz, out_bufsz);
 	if (cmd == OMNIFS_IOC_PLACED || cmd == OMNIFS_IOC_LANDED)
 		return upto_ioctl(req, fs, cmd, h, in_buf, in_bufsz, out_bufsz);
+	if (cmd == OMNIFS_IOC_WINDOW)
+		return window_ioctl(req, fs, h, in_buf, in_bufsz, out_bufsz);
 	if (out_bufsz < sizeof(d))
 		return (void)fuse_reply_err(req, EINVAL);
 	if (cmd == OMNIFS_IOC_PLACE) {

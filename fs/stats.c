@@ -55,6 +55,8 @@ static const struct {
 	[ST_CUDA_GETS] = { "cuda_gets", "Objects a GPU process on this node copied out of the GPU pool itself (OMNIFS_IOC_CUDA)", 0 },
 	[ST_CUDA_PUTS] = { "cuda_puts", "Objects a GPU process on this node copied into the GPU pool itself (OMNIFS_IOC_CUDA_PLACE)", 0 },
 	[ST_LOOKUPS] = { "lookups", "Names the kernel asked this node about (FUSE LOOKUPs)", 0 },
+	[ST_WINDOW_GETS] = { "window_gets",
+		"Streamed objects a process on this node copied out of its window itself (OMNIFS_IOC_WINDOW)", 0 },
 };
 
 static const char *hist_name[H__COUNT] = {

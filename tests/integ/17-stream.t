@@ -35,6 +35,39 @@ is "$(used b)" 0 "... and keeps none of it in its pool"
 ok "... a complete read: consumed (readers: 1), so a frees it" wait_until 10 used_is a 0
 is "$(stat_of b bytes_pulled)" $((200 << 20)) "... each byte pulled once"
 
+# The Python module copies a streamed object out of the reader's window
+# itself (OMNIFS_IOC_WINDOW), range by range as each lands, not a FUSE read
+# per MiB.  A reader killed while it holds a range gives the window back.
+OMNIPY="env PYTHONPATH=$SRC/contrib/python $SYSPY"
+window_gets() { stat_of b window_gets; }
+cp "$T/big" "$T/a/0/1/py"
+w0=$(window_gets)
+$OMNIPY -c 'import sys, omnifs; sys.stdout.buffer.write(omnifs.Mount(sys.argv[1]).get("0", "1", "py", timeout=5))' \
+	"$T/b" >"$T/py.out"
+ok "omnifs.Mount.get on b reads a's 200 MiB object right" cmp "$T/big" "$T/py.out"
+rm -f "$T/py.out"
+is "$(window_gets)" $((w0 + 1)) "... copied out of its window (window_gets)"
+is "$(used b)" 0 "... which b gives back"
+ok "... a complete read: consumed, so a frees it" wait_until 10 used_is a 0
+cp "$T/big" "$T/a/0/1/held"
+$OMNIPY - "$T/b/0/1/held" "$T/held.py" <<'PYEOF' &
+import os, struct, sys, time, omnifs.direct as d, omnifs.ioctl as io
+fd = os.open(sys.argv[1], os.O_RDONLY)
+buf = bytearray(struct.pack("<QQQQ", 0, 1, 0, 0))
+io.call(fd, d.WINDOW, buf)
+open(sys.argv[2], "w").write("%d %d\n" % struct.unpack("<QQQQ", buf)[1::2])
+time.sleep(60)
+PYEOF
+HELD=$!
+ok "a process holds the first range of a window on b" wait_until 10 test -s "$T/held.py"
+read -r n size <"$T/held.py"
+ok "... its first piece, at most 2 MiB, of the 200 MiB object" \
+	test "$n" -ge 1 -a "$n" -le $((2 << 20)) -a "$size" = $((200 << 20))
+kill -9 "$HELD"; wait "$HELD" 2>/dev/null
+ok "... killed: b gives its window back" wait_until 10 used_is b 0
+ok "... not a complete read: a keeps it, and a reader reads it whole" cmp "$T/big" "$T/b/0/1/held"
+ok "... which consumes it" wait_until 10 used_is a 0
+
 # Up to 65 MiB an object is copied whole: a 64 MiB tensor with its header
 # (here the connector's 64 bytes) is handed over while it lands, not
 # streamed.  So it needs room in b's pool, which is too small for it.
@@ -172,6 +205,10 @@ ok "a, sending bad hashes, rejoins" wait_until 10 peers_up b
 cp "$T/big" "$T/a/0/2/bad"
 is "$(M=$T/b pyerr "open(M + '/0/2/bad', 'rb').read()")" EIO "a streamed chunk that fails its hash: EIO"
 ok "... counted" test "$(stat_of b checksum_failures)" -ge 1
+cp "$T/big" "$T/a/0/2/badpy"
+is "$(M=$T/b pyerr "sys.path.insert(0, '$SRC/contrib/python'); import omnifs; omnifs.Mount(M).get('0', '2', 'badpy', timeout=5)")" \
+	EIO "... and to omnifs.Mount.get, which copies out of the window"
+rm -f "$T/a/0/2/badpy"
 stop_node a
 OMNIFS_TEST_SERVE_DELAY_MS=20 node a 400
 ok "a, slow, rejoins" wait_until 10 peers_up b

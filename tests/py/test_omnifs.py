@@ -2,6 +2,7 @@
 which mounts OMNI_ONE alone and OMNI_B + OMNI_C as a two-node cluster:
 b hosts stage 0, c stages 1 and 2)."""
 import contextlib
+import ctypes
 import errno
 import gc
 import logging
@@ -1051,6 +1052,59 @@ def test_a_get_copies_another_nodes_object_as_it_lands(monkeypatch):
     assert m.soon, "the daemon answers WHERE_SOON"
     assert counters(C)[0] == g0 + 1, "handed over once here"
     assert asked[-1][1] == len(data) and all(h >= u for u, h in asked)
+
+
+def window(fd, off, want=1):
+    """OMNIFS_IOC_WINDOW on fd: (len, pool_off, size)."""
+    from omnifs import direct, ioctl
+    buf = bytearray(direct._WIN.pack(off, want, 0, 0))
+    ioctl.call(fd, direct.WINDOW, buf)
+    return direct._WIN.unpack(buf)[1:]
+
+
+def test_a_streamed_get_is_copied_out_of_its_window():
+    """Another node's object over 65 MiB streams through a window of the
+    reader's pool; the module copies each range out of it as it lands
+    (OMNIFS_IOC_WINDOW), and a read of all of it consumes it."""
+    from omnifs import direct
+    k, data = rid(), os.urandom((65 << 20) + 4096)
+    b, c = omnifs.Mount(B), omnifs.Mount(C)
+    b.put("0", "1", k, data)
+    w0 = c.stats()["window_gets"]
+    with open(c.path("0", "1", k), "rb", buffering=0) as f:
+        n, at, size = window(f.fileno(), 0, 64)
+        assert size == len(data) and 64 <= n <= 2 << 20
+        pool = direct.Pool(f.fileno())
+        assert ctypes.string_at(pool.addr + at, n) == data[:n], "there in the pool"
+        with pytest.raises(OSError) as e:
+            os.read(f.fileno(), 10)
+        assert e.value.errno == errno.EBUSY, "its own read would wait for its copy"
+        with pytest.raises(OSError) as e:
+            window(f.fileno(), size + 1)
+        assert e.value.errno == errno.EINVAL, "past the end"
+        assert window(f.fileno(), size)[0] == 0, "nothing at the end"
+    assert k in b.keys("0", "1"), "a part read consumes nothing"
+    assert c.stats()["window_gets"] == w0
+    assert bytes(c.get("0", "1", k, timeout=5)) == data
+    assert c.stats()["window_gets"] == w0 + 1, "copied out of its window"
+    deadline = time.monotonic() + 5
+    while k in b.keys("0", "1") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert k not in b.keys("0", "1"), "read whole: consumed"
+
+
+def test_window_refuses_what_it_cannot_mean():
+    from omnifs import direct
+    m, k = omnifs.Mount(ONE), rid()
+    m.put("0", "1", k, os.urandom(1 << 20), readers=0)
+    p = m.path("0", "1", k)
+    assert ioctl_errno(p, os.O_RDONLY, direct.WINDOW) == errno.EOPNOTSUPP, "not streamed"
+    assert ioctl_errno(p + ".w", os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                       direct.WINDOW) == errno.EBADF, "a writer's"
+    assert ioctl_errno(os.path.join(ONE, ".omni", "health"), os.O_RDONLY,
+                       direct.WINDOW) == errno.EOPNOTSUPP, "an .omni file's"
+    for key in (k, k + ".w"):
+        m.remove("0", "1", key)
 
 
 def epochs():

@@ -68,6 +68,22 @@ is "$(stat_of b bytes_pulled_tcp)" 0 "... none over TCP"
 is "$(used b)" 0 "... and b keeps none of it"
 ok "a complete read consumed it: a frees it" wait_until 20 used_is a 0
 
+# The Python module copies it out of the window itself (OMNIFS_IOC_WINDOW).
+pattern 200 "$T/a/0/1/py"
+w0=$(stat_of b window_gets) r0=$(stat_of b bytes_pulled_rdma)
+res=$(PYTHONPATH="$SRC/contrib/python" timeout -s KILL 300 $PY - "$T/b" "$PAT" <<'PYEOF'
+import sys, omnifs
+got, blk = omnifs.Mount(sys.argv[1]).get("0", "1", "py", timeout=20), open(sys.argv[2], "rb").read()
+M = 1 << 20
+print("same" if len(got) == 200 * M and all(
+    got[i * M:(i + 1) * M] == i.to_bytes(8, "little") + blk[8:] for i in range(200)) else "differs")
+PYEOF
+)
+is "$res" same "the module's get of a's 200 MiB object on b: byte-exact"
+is "$(stat_of b window_gets)" $((w0 + 1)) "... copied out of its window"
+is "$(stat_of b bytes_pulled_rdma)" $((r0 + (200 << 20))) "... its bytes READ once"
+ok "... consumed: a frees it" wait_until 20 used_is a 0
+
 # --- reads in any order, and an rm mid-read ---------------------------------------
 pattern 200 "$T/a/0/2/r"
 M=$((1 << 20))

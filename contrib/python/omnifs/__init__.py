@@ -105,6 +105,11 @@ def _seconds(t):
     return t
 
 
+def _fresh(size, head):
+    """get()'s buffer where its caller gives no alloc."""
+    return direct.fresh_bytearray(size)
+
+
 def _pieces(data):
     """data as bytes-like pieces, and their total size."""
     try:
@@ -223,12 +228,21 @@ class Mount:
         pl.pool = self._mapped_pool(args[0], pl)
         return pl
 
+    def _share(self, fd):
+        """The pool of the daemon behind fd, mapped here (as _mapped_pool),
+        or None."""
+        try:
+            return self._mapped_pool(fd, direct.share_key(fd))
+        except OSError:
+            return None
+
     def _mapped_pool(self, fd, pl):
-        """The pool of the daemon that answered pl, mapped here once (the
-        copies are then memmoves), or None: it does not share it, or this
-        process cannot map it.  A daemon that restarted has another
-        cookie: the old pool's mapping goes, and its memory with it."""
-        key = (pl.pid, pl.cookie)
+        """The pool of the daemon that answered pl (a Place, or its (pid,
+        cookie)), mapped here once (the copies are then memmoves), or None:
+        it does not share it, or this process cannot map it.  A daemon that
+        restarted has another cookie: the old pool's mapping goes, and its
+        memory with it."""
+        key = pl if type(pl) is tuple else (pl.pid, pl.cookie)
         cur = self._pool
         if cur is not None and cur[0] == key:
             return cur[1]
@@ -384,6 +398,11 @@ class Mount:
             pl = self._direct(self._where, f.fileno())
             if pl is not None:
                 buf = self._get_direct(pl, alloc)
+                if buf is not None:
+                    return buf
+            elif self.direct:       # another node's, streamed: out of the window?
+                pool = self._share(f.fileno())
+                buf = None if pool is None else direct.copy_window(f.fileno(), pool, alloc or _fresh)
                 if buf is not None:
                     return buf
             return self._get_read(p, f, alloc)

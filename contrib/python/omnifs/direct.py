@@ -41,6 +41,8 @@ WHERE_SOON = _ioc(2, 0x19)  # _IOR: at once, while another node's bytes land
 LANDED = (3 << 30) | (8 << 16) | (ord("O") << 8) | 0x1A    # _IOWR('O', 0x1a, uint64_t)
 LANDING = 1                 # OMNIFS_WHERE_LANDING: ask LANDED before copying
 LAND_STEP = 4 << 20         # the least a copy behind a pull waits for
+_WIN = struct.Struct("<QQQQ")              # off, then len pool_off size
+WINDOW = (3 << 30) | (_WIN.size << 16) | (ord("O") << 8) | 0x1B     # _IOWR
 PLACE = _ioc(3, 0x11)       # _IOWR
 PLACED = (1 << 30) | (8 << 16) | (ord("O") << 8) | 0x15    # _IOW('O', 0x15, uint64_t)
 PLACED_STEP = 8 << 20
@@ -165,6 +167,23 @@ class Place:
         self.fd = None
 
 
+def _share(fd):
+    """OMNIFS_IOC_SHARE's answer on fd: pid, fd, base, size, cookie."""
+    raw = bytearray(_SHR.size)
+    ioctl.call(fd, SHARE, raw)
+    magic, pid, pfd, _, base, size, cookie = _SHR.unpack(raw)
+    if magic != SHARE_MAGIC:
+        raise OSError(errno.EPROTO, "omnifs: a bad share answer")
+    return pid, pfd, base, size, cookie
+
+
+def share_key(fd):
+    """(pid, cookie) of the daemon behind fd, whose Pool would map it;
+    OSError where it does not share its pool."""
+    pid, _, _, _, cookie = _share(fd)
+    return pid, cookie
+
+
 class Pool:
     """A daemon's pool mapped into this process (OMNIFS_IOC_SHARE, asked on
     any of its objects' descriptors): the daemon's addresses of a Place
@@ -173,11 +192,7 @@ class Pool:
     opened is not that daemon's (another pid namespace: the cookie)."""
 
     def __init__(self, fd):
-        raw = bytearray(_SHR.size)
-        ioctl.call(fd, SHARE, raw)
-        magic, self.pid, pfd, _, self.base, self.size, self.cookie = _SHR.unpack(raw)
-        if magic != SHARE_MAGIC:
-            raise OSError(errno.EPROTO, "omnifs: a bad share answer")
+        self.pid, pfd, self.base, self.size, self.cookie = _share(fd)
         # Looked at before it is opened: in another pid namespace the path
         # names some other process's file, which may be a device or a FIFO.
         p = os.open("/proc/%d/fd/%d" % (self.pid, pfd), os.O_PATH | os.O_CLOEXEC)
@@ -276,6 +291,44 @@ def landed(pl, upto):
         pl.have = struct.unpack("<Q", buf)[0]
         if pl.have < upto or pl.have > pl.size:
             raise OSError(errno.EPROTO, "omnifs: a bad landed answer")
+
+
+def copy_window(fd, pool, alloc):
+    """A streamed object's bytes (another node's, over 65 MiB), copied out
+    of the reader's window in pool (its daemon's Pool, mapped here) range
+    by range as each lands (OMNIFS_IOC_WINDOW), into alloc(size, its first
+    bytes); None, with nothing read, when the daemon cannot hand it over
+    (read instead), OSError(EIO) when a pull failed, as a read would.
+    Meanwhile a read(2) of fd fails with EBUSY: one reader per descriptor."""
+    buf = bytearray(_WIN.size)
+
+    def window(off, want=1):
+        _WIN.pack_into(buf, 0, off, want, 0, 0)
+        ioctl.call(fd, WINDOW, buf)
+        _, n, at, size = _WIN.unpack(buf)
+        if at > pool.size or n > pool.size - at or off + n > size:
+            raise OSError(errno.EPROTO, "omnifs: a bad window answer")
+        return pool.addr + at, n, size
+    try:
+        src, n, size = window(0, 64)    # and the head alloc() looks at
+    except OSError as e:
+        if e.errno in (errno.EIO, errno.EPROTO):
+            raise
+        return None                     # nothing asked: read instead
+    dest = alloc(size, ctypes.string_at(src, min(n, 64)))
+    mv = memoryview(dest).cast("B")
+    at, a = 0, _addr(mv)
+    if a is None or len(mv) != size:
+        raise OSError(errno.EINVAL, "omnifs: alloc gave no buffer of %d bytes" % size)
+    # Not faulted in first, as copy_out's destination is: the window holds
+    # 8 MiB, and its pulls would wait while the pages of the rest are.
+    while n:
+        ctypes.memmove(a + at, src, n)          # releases the GIL
+        at += n
+        src, n, _ = window(at)
+    if at != size:
+        raise OSError(errno.EIO, "omnifs: a window ended at %d of %d bytes" % (at, size))
+    return dest
 
 
 def place(fd, size):
