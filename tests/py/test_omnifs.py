@@ -1233,7 +1233,7 @@ def test_small_objects_go_in_one_request_each(size, small_path):
     assert bytes(m.get("0", "1", k + "x", timeout=5)) == b"a"
 
 
-def test_a_small_get_of_a_larger_object_consumes_nothing_and_reads_it(small_path):
+def test_a_small_get_of_a_larger_object_consumes_nothing_and_reads_it(small_path, monkeypatch):
     m, k, data = omnifs.Mount(ONE), rid(), os.urandom(40000)
     m.put("0", "1", k, data)
     g0, _ = small_counters(ONE)
@@ -1242,7 +1242,10 @@ def test_a_small_get_of_a_larger_object_consumes_nothing_and_reads_it(small_path
         small.get(m._edge("0", "1"), k, 1000)
     assert e.value.errno == errno.E2BIG
     assert k in m.keys("0", "1"), "still there for its reader"
+    asked, real = [], small.get
+    monkeypatch.setattr(small, "get", lambda *a: asked.append(a[1]) or real(*a))
     assert bytes(m.get("0", "1", k, timeout=5)) == data
+    assert asked == [k], "asked once, then opened and read"
     assert small_counters(ONE)[0] == g0 and k not in m.keys("0", "1")
 
 

@@ -372,8 +372,9 @@ class Mount:
         HEAD bytes."""
         # A small object on an edge open already, in one step (as put()).
         # A key not published in time is said here, where the wait was;
-        # any other failure is answered at once, and goes the whole way.
-        fd = self._edges.get((from_stage, to_stage))
+        # any other failure is answered at once, and goes the whole way,
+        # which opens and reads at once where the answer said so.
+        fd, asked = self._edges.get((from_stage, to_stage)), False
         if fd is not None and self.small and (timeout is None or (
                 (type(timeout) is float or type(timeout) is int) and 0 < timeout < 1e9)):
             try:
@@ -382,13 +383,15 @@ class Mount:
             except FileNotFoundError as e:
                 raise FileNotFoundError(e.errno, e.strerror,
                                         self.path(from_stage, to_stage, key)) from None
-            except (OSError, AttributeError, UnicodeError):
+            except OSError as e:
+                asked = e.errno in small.FALLBACK
+            except (AttributeError, UnicodeError):
                 pass
         timeout = _seconds(timeout)
         if timeout is not None and timeout <= 0:
             raise FileNotFoundError(errno.ENOENT, "omnifs: no time left to wait",
                                     self.path(from_stage, to_stage, key))
-        if self.small:
+        if self.small and not asked:
             buf = self._small_get(from_stage, to_stage, _key(key), timeout)
             if buf is not None:
                 return buf
