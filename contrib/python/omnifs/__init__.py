@@ -225,7 +225,7 @@ class Mount:
             if direct.never(e):
                 self.direct = False
             return None
-        pl.pool = self._mapped_pool(args[0], pl)
+        pl.pool = self._mapped_pool(args[0], (pl.pid, pl.cookie))
         return pl
 
     def _share(self, fd):
@@ -236,13 +236,11 @@ class Mount:
         except OSError:
             return None
 
-    def _mapped_pool(self, fd, pl):
-        """The pool of the daemon that answered pl (a Place, or its (pid,
-        cookie)), mapped here once (the copies are then memmoves), or None:
-        it does not share it, or this process cannot map it.  A daemon that
-        restarted has another cookie: the old pool's mapping goes, and its
-        memory with it."""
-        key = pl if type(pl) is tuple else (pl.pid, pl.cookie)
+    def _mapped_pool(self, fd, key):
+        """The pool of the daemon whose (pid, cookie) is key, mapped here
+        once (the copies are then memmoves), or None: it does not share it,
+        or this process cannot map it.  A daemon that restarted has another
+        cookie: the old pool's mapping goes, and its memory with it."""
         cur = self._pool
         if cur is not None and cur[0] == key:
             return cur[1]
