@@ -15,7 +15,9 @@ guest settled), later ones do not.  CONN_KINDS (bytes,array), CONN_MIN
 and CONN_MAX (bytes) choose what runs; CONN_EDGE ("FROM TO", "0 1"
 unless set) names the stages the objects go between; CONN_FDS (0) more
 descriptors the writer holds open, as a GPU worker does (CUDA, NCCL,
-ZMQ): a plain close looks through them all."""
+ZMQ): a plain close looks through them all.  CONN_FLOOR ("MIB:MS ...")
+the floor under a size's median, measured in the same run (bench.sh:
+tcpceil putget), which each of that size's lines is then compared with."""
 import os
 import subprocess
 import sys
@@ -29,6 +31,7 @@ SHM_MS = {4 << 10: 0.20, 1 << 20: 2.8, 64 << 20: 221.0, 256 << 20: 953.0}
 WARM = 2
 ROUNDS = {4 << 10: 300, 1 << 20: 60, 64 << 20: 9, 256 << 20: 9}
 FROM, TO = os.environ.get("CONN_EDGE", "0 1").split()
+FLOOR = {int(m) << 20: float(ms) for m, ms in (w.split(":") for w in os.environ.get("CONN_FLOOR", "").split())}
 READER = """
 import sys, time
 from omnifs.vllm_omni import OmniFSConnector
@@ -81,8 +84,10 @@ def main(wmount, rmount):
             ms.sort()
             med, p99 = ms[len(ms) // 2], ms[min(len(ms) - 1, int(len(ms) * 0.99))]
             label = "%d KiB" % (size >> 10) if size < 1 << 20 else "%d MiB" % (size >> 20)
+            floor = "   %.2fx the floor" % (med / FLOOR[size]) if size in FLOOR else ""
             print("  %-8s %-5s median %9.3f ms   p99 %9.3f ms   %6.1fx the shm connector's %g ms"
-                  "   (first %.0f ms)" % (label, kind, med, p99, SHM_MS[size] / med, SHM_MS[size], first))
+                  "   (first %.0f ms)%s" % (label, kind, med, p99, SHM_MS[size] / med, SHM_MS[size],
+                                            first, floor))
     finally:
         rd.stdin.close()
         rd.wait()

@@ -15,7 +15,15 @@
  * each read brought while it is in cache, and a third thread copies each
  * MiB out as it lands (the FUSE reply into the reader's buffer).  No
  * protocol, no FUSE: what is left between this and omnifs is omnifs's
- * own cost.  Prints GiB/s. */
+ * own cost.  Prints GiB/s.
+ *
+ * tcpceil putget MIB ROUNDS - the floor under a cross-node put -> get of
+ * MIB (the connector's, issue 19), as omnifs moves it: a writer copies the
+ * object into a pool in 8 MiB pieces while a thread on another core hashes
+ * each piece behind it (the whole object's and each MiB's XXH3, as
+ * fs/ns_hash.c does); once both are done (the publish), the pool goes out
+ * as `copies` sends it.  The daemons' own idle: 20 ms before each round.
+ * Prints the median in milliseconds, and the median of the put alone. */
 #define _GNU_SOURCE
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -225,20 +233,139 @@ static int pair(int *c, int *s)
 	return 0;
 }
 
+/* ------------------------------------------------------------ putget */
+
+#define PIECE (8 << 20)
+#define HASH_STEP (64 << 10)
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	long long front;        /* bytes the writer has copied */
+} put = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+
+/* Hashes the pool behind the writer: the whole object and each MiB. */
+static void *hasher(void *arg)
+{
+	long long n = mib * CHUNK;
+	XXH3_state_t *st = XXH3_createState(), *cs = XXH3_createState();
+	volatile XXH64_hash_t sink;
+
+	(void)arg;
+	if (!st || !cs)
+		goto out;
+	XXH3_64bits_reset(st);
+	XXH3_64bits_reset(cs);
+	for (long long at = 0; at < n; at += HASH_STEP) {
+		pthread_mutex_lock(&put.lock);
+		while (put.front < at + HASH_STEP)
+			pthread_cond_wait(&put.cond, &put.lock);
+		pthread_mutex_unlock(&put.lock);
+		XXH3_64bits_update(st, src + at, HASH_STEP);
+		XXH3_64bits_update(cs, src + at, HASH_STEP);
+		if ((at + HASH_STEP) % CHUNK == 0) {
+			sink = XXH3_64bits_digest(cs);
+			XXH3_64bits_reset(cs);
+		}
+	}
+	sink = XXH3_64bits_digest(st);
+	(void)sink;
+out:
+	XXH3_freeState(st);
+	XXH3_freeState(cs);
+	return NULL;
+}
+
+/* The writer's copy of user into the pool (src), the hasher behind it. */
+static int put_object(const char *user)
+{
+	pthread_t h;
+
+	put.front = 0;
+	if (pthread_create(&h, NULL, hasher, NULL))
+		return -1;
+	for (long long at = 0; at < mib * CHUNK; at += PIECE) {
+		long long n = mib * CHUNK - at < PIECE ? mib * CHUNK - at : PIECE;
+		memcpy(src + at, user + at, (size_t)n);
+		pthread_mutex_lock(&put.lock);
+		put.front = at + n;
+		pthread_cond_broadcast(&put.cond);
+		pthread_mutex_unlock(&put.lock);
+	}
+	return pthread_join(h, NULL) ? -1 : 0;
+}
+
+/* One round: the put, then the stream and its copies.  ms: both, and the
+ * put alone. */
+static int putget_round(const char *user, double *ms, double *put_ms)
+{
+	struct timespec t0, t1, t2;
+	pthread_t th;
+	int c, s;
+
+	if (pair(&c, &s))
+		return -1;
+	pool.landed = 0;
+	usleep(20000);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (put_object(user) || (clock_gettime(CLOCK_MONOTONIC, &t1),
+				 pthread_create(&th, NULL, sender, &c))) {
+		close(c);
+		close(s);
+		return -1;
+	}
+	long long got = pipeline(s);
+	clock_gettime(CLOCK_MONOTONIC, &t2);
+	pthread_join(th, NULL);
+	close(c);
+	close(s);
+	*ms = (t2.tv_sec - t0.tv_sec) * 1e3 + (t2.tv_nsec - t0.tv_nsec) / 1e6;
+	*put_ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+	return got == mib * CHUNK ? 0 : -1;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static int putget(int rounds)
+{
+	double *ms = calloc((size_t)rounds, sizeof(*ms)), *pm = calloc((size_t)rounds, sizeof(*pm));
+	char *user = big_buffer();
+	int rc = !ms || !pm || !user || !(src = big_buffer()) || !(pool.dst = big_buffer());
+
+	for (int i = 0; !rc && i < rounds; i++)
+		rc = putget_round(user, &ms[i], &pm[i]) != 0;
+	if (!rc) {
+		qsort(ms, (size_t)rounds, sizeof(*ms), cmp_d);
+		qsort(pm, (size_t)rounds, sizeof(*pm), cmp_d);
+		printf("%.2f %.2f\n", ms[rounds / 2], pm[rounds / 2]);
+	}
+	free(ms);
+	free(pm);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 2 ? argv[1] : "stream";
-	int copies = !strcmp(mode, "copies"), c, s;
+	int copies = !strcmp(mode, "copies"), pg = !strcmp(mode, "putget"), c, s;
+	int rounds = pg && argc > 3 ? atoi(argv[3]) : 0;
 	struct timespec t0, t1;
 	pthread_t th;
 
 	mib = atoll(argc > 2 ? argv[2] : argc > 1 ? argv[1] : "1024");
-	if (argc > 3 || mib <= 0 || (argc > 2 && !copies && strcmp(mode, "rtt"))) {
+	if (argc > 3 + pg || mib <= 0 || (pg && rounds <= 0) ||
+	    (argc > 2 && !copies && !pg && strcmp(mode, "rtt"))) {
 		int help = argc > 1 && !strcmp(argv[1], "--help");
 		fprintf(help ? stdout : stderr, "usage: tcpceil [MIB] | tcpceil rtt N | "
-			"tcpceil copies MIB   (see tcpceil.c's head)\n");
+			"tcpceil copies MIB | tcpceil putget MIB ROUNDS   (see tcpceil.c's head)\n");
 		return help ? 0 : 2;
 	}
+	if (pg)
+		return putget(rounds) ? (perror("tcpceil"), 1) : 0;
 	if (pair(&c, &s))
 		return perror("tcpceil"), 1;
 	if (!strcmp(mode, "rtt")) {
