@@ -211,8 +211,9 @@ printf '  4 KiB    C     median %9.3f ms   p99 %9.3f ms   (the same two ioctls f
 printf '  the same, 1 MiB, from a writer holding 100 more descriptors (as a GPU worker does):\n'
 CONN_FDS=100 CONN_MIN=$((1 << 20)) CONN_MAX=$((1 << 20)) CONN_KINDS=bytes CONN_EDGE="0 2" $CONN "$T/a" "$T/a"
 printf 'OmniFSConnector put -> get, across two nodes over loopback TCP (a to b):\n'
-# The floor under it, just before: a plain program's put (copy, and hash on
-# another core) then the stream and its copies (tcpceil.c), 9 rounds each.
+# The floor under it, just before: a plain program's put (a copy, hashed
+# behind it by a second thread) then the stream and its copies (tcpceil.c),
+# 9 rounds each.
 FLOOR=
 if read -r PG64 PUT64 < <("$B/bench/tcpceil" putget 64 9) &&
 	read -r PG256 PUT256 < <("$B/bench/tcpceil" putget 256 9); then

@@ -19,11 +19,12 @@
  *
  * tcpceil putget MIB ROUNDS - the floor under a cross-node put -> get of
  * MIB (the connector's, issue 19), as omnifs moves it: a writer copies the
- * object into a pool in 8 MiB pieces while a thread on another core hashes
- * each piece behind it (the whole object's and each MiB's XXH3, as
- * fs/ns_hash.c does); once both are done (the publish), the pool goes out
- * as `copies` sends it.  The daemons' own idle: 20 ms before each round.
- * Prints the median in milliseconds, and the median of the put alone. */
+ * object into a pool in 8 MiB pieces while a second thread hashes each
+ * piece behind it (the whole object's and each MiB's XXH3, as fs/ns_hash.c
+ * does; where it runs is the scheduler's choice); once both are done (the
+ * publish), the pool goes out as `copies` sends it.  The daemons' own
+ * idle: 20 ms before each round.  Prints the median in milliseconds, and
+ * the median of the put alone. */
 #define _GNU_SOURCE
 #include <netinet/in.h>
 #include <netinet/tcp.h>
