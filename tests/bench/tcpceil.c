@@ -296,11 +296,10 @@ static int put_object(const char *user)
 	return pthread_join(h, NULL) ? -1 : 0;
 }
 
-/* One round: the put, then the stream and its copies.  ms: both, and the
+/* One round: the put, then the stream and its copies.  ns: both, and the
  * put alone. */
-static int putget_round(const char *user, double *ms, double *put_ms)
+static int putget_round(const char *user, long long *ns, long long *put_ns)
 {
-	struct timespec t0, t1, t2;
 	pthread_t th;
 	int c, s;
 
@@ -308,44 +307,35 @@ static int putget_round(const char *user, double *ms, double *put_ms)
 		return -1;
 	pool.landed = 0;
 	usleep(20000);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (put_object(user) || (clock_gettime(CLOCK_MONOTONIC, &t1),
-				 pthread_create(&th, NULL, sender, &c))) {
+	long long t0 = now_ns();
+	if (put_object(user) || (*put_ns = now_ns() - t0, pthread_create(&th, NULL, sender, &c))) {
 		close(c);
 		close(s);
 		return -1;
 	}
 	long long got = pipeline(s);
-	clock_gettime(CLOCK_MONOTONIC, &t2);
+	*ns = now_ns() - t0;
 	pthread_join(th, NULL);
 	close(c);
 	close(s);
-	*ms = (t2.tv_sec - t0.tv_sec) * 1e3 + (t2.tv_nsec - t0.tv_nsec) / 1e6;
-	*put_ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
 	return got == mib * CHUNK ? 0 : -1;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
 }
 
 static int putget(int rounds)
 {
-	double *ms = calloc((size_t)rounds, sizeof(*ms)), *pm = calloc((size_t)rounds, sizeof(*pm));
+	long long *ns = calloc((size_t)rounds, sizeof(*ns)), *pn = calloc((size_t)rounds, sizeof(*pn));
 	char *user = big_buffer();
-	int rc = !ms || !pm || !user || !(src = big_buffer()) || !(pool.dst = big_buffer());
+	int rc = !ns || !pn || !user || !(src = big_buffer()) || !(pool.dst = big_buffer());
 
 	for (int i = 0; !rc && i < rounds; i++)
-		rc = putget_round(user, &ms[i], &pm[i]) != 0;
+		rc = putget_round(user, &ns[i], &pn[i]) != 0;
 	if (!rc) {
-		qsort(ms, (size_t)rounds, sizeof(*ms), cmp_d);
-		qsort(pm, (size_t)rounds, sizeof(*pm), cmp_d);
-		printf("%.2f %.2f\n", ms[rounds / 2], pm[rounds / 2]);
+		qsort(ns, (size_t)rounds, sizeof(*ns), cmp_ll);
+		qsort(pn, (size_t)rounds, sizeof(*pn), cmp_ll);
+		printf("%.2f %.2f\n", ns[rounds / 2] / 1e6, pn[rounds / 2] / 1e6);
 	}
-	free(ms);
-	free(pm);
+	free(ns);
+	free(pn);
 	return rc;
 }
 
