@@ -9,7 +9,7 @@
  * a release it sleeps at once, unless it has just answered an open.  A
  * handler about to wait on a peer, or to work on after its answer, steps
  * aside (loop_step_aside) the same way: one slow peer holds up only the
- * requests that need it.  A thread outside the loop about to answer an
+ * requests that need it.  A thread outside the loop that has answered an
  * open (a publish heard from a peer) wakes a sleeping leader to poll
  * (loop_expect): the reader's first read comes next, and finds it awake.
  */

@@ -23,13 +23,15 @@ int loop_serve(struct fuse_session *se, unsigned threads, unsigned spin_us,
  * device now, so that this node's other requests are not held up behind
  * it.  Costs a thread wake-up, so only for work that may take long. */
 void loop_step_aside(void);
-/* Called by a thread that is about to answer an open: a read follows.
+/* Called by a thread that has just answered an open: a read follows.
  * From outside the loop, a sleeping leader wakes now to poll for it
- * (spin_us), while the kernel wakes the reader, instead of after the read
- * came; from the leader itself, it polls on after its next request even if
- * that is a release (a writer's, right behind the publish that answered
- * the open), after which it would sleep.  On an opener that went away
- * meanwhile it costs one poll of spin_us. */
+ * (spin_us) while the reader wakes, instead of after the read came; from
+ * the leader itself, it polls on after its next request even if that is a
+ * release (a writer's, right behind the publish that answered the open),
+ * after which it would sleep.  After the answer, not before: on a VM the
+ * first wake-up of an idle core costs its waker an interrupt to it (36 us
+ * of a cold cross-node hand-off here), and that one should be the
+ * reader's; the leader's, behind it, found a core awake (3.5 us). */
 void loop_expect(void);
 
 #endif

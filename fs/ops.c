@@ -582,9 +582,10 @@ static void wait_answer(struct ns_waiter *nw, int err, struct ns_handle *h)
 	} else {
 		w->fi.fh = (uintptr_t)h;
 		w->fi.direct_io = 1;
-		loop_expect();
 		if (fuse_reply_open(w->req, &w->fi))     /* the opener is gone */
 			ns_release(fs->ns, h);
+		else
+			loop_expect();
 	}
 	free(w);
 }
@@ -642,9 +643,10 @@ static void view_answer(void *arg, int err, struct view *v)
 	} else {
 		w->fi.fh = (uintptr_t)v | FH_VIEW;
 		w->fi.direct_io = 1;
-		loop_expect();
 		if (fuse_reply_open(w->req, &w->fi))
 			view_close(v);
+		else
+			loop_expect();
 	}
 	free(w);
 }
