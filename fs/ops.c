@@ -1,4 +1,5 @@
-/* ops.c - the FUSE low-level operations over ns.
+/* ops.c - the FUSE low-level operations over ns; their ioctls, fs/direct.h's,
+ * are ops_ioctl.c's (ops_internal.h is what the two share).
  *
  * Keys are served with direct_io so every read and write reaches the pool
  * in requests of up to 1 MiB.  The kernel keeps the names and attributes
@@ -8,7 +9,7 @@
  * rewritten.  Directories are implicit and cached freely.
  */
 #define _GNU_SOURCE
-#include "fs.h"
+#include "ops_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +27,6 @@
 #include "caller.h"
 #include "callwait.h"
 #include "cluster.h"
-#include "direct.h"
 #include "loop.h"
 #include "stats.h"
 #include "vfile.h"
@@ -35,34 +35,6 @@
 
 #define DIR_TIMEOUT 3600.0
 #define MAX_IOV 256             /* 1 MiB in 4 KiB pieces at worst */
-
-struct fs {
-	struct fuse_session *se;
-	struct ns *ns;
-	struct cluster *cl;             /* NULL: a single node */
-	struct stats st;
-	struct vfile_ctx vf;
-	struct view_env venv;
-	struct view_jobs vjobs;
-	struct callwait cw;             /* threads' own waits for their next open */
-	/* The thread that op_lookup last let through a kept name for an
-	 * O_CREAT open (NS_LOOKUP_KNOWN), and that name's inode. */
-	struct { pthread_mutex_t lock; pid_t tid; uint64_t ino; } creating;
-	unsigned max_threads, spin_us;
-	int mounted;
-	atomic_int unseen_said;         /* caller_unseen's line is out */
-	int epochs;                     /* the kernel takes FUSE_NOTIFY_INC_EPOCH */
-	uint64_t cookie;                /* proves to a direct caller that it reads us */
-};
-
-/* A waiting open: the request and its file info, kept until answered. */
-struct op_wait {
-	struct ns_waiter w;
-	fuse_req_t req;
-	struct fuse_file_info fi;
-	fuse_ino_t ino;
-	int kept;                       /* NS_OPEN_KEPT: through a stale name */
-};
 
 /* Directory and virtual-file handles; key handles are ns handles.  A
  * directory's entries are taken at its first READDIR, not at its open: a
@@ -81,11 +53,6 @@ static void vbuf_put(struct vbuf *v)
 		free(v);
 	}
 }
-#define FH_VFILE 1u             /* tag bits on fh: a struct vbuf, */
-#define FH_VIEW  2u             /* a struct view (else an ns handle) */
-#define FH_TAGS  (FH_VFILE | FH_VIEW)
-
-static struct fs *fs_of(fuse_req_t req) { return fuse_req_userdata(req); }
 
 static void to_stat(const struct ns_attr *a, struct stat *st)
 {
@@ -188,7 +155,7 @@ static void op_init(void *data, struct fuse_conn_info *conn)
  * elsewhere under other names.  A reader
  * that will wait says so (own_ms: its own wait, or 0 for the edge's), and
  * the peers tell it when the key comes. */
-static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait,
+int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait,
 		     int64_t own_ms, int learn)
 {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
@@ -214,7 +181,7 @@ static int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int wil
  * A put that writes and publishes in one request (a small PUT) need not
  * ask first where one peer hosts <to>: its publish is claimed there
  * instead (claim says which, else -1). */
-static int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, int *claim)
+int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, int *claim)
 {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
 
@@ -590,7 +557,7 @@ static void wait_answer(struct ns_waiter *nw, int err, struct ns_handle *h)
 	free(w);
 }
 
-static void wait_interrupt(fuse_req_t req, void *data)
+void wait_interrupt(fuse_req_t req, void *data)
 {
 	struct ns_waiter *w = ns_cancel(fs_of(req)->ns, (uint64_t)(uintptr_t)data);
 
@@ -600,7 +567,7 @@ static void wait_interrupt(fuse_req_t req, void *data)
 	}
 }
 
-static int wait_interrupted(struct ns_waiter *nw)
+int wait_interrupted(struct ns_waiter *nw)
 {
 	return fuse_req_interrupted(((struct op_wait *)nw)->req);
 }
@@ -901,413 +868,6 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		ns_release(fs_of(req)->ns, (struct ns_handle *)(uintptr_t)fi->fh);
 	}
 	fuse_reply_err(req, 0);
-}
-
-/* ---------------------------------------------------------------- direct */
-
-/* PLACE's and CUDA_PLACE's flags (fs/direct.h): 1 for a sole writer, 0,
- * or -EINVAL for flags this daemon does not know. */
-static int place_sole(const void *in_buf, size_t flags_at)
-{
-	uint32_t flags;
-
-	memcpy(&flags, (const char *)in_buf + flags_at, sizeof(flags));
-	return flags & ~OMNIFS_PLACE_SOLE ? -EINVAL : !!(flags & OMNIFS_PLACE_SOLE);
-}
-
-/* The GPU pool's IPC handle and an object's place in it, for a GPU
- * process of this node: OMNIFS_IOC_CUDA, a published object to copy out
- * (its close then counts a complete read); OMNIFS_IOC_CUDA_PLACE, a new
- * one of the size asked, to copy in (its close publishes). */
-static void cuda_ioctl(fuse_req_t req, unsigned cmd, struct ns_handle *h, const void *in_buf,
-		       size_t in_bufsz, size_t out_bufsz)
-{
-	struct fs *fs = fs_of(req);
-	struct omnifs_cuda c = { .magic = OMNIFS_CUDA_MAGIC };
-	struct ns_span sp[OMNIFS_DIRECT_EXT];
-	int place = cmd == OMNIFS_IOC_CUDA_PLACE, dev, n = 0, rc;
-
-	if (out_bufsz < sizeof(c) || (place && in_bufsz < sizeof(c)))
-		return (void)fuse_reply_err(req, EINVAL);
-	if (pool_ipc(fs->vf.pool, &dev, c.handle))
-		return (void)fuse_reply_err(req, EOPNOTSUPP);
-	if (place) {
-		memcpy(&c.size, (const char *)in_buf + offsetof(struct omnifs_cuda, size),
-		       sizeof(c.size));
-		int sole = place_sole(in_buf, offsetof(struct omnifs_cuda, flags));
-		rc = sole < 0 ? sole : ns_direct_place(fs->ns, h, c.size, sp, OMNIFS_DIRECT_EXT,
-						       &n, ST_CUDA_PUTS, sole);
-	} else {
-		rc = ns_direct_spans(fs->ns, h, sp, OMNIFS_DIRECT_EXT, &n, &c.size, &c.xxh3);
-	}
-	if (rc)
-		return (void)fuse_reply_err(req, -rc);
-	c.dev = (uint32_t)dev;
-	c.n = (uint32_t)n;
-	for (int i = 0; i < n; i++) {
-		c.ext[i].off = sp[i].off;
-		c.ext[i].len = sp[i].len;
-	}
-	if (!place)
-		ns_direct_done(fs->ns, h, ST_CUDA_GETS);
-	fuse_reply_ioctl(req, 0, &c, sizeof(c));
-}
-
-/* OMNIFS_IOC_PLACE: a new object in host memory, filled by a process of
- * this node with process_vm_writev(2).  Its pieces as our addresses. */
-static int host_place(struct fs *fs, struct ns_handle *h, uint64_t size, int sole,
-		      struct iovec *iov, int *n)
-{
-	struct ns_span sp[OMNIFS_DIRECT_EXT];
-	uint8_t *base = pool_base(fs->vf.pool);
-	int rc;
-
-	if (sole < 0)
-		return sole;
-	if (!pool_cpu(fs->vf.pool))
-		return -EOPNOTSUPP;     /* not memory a process can copy to */
-	if ((rc = ns_direct_place(fs->ns, h, size, sp, OMNIFS_DIRECT_EXT, n, ST_DIRECT_PUTS,
-				  sole)))
-		return rc;
-	for (int i = 0; i < *n; i++)
-		iov[i] = (struct iovec){ base + sp[i].off, sp[i].len };
-	return 0;
-}
-
-/* PLACED (a writer's bytes so far are final) and LANDED (a reader waits
- * for its first bytes): one 64-bit offset in, LANDED's count out. */
-static void upto_ioctl(fuse_req_t req, struct fs *fs, unsigned cmd, struct ns_handle *h,
-		       const void *in_buf, size_t in_bufsz, size_t out_bufsz)
-{
-	uint64_t upto, have;
-	int rc;
-
-	if (in_bufsz != sizeof(upto) || (cmd == OMNIFS_IOC_LANDED && out_bufsz < sizeof(have)))
-		return (void)fuse_reply_err(req, EINVAL);
-	memcpy(&upto, in_buf, sizeof(upto));
-	if (cmd == OMNIFS_IOC_PLACED) {
-		rc = ns_direct_placed(fs->ns, h, upto, caller_cpu(fuse_req_ctx(req)->pid));
-		return (void)(rc ? fuse_reply_err(req, -rc) : fuse_reply_ioctl(req, 0, NULL, 0));
-	}
-	rc = ns_direct_landing(fs->ns, h, upto, &have);
-	return (void)(rc ? fuse_reply_err(req, -rc) : fuse_reply_ioctl(req, 0, &have, sizeof(have)));
-}
-
-/* OMNIFS_IOC_WINDOW: a streamed object's next bytes, in the pool. */
-static void window_ioctl(fuse_req_t req, struct fs *fs, struct ns_handle *h, const void *in_buf,
-			 size_t in_bufsz, size_t out_bufsz)
-{
-	struct omnifs_window w;
-	int rc;
-
-	if (in_bufsz != sizeof(w) || out_bufsz < sizeof(w))
-		return (void)fuse_reply_err(req, EINVAL);
-	memcpy(&w, in_buf, sizeof(w));
-	rc = ns_direct_window(fs->ns, h, w.off, w.len, &w.pool_off, &w.len, &w.size);
-	(void)(rc ? fuse_reply_err(req, -rc) : fuse_reply_ioctl(req, 0, &w, sizeof(w)));
-}
-
-/* OMNIFS_IOC_SHARE: the pool's file, for a process to map once. */
-static void share_ioctl(fuse_req_t req, struct fs *fs, size_t out_bufsz)
-{
-	struct omnifs_share s = { .magic = OMNIFS_SHARE_MAGIC, .pid = (uint32_t)getpid(),
-				  .cookie = fs->cookie };
-	struct pool_usage u;
-	void *label;
-	int fd;
-
-	if (out_bufsz < sizeof(s))
-		return (void)fuse_reply_err(req, EINVAL);
-	if (pool_share(fs->vf.pool, &fd, &label))
-		return (void)fuse_reply_err(req, EOPNOTSUPP);
-	pool_usage(fs->vf.pool, &u);
-	s.fd = fd;
-	s.base = (uintptr_t)pool_base(fs->vf.pool);
-	s.size = u.size;
-	fuse_reply_ioctl(req, 0, &s, sizeof(s));
-}
-
-/* The same-node hand-over (fs/direct.h): one request instead of one per
- * MiB.  Only for those who could read and write our memory anyway. */
-static void direct_ioctl(fuse_req_t req, unsigned cmd, struct fuse_file_info *fi,
-			 const void *in_buf, size_t in_bufsz, size_t out_bufsz)
-{
-	struct fs *fs = fs_of(req);
-	struct omnifs_direct d = { .magic = OMNIFS_DIRECT_MAGIC };
-	struct iovec iov[OMNIFS_DIRECT_EXT];
-	uid_t uid = fuse_req_ctx(req)->uid;
-	int n = 0, rc;
-
-	if (cmd != OMNIFS_IOC_WHERE && cmd != OMNIFS_IOC_PLACE && cmd != OMNIFS_IOC_CUDA &&
-	    cmd != OMNIFS_IOC_PLACED && cmd != OMNIFS_IOC_CUDA_PLACE && cmd != OMNIFS_IOC_SHARE &&
-	    cmd != OMNIFS_IOC_WHERE_SOON && cmd != OMNIFS_IOC_LANDED && cmd != OMNIFS_IOC_WINDOW)
-		return (void)fuse_reply_err(req, ENOTTY);
-	if (fi->fh & FH_TAGS)           /* views, .omni files: no one place */
-		return (void)fuse_reply_err(req, EOPNOTSUPP);
-	if (uid != 0 && uid != geteuid())
-		return (void)fuse_reply_err(req, EPERM);
-	if (cmd == OMNIFS_IOC_SHARE)
-		return share_ioctl(req, fs, out_bufsz);
-	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
-	if (cmd == OMNIFS_IOC_CUDA || cmd == OMNIFS_IOC_CUDA_PLACE)
-		return cuda_ioctl(req, cmd, h, in_buf, in_bufsz, out_bufsz);
-	if (cmd == OMNIFS_IOC_PLACED || cmd == OMNIFS_IOC_LANDED)
-		return upto_ioctl(req, fs, cmd, h, in_buf, in_bufsz, out_bufsz);
-	if (cmd == OMNIFS_IOC_WINDOW)
-		return window_ioctl(req, fs, h, in_buf, in_bufsz, out_bufsz);
-	if (out_bufsz < sizeof(d))
-		return (void)fuse_reply_err(req, EINVAL);
-	if (cmd == OMNIFS_IOC_PLACE) {
-		if (in_bufsz < sizeof(d))
-			return (void)fuse_reply_err(req, EINVAL);
-		memcpy(&d.size, (const char *)in_buf + offsetof(struct omnifs_direct, size),
-		       sizeof(d.size));
-		rc = host_place(fs, h, d.size, place_sole(in_buf, offsetof(struct omnifs_direct, flags)),
-				iov, &n);
-	} else if (cmd == OMNIFS_IOC_WHERE_SOON) {
-		/* Another node's object that lands here whole: copied out
-		 * behind its pull, range by range (OMNIFS_IOC_LANDED). */
-		int landing = 0;
-		rc = ns_direct_where(fs->ns, h, iov, OMNIFS_DIRECT_EXT, &n, &d.size, &d.xxh3,
-				     &landing);
-		if (!rc && landing)
-			d.flags = OMNIFS_WHERE_LANDING;
-		else if (!rc)
-			ns_direct_done(fs->ns, h, ST_DIRECT_GETS);
-	} else {
-		/* Another node's object that lands here whole: once it has,
-		 * one memmove, not a FUSE request per MiB behind its pull. */
-		ns_direct_landed(fs->ns, h);
-		rc = ns_direct_where(fs->ns, h, iov, OMNIFS_DIRECT_EXT, &n, &d.size, &d.xxh3, NULL);
-		if (!rc)        /* the caller copies after the answer: its close counts */
-			ns_direct_done(fs->ns, h, ST_DIRECT_GETS);
-	}
-	if (rc)
-		return (void)fuse_reply_err(req, -rc);
-	d.pid = (uint32_t)getpid();
-	d.cookie_addr = (uintptr_t)&fs->cookie;
-	d.cookie = fs->cookie;
-	d.n = (uint32_t)n;
-	for (int i = 0; i < n; i++) {
-		d.ext[i].addr = (uintptr_t)iov[i].iov_base;
-		d.ext[i].len = iov[i].iov_len;
-	}
-	fuse_reply_ioctl(req, 0, &d, sizeof(d));
-}
-
-/* Small objects in one request (fs/direct.h): a create, a write and a
- * close; or an open that may wait, a read to the end and a close. */
-
-/* A waiting GET: an open's wait, and the room the caller gave. */
-struct op_get {
-	struct op_wait w;       /* first: the wait's interrupt frees it whole */
-	size_t cap;             /* the caller's buffer, header included */
-};
-
-#define SMALL_IOV 16
-
-static void get_answer(struct ns_waiter *nw, int err, struct ns_handle *h)
-{
-	struct op_get *g = (struct op_get *)nw;
-	struct ns *ns = fs_of(g->w.req)->ns;
-	struct omnifs_small s = { .magic = OMNIFS_SMALL_MAGIC };
-	struct iovec iov[1 + SMALL_IOV] = { { &s, sizeof(s) } };
-	int n = 0;
-
-	if (err == -EAGAIN)             /* a view: open(2) makes it */
-		err = -EOPNOTSUPP;
-	if (err == -ENOENT && nw->cut)  /* short of its wait: asks again */
-		err = -ETIME;
-	if (!err)
-		err = ns_direct_where(ns, h, iov + 1, SMALL_IOV, &n, &s.size, &s.xxh3, NULL);
-	if (err == -EOPNOTSUPP && h) {  /* a pool the CPU cannot address */
-		err = ns_direct_bounce(ns, h, g->cap - sizeof(s), iov + 1, &s.size, &s.xxh3);
-		n = 1;
-	}
-	if (!err && s.size > g->cap - sizeof(s))
-		err = -E2BIG;
-	if (err)
-		fuse_reply_err(g->w.req, -err);
-	/* Straight from the pool, which h keeps; counted as read only once
-	 * the caller has the bytes. */
-	else if (!fuse_reply_ioctl_iov(g->w.req, 0, iov, 1 + n)) {
-		ns_direct_done(ns, h, ST_SMALL_GETS);
-		ns_flush(ns, h, NS_CLOSE_LAST, NULL);
-	}
-	if (h)
-		ns_release(ns, h);
-	free(g);
-}
-
-static void small_get(fuse_req_t req, fuse_ino_t parent, const struct omnifs_small *s,
-		      const char *key, size_t out_bufsz)
-{
-	struct fs *fs = fs_of(req);
-	struct ns_handle *h = NULL;
-	struct ns_attr a;
-	struct op_get *g;
-	int rc;
-
-	if (s->wait_ms < 0 || out_bufsz < sizeof(*s))
-		return (void)fuse_reply_err(req, EINVAL);
-	/* As op_lookup does for a plain open of a missing key. */
-	rc = ns_lookup(fs->ns, parent, key, NS_LOOKUP_OBJECT, &a);
-	if (rc == -ENOENT && fs->cl && ask_peers(fs, parent, key, 1, s->wait_ms, 1))
-		rc = ns_lookup(fs->ns, parent, key, NS_LOOKUP_OBJECT, &a);
-	if (rc == -ENOENT)
-		rc = ns_lookup(fs->ns, parent, key, NS_LOOKUP_WAIT, &a);
-	if (rc)
-		return (void)fuse_reply_err(req, -rc);
-	if (!(g = calloc(1, sizeof(*g)))) {
-		ns_forget(fs->ns, a.ino, 1);
-		return (void)fuse_reply_err(req, ENOMEM);
-	}
-	g->cap = out_bufsz;
-	g->w.req = req;
-	g->w.ino = a.ino;
-	g->w.w.ctx = g;
-	g->w.w.interrupted = wait_interrupted;
-	g->w.w.done = get_answer;
-	g->w.w.wait_ms = s->wait_ms;
-	g->w.w.id = ns_waiter_id(fs->ns);
-	fuse_req_interrupt_func(req, wait_interrupt, (void *)(uintptr_t)g->w.w.id);
-	rc = ns_open(fs->ns, a.ino, O_RDONLY | NS_OPEN_HERE, &g->w.w, &h);
-	/* The handle or the queued wait keeps the node now (g may be gone). */
-	ns_forget(fs->ns, a.ino, 1);
-	if (rc != -EINPROGRESS)
-		get_answer(&g->w.w, rc, rc ? NULL : h);
-}
-
-static void small_put(fuse_req_t req, fuse_ino_t parent, const struct omnifs_small *s,
-		      const char *key, const void *data)
-{
-	struct fs *fs = fs_of(req);
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct ns_handle *h;
-	struct ns_attr a;
-	char v[24];
-	int rc, frc, claim;
-
-	if (s->readers < -1)
-		return (void)fuse_reply_err(req, EINVAL);
-	if (exists_elsewhere(fs, parent, key, &claim))  /* as O_EXCL */
-		return (void)fuse_reply_err(req, EEXIST);
-	if ((rc = ns_create_key(fs->ns, parent, key, 1, ctx->uid, ctx->gid, &a, &h)))
-		return (void)fuse_reply_err(req, -rc);
-	if (claim >= 0) {
-		loop_step_aside();      /* its publish waits for the host */
-		ns_handle_claim(fs->ns, h, claim);
-	}
-	if (s->readers >= 0)
-		rc = ns_setxattr(fs->ns, a.ino, "user.omni.readers", v,
-				 (size_t)snprintf(v, sizeof(v), "%lld", (long long)s->readers));
-	if (!rc && s->size) {
-		ssize_t w = ns_write(fs->ns, h, data, s->size, 0);
-		rc = w < 0 ? (int)w : 0;
-	}
-	/* Failed half way: dropped as a killed writer's would be.  Unlike
-	 * op_flush, the readers are woken before the writer is answered:
-	 * a small GET has its bytes in its answer, no request of its own
-	 * follows to queue behind this one, and on a VM the writer's answer
-	 * costs the replying thread a wake-up of another core (30-60 us). */
-	frc = ns_flush(fs->ns, h, rc ? NS_CLOSE_KILLED : NS_CLOSE_LAST, NULL);
-	ns_release(fs->ns, h);
-	ns_forget(fs->ns, a.ino, 1);
-	if ((rc = rc ? rc : frc))
-		return (void)fuse_reply_err(req, -rc);
-	stat_add(&fs->st, ST_SMALL_PUTS, 1);
-	fuse_reply_ioctl(req, 0, NULL, 0);
-}
-
-/* A key of len (at most NAME_KEY_MAX) bytes from an ioctl's argument,
- * NUL-terminated into key: 0, or -EINVAL if it is not a valid key. */
-static int arg_key(const char *src, size_t len, char *key)
-{
-	memcpy(key, src, len);
-	key[len] = 0;
-	return strlen(key) != len ? -EINVAL : name_check_key(key);
-}
-
-/* The header and key of a small PUT or GET; ENOTTY for other commands. */
-static int small_args(unsigned cmd, const void *in, size_t in_bufsz,
-		      struct omnifs_small *s, char *key)
-{
-	unsigned n = _IOC_SIZE(cmd);
-
-	if (cmd != OMNIFS_IOC_PUT(n) && cmd != OMNIFS_IOC_GET(n))
-		return -ENOTTY;
-	if (in_bufsz < sizeof(*s))
-		return -EINVAL;
-	memcpy(s, in, sizeof(*s));
-	if (s->magic != OMNIFS_SMALL_MAGIC || !s->key_len || s->key_len > NAME_KEY_MAX ||
-	    s->key_len > in_bufsz - sizeof(*s))
-		return -EINVAL;
-	if (arg_key((const char *)in + sizeof(*s), s->key_len, key))
-		return -EINVAL;
-	if (cmd == OMNIFS_IOC_PUT(n) && s->size != in_bufsz - sizeof(*s) - s->key_len)
-		return -EINVAL;
-	return 0;
-}
-
-static void small_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, const void *in_buf,
-			size_t in_bufsz, size_t out_bufsz)
-{
-	struct fs *fs = fs_of(req);
-	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
-	struct omnifs_small s;
-	int rc = small_args(cmd, in_buf, in_bufsz, &s, key);
-
-	if (!rc && ns_dir_names(fs->ns, ino, from, to) != NK_EDGE)
-		rc = -ENOTTY;           /* the root, a stage, .omni */
-	if (rc)
-		return (void)fuse_reply_err(req, -rc);
-	if (cmd == OMNIFS_IOC_PUT(_IOC_SIZE(cmd)))
-		small_put(req, ino, &s, key, (const char *)in_buf + sizeof(s) + s.key_len);
-	else
-		small_get(req, ino, &s, key, out_bufsz);
-}
-
-/* OMNIFS_IOC_CLEANUP: rm of a request's objects on every node. */
-static void cleanup_ioctl(fuse_req_t req, const void *in, size_t in_bufsz, size_t out_bufsz)
-{
-	struct fs *fs = fs_of(req);
-	struct omnifs_cleanup c;
-	char id[NAME_KEY_MAX + 1];
-	size_t missed = 0;
-	int rc = -EINVAL;
-
-	if (in_bufsz < sizeof(c) || out_bufsz < sizeof(c))
-		return (void)fuse_reply_err(req, EINVAL);
-	memcpy(&c, in, sizeof(c));
-	if (c.magic == OMNIFS_CLEANUP_MAGIC && c.id_len <= in_bufsz - sizeof(c))
-		rc = c.id_len > NAME_KEY_MAX ? -ENAMETOOLONG : 0;
-	if (!rc)
-		rc = arg_key((const char *)in + sizeof(c), c.id_len, id);
-	if (!rc && fs->cl) {
-		loop_step_aside();
-		rc = cluster_cleanup(fs->cl, id, &c.removed, &missed);
-	} else if (!rc) {
-		c.removed = ns_cleanup(fs->ns, id, NULL);
-	}
-	if (rc)
-		return (void)fuse_reply_err(req, -rc);
-	c.missed = missed;
-	fuse_reply_ioctl(req, 0, &c, sizeof(c));
-}
-
-static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, void *arg,
-		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
-		     size_t in_bufsz, size_t out_bufsz)
-{
-	(void)arg;
-	if (flags & FUSE_IOCTL_COMPAT)
-		fuse_reply_err(req, ENOTTY);
-	else if ((flags & FUSE_IOCTL_DIR) && cmd == OMNIFS_IOC_CLEANUP(_IOC_SIZE(cmd)))
-		cleanup_ioctl(req, in_buf, in_bufsz, out_bufsz);
-	else if (flags & FUSE_IOCTL_DIR)
-		small_ioctl(req, ino, cmd, in_buf, in_bufsz, out_bufsz);
-	else
-		direct_ioctl(req, cmd, fi, in_buf, in_bufsz, out_bufsz);
 }
 
 /* ---------------------------------------------------------------- xattrs */
