@@ -22,7 +22,6 @@
 #define _GNU_SOURCE
 #include "xport_internal.h"
 #include "clock.h"
-#include "rdma.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -46,6 +45,8 @@
 #endif
 
 #define SOCKBUF (4 << 20)
+#define RX_AHEAD (64u << 10)       /* a peer's requests read at a time */
+#define HELD_MAX (16u << 10)       /* frames held for the next, at most */
 
 static int bufs_register(struct xport *x, struct rdma *rd, const struct iovec *dst, int ndst);
 

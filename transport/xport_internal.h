@@ -25,8 +25,6 @@
 
 #define TICK_MS 250             /* sockets' receive timeout: see xport.c */
 #define RESOLVE_MS 2000         /* a down peer's name, looked up again at most */
-#define RX_AHEAD (64u << 10)       /* a peer's requests read at a time */
-#define HELD_MAX (16u << 10)       /* frames held for the next, at most */
 
 struct xbuf;
 
@@ -169,7 +167,7 @@ struct xport {
 	struct xport_conn *servers;
 };
 
-/* xport.c: frames and requests */
+/* xport.c: logging, addresses, connections and their frames */
 void log_limited(struct xport *x, struct ratelog *rl, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void ops_count(struct xport *x, enum xport_count what, uint64_t n);
