@@ -104,6 +104,43 @@ def test_bytes_that_look_like_a_header(one):
     assert bytes(one.get("0", "1", k)[0]) == odd
 
 
+@pytest.mark.parametrize("data", [b"", b"O", codec.MAGIC[:1] + b"MNI but not ours",
+                                  codec.MAGIC[:-1], codec.MAGIC],
+                         ids=["empty", "O", "first-byte", "short-magic", "magic"])
+def test_bytes_that_start_like_a_header(one, data):
+    """put() and get() tell raw bytes by their first byte, then the rest."""
+    k = rid()
+    ok, n, _ = one.put("0", "1", k, data)
+    assert ok and (n == len(data)) == (data != codec.MAGIC), "only the magic is wrapped"
+    got, m = one.get("0", "1", k)
+    assert got == data and m == n
+    assert type(got) is bytearray or data == codec.MAGIC, "raw bytes come back as they were read"
+
+
+def test_health_counts_gets_of_every_thread(monkeypatch):
+    """get() appends what it got to a list folded into health()'s counters
+    (no lock in the caller's way): nothing lost between threads, or when
+    folded while others append."""
+    from omnifs import vllm_omni
+    monkeypatch.setattr(vllm_omni, "_FOLD", 3)
+    r = rid()
+    with OmniFSConnector({"mount": ONE, "timeout_s": 5}) as c:
+        sizes = {"%s_%d" % (r, i): i * 7 for i in range(48)}
+        for k, n in sizes.items():
+            assert c.put("0", "1", k, bytes(n))[0]
+        keys = list(sizes)
+        ts = [threading.Thread(target=lambda ks=keys[t::4]: [c.get("0", "1", k) for k in ks])
+              for t in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        h = c.health()
+        assert (h["gets"], h["bytes_got"]) == (48, sum(sizes.values()))
+        assert (h["puts"], h["bytes_put"]) == (48, sum(sizes.values()))
+        c.cleanup(r)
+
+
 def test_numpy_round_trip(one):
     k = rid()
     a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
