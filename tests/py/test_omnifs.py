@@ -585,6 +585,43 @@ def test_not_a_mount_and_bad_config():
         assert c.readers == 2
 
 
+def fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_dropped_unclosed_they_leave_no_descriptors():
+    """A Mount or a connector let go without close() closes its edges'
+    descriptors all the same (a worker making one per request ran out)."""
+    gc.collect()
+    before = fds()
+    for i in range(20):
+        c, m = OmniFSConnector({"mount": ONE}), omnifs.Mount(ONE)
+        k = rid()
+        assert c.put("0", "1", k, b"x" * 100)[0] and c.get("0", "1", k) == (b"x" * 100, 100)
+        m.put("0", "2", k, b"y")
+        m.close()                   # closed, then used again: those too
+        assert m.get("0", "2", k) == b"y"
+        del c, m
+    gc.collect()
+    assert fds() == before
+
+
+def test_close_of_a_connector_whose_constructor_failed(monkeypatch):
+    """vllm-omni's base class calls close() from __del__, also when the
+    constructor raised: nothing may come of it but the constructor's error."""
+    class Closing(OmniFSConnector):
+        def __del__(self):
+            self.close()
+    unraised = []
+    monkeypatch.setattr(sys, "unraisablehook", unraised.append)
+    for bad in ({"mount": "/tmp"}, {"mount": ONE, "timeout_s": 0}, {"mount": ONE, "readers": "x"}, 7):
+        with pytest.raises((OSError, ValueError, TypeError)):
+            Closing(bad)
+        gc.collect()
+    Closing.__new__(Closing).close()
+    assert unraised == []
+
+
 def test_unknown_extras_are_said_and_ignored(caplog):
     with caplog.at_level(logging.WARNING, logger="omnifs.vllm_omni"):
         with OmniFSConnector({"mount": ONE, "timeout": 5, "shm_threshold_bytes": 1}) as c:

@@ -25,6 +25,7 @@ import os
 import re
 import struct
 import threading
+import weakref
 
 from . import cuda, direct, ioctl, small
 
@@ -121,6 +122,17 @@ def _pieces(data):
     return views, sum(map(len, views))
 
 
+def _close_edges(edges, stale, lock):
+    """Closes a Mount's edge descriptors, kept and stale, emptying the two
+    in place (its finalizer holds them, not the Mount)."""
+    with lock:
+        fds = list(edges.values()) + stale
+        edges.clear()
+        stale.clear()
+    for fd in fds:
+        os.close(fd)
+
+
 class Mount:
     """One omnifs mount point."""
 
@@ -135,16 +147,16 @@ class Mount:
         self._edges_lock = threading.Lock()
         self._stale = []            # edge descriptors of a daemon gone
         self._pool = None           # ((pid, cookie), direct.Pool or None)
+        # One dropped without close() closes them all the same: a worker
+        # that makes a Mount (or a connector) per request must not run out
+        # of descriptors.  (The pool's mapping has its own finalizer.)
+        weakref.finalize(self, _close_edges, self._edges, self._stale, self._edges_lock)
 
     def close(self):
         """Closes the edges' descriptors and lets the pool's mapping go;
         the Mount stays usable."""
         self._pool = None
-        with self._edges_lock:
-            fds, self._edges = list(self._edges.values()) + self._stale, {}
-            self._stale = []
-        for fd in fds:
-            os.close(fd)
+        _close_edges(self._edges, self._stale, self._edges_lock)
 
     def __enter__(self):
         return self

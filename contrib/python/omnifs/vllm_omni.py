@@ -67,10 +67,13 @@ class OmniFSConnector(_Base):
     supports_raw_data = True
 
     EXTRA = ("mount", "timeout_s", "recv_timeout", "readers")
+    # Until the constructor has made its Mount: vllm-omni's base class
+    # calls close() from __del__, also of one whose constructor raised.
+    _mount = None
+    _closed = True
 
     def __init__(self, config=None):
         config = dict(config or {})
-        self._closed = True
         for k in sorted(set(config) - set(self.EXTRA), key=str):
             # Another connector's extra left in a stage config, or a typo:
             # said, not fatal, as vllm-omni's own connectors ignore them.
@@ -225,7 +228,8 @@ class OmniFSConnector(_Base):
     def close(self):
         """Idempotent.  Objects already put stay for their readers."""
         self._closed = True
-        self._mount.close()
+        if self._mount is not None:
+            self._mount.close()
 
     def __enter__(self):
         return self
