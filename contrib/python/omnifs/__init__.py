@@ -149,8 +149,11 @@ class Mount:
         self._pool = None           # ((pid, cookie), direct.Pool or None)
         # One dropped without close() closes them all the same: a worker
         # that makes a Mount (or a connector) per request must not run out
-        # of descriptors.  (The pool's mapping has its own finalizer.)
-        weakref.finalize(self, _close_edges, self._edges, self._stale, self._edges_lock)
+        # of descriptors.  Not at exit, which closes them anyway, where a
+        # daemon thread may still be using one.  (The pool's mapping has
+        # its own finalizer.)
+        weakref.finalize(self, _close_edges, self._edges, self._stale,
+                         self._edges_lock).atexit = False
 
     def close(self):
         """Closes the edges' descriptors and lets the pool's mapping go;
