@@ -638,6 +638,183 @@ def test_registered_with_vllm_omni():
     assert isinstance(c, OmniFSConnector)
 
 
+# ---- vllm-omni's receive loops ----
+
+def test_vllm_omnis_own_extras_are_taken_quietly(caplog):
+    """vllm-omni adds stage_id, role, from_stage and to_stage to every
+    connector's extra; its chunk loops read connector.stage_id."""
+    given = {"stage_id": 2, "role": "receiver", "from_stage": 1, "to_stage": 2}
+    with caplog.at_level(logging.WARNING, logger="omnifs.vllm_omni"):
+        with OmniFSConnector({"mount": ONE, **given}) as c:
+            assert c.stage_id == 2
+    assert caplog.text == ""
+    with OmniFSConnector({"mount": ONE}) as c, OmniFSConnector({"mount": ONE, "stage_id": "1"}) as d:
+        assert (c.stage_id, d.stage_id, c.nowait) == (-1, 1, False)
+    for name, bad, what in (("stage_id", "one", "a whole number"), ("stage_id", 1.5, "a whole number"),
+                            ("nowait", "yes", "true or false"), ("nowait", 1, "true or false")):
+        with pytest.raises(ValueError, match=re.escape("extra %s must be %s, not %r" % (name, what, bad))):
+            OmniFSConnector({"mount": ONE, name: bad})
+
+
+def receive_loop(c, keys, until, stats):
+    """vllm-omni's receive loop as its model runner runs it (a snapshot of
+    the connector's wake-up generation, a get of every key it waits for,
+    and a wait_for_change of 5 ms when none came), until the keys came or
+    until; returns what came, and each get's time in stats."""
+    got = {}
+    while len(got) < len(keys) and time.monotonic() < until:
+        generation = c.get_wakeup_generation()
+        progress = False
+        for k in keys:
+            if k in got:
+                continue
+            t = time.monotonic()
+            r = c.get("0", "1", k)
+            stats.append(time.monotonic() - t)
+            if r is not None:
+                got[k] = (r, time.monotonic())
+                progress = True
+        if not progress:
+            c.wait_for_change(generation, timeout=0.005)
+    return got
+
+
+@pytest.mark.parametrize("writer,reader", [(ONE, ONE), (B, C)], ids=["one-node", "b-to-c"])
+def test_a_receive_loop_is_never_held_up_by_one_key(writer, reader):
+    """In the loop a get answers at once: a request whose chunk is late (or
+    never comes) holds up no other, and a chunk is had as soon as it is
+    published, never a whole timeout later."""
+    r, late, never = rid(), rid(), rid()
+    keys = [never + "_0_0", r + "_0_0", late + "_0_3"]
+    with OmniFSConnector({"mount": reader, "timeout_s": 20, "stage_id": 1}) as c, \
+            OmniFSConnector({"mount": writer}) as w:
+        assert w.put("0", "1", keys[1], b"there before the loop asks")[0]
+        stats, put_at = [], {}
+
+        def publish_late():
+            time.sleep(0.3)
+            put_at[keys[2]] = time.monotonic()
+            w.put("0", "1", keys[2], b"late" * 5000)
+        th = threading.Thread(target=publish_late, daemon=True)
+        th.start()
+        got = receive_loop(c, keys, time.monotonic() + 3, stats)
+        th.join()
+        assert got[keys[1]][0] == (b"there before the loop asks", 26)
+        assert got[keys[2]][0] == (b"late" * 5000, 20000)
+        assert got[keys[2]][1] - put_at[keys[2]] < 1.0, "had when it came"
+        assert keys[0] not in got and max(stats) < 0.5, "no get waited (timeout_s is 20)"
+        assert c.health()["fetching"] == 1, "only the missing key's fetch is still out"
+    assert not c._ahead.counts()[0], "closed: given up"
+
+
+def test_a_loops_wait_ends_when_its_key_comes_and_other_threads_still_wait():
+    k = rid()
+    with OmniFSConnector({"mount": C, "timeout_s": 0.5}) as c, OmniFSConnector({"mount": B}) as w:
+        generation = c.get_wakeup_generation()
+        assert c.get("0", "1", k) is None
+        threading.Timer(0.2, w.put, ("0", "1", k, b"here")).start()
+        t = time.monotonic()
+        assert c.wait_for_change(generation, timeout=10) is True
+        assert time.monotonic() - t < 2, "woken by the arrival, not the timeout"
+        assert c.wait_for_change(generation, timeout=10) is True, "at once: it changed"
+        assert c.get("0", "1", k) == (b"here", 4)
+        assert c.wait_for_change(c.get_wakeup_generation(), timeout=0.1) is False
+        other = {}
+
+        def blocking():     # a thread that never polled: its get waits as ever
+            t = time.monotonic()
+            other["r"] = c.get("0", "1", rid())
+            other["s"] = time.monotonic() - t
+        th = threading.Thread(target=blocking)
+        th.start()
+        th.join(5)
+        assert other["r"] is None and 0.5 <= other["s"] < 2
+
+
+def wait_fetches(c, want, s=10):
+    """Until the connector's (fetching, fetched) is want."""
+    deadline = time.monotonic() + s
+    while (c.health()["fetching"], c.health()["fetched"]) != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return (c.health()["fetching"], c.health()["fetched"])
+
+
+def test_nowait_gets_answer_at_once_in_any_thread():
+    k = rid()
+    with OmniFSConnector({"mount": ONE, "nowait": True, "timeout_s": 20}) as c:
+        t = time.monotonic()
+        assert c.get("0", "1", k) is None and time.monotonic() - t < 0.5
+        generation = c.get_wakeup_generation()
+        omnifs.Mount(ONE).put("0", "1", k, b"now")
+        assert c.wait_for_change(generation, timeout=10) is True
+        assert c.get("0", "1", k) == (b"now", 3)
+        t = time.monotonic()
+        assert c.get("0", "1", rid(), timeout=0.3) is None, "a timeout of its own: it waits"
+        assert time.monotonic() - t >= 0.3
+
+
+def test_what_a_loop_gives_up_is_dropped_and_the_rest_stays():
+    r, keep = rid(), rid()
+    with OmniFSConnector({"mount": ONE, "nowait": True, "timeout_s": 20}) as c:
+        m = omnifs.Mount(ONE)
+        for k in (r + "_0_0", r + "_0_1", keep + "_0_0"):
+            assert c.get("0", "1", k) is None
+            m.put("0", "1", k, k.encode())
+        assert wait_fetches(c, (0, 3)) == (0, 3)
+        c.abandon_get(r + "_0_0")
+        assert wait_fetches(c, (0, 2)) == (0, 2)
+        assert c.cleanup(r) is False, "nothing left in the pool: the fetch consumed it"
+        assert wait_fetches(c, (0, 1)) == (0, 1)
+        assert c.get("0", "1", keep + "_0_0") == (keep.encode() + b"_0_0", len(keep) + 4)
+        assert c.get("0", "1", r + "_0_1") is None, "given up: fetched again"
+        c.abandon_get(r + "_0_1")
+        assert c.get("0", "1", r + "_0_1") is None, "wanted again"
+        assert c.health()["fetching"] == 1
+
+
+def test_a_fetch_nobody_takes_is_dropped_after_timeout_s(caplog):
+    k, k2 = rid(), rid()
+    with OmniFSConnector({"mount": ONE, "nowait": True, "timeout_s": 0.5}) as c:
+        assert c.get("0", "1", k) is None
+        omnifs.Mount(ONE).put("0", "1", k, b"unclaimed")
+        assert wait_fetches(c, (0, 1)) == (0, 1)
+        time.sleep(0.6)                     # past its timeout_s, then another comes
+        with caplog.at_level(logging.WARNING, logger="omnifs.vllm_omni"):
+            assert c.get("0", "1", k2) is None
+            omnifs.Mount(ONE).put("0", "1", k2, b"claimed")
+            assert wait_fetches(c, (0, 1)) == (0, 1)
+        assert "%s was fetched but not taken within 0.5s; dropped" % k in caplog.text
+        assert c.get("0", "1", k2) == (b"claimed", 7) and c.get("0", "1", k) is None
+
+
+def test_a_fetch_without_a_thread_is_tried_again(monkeypatch, caplog):
+    k = rid()
+    with OmniFSConnector({"mount": ONE, "nowait": True, "timeout_s": 20}) as c:
+        def no_thread(self):
+            raise RuntimeError("can't start new thread")
+        with monkeypatch.context() as mp, caplog.at_level(logging.ERROR, logger="omnifs.vllm_omni"):
+            mp.setattr(threading.Thread, "start", no_thread)
+            assert c.get("0", "1", k) is None
+        assert "get 0/1/%s: can't start new thread" % k in caplog.text
+        assert c.health()["fetching"] == 0
+        omnifs.Mount(ONE).put("0", "1", k, b"late")
+        assert c.get("0", "1", k) is None, "its fetch starts now"
+        assert wait_fetches(c, (0, 1)) == (0, 1)
+        assert c.get("0", "1", k) == (b"late", 4)
+
+
+def test_close_ends_a_loops_wait():
+    c = OmniFSConnector({"mount": ONE})
+    generation = c.get_wakeup_generation()
+    assert c.get("0", "1", rid()) is None
+    threading.Timer(0.2, c.close).start()
+    t = time.monotonic()
+    assert c.wait_for_change(generation, timeout=10) is False
+    assert time.monotonic() - t < 2
+    assert c.get_wakeup_generation() is None and c.health()["fetching"] == 0
+    c.reap_consumed()
+
+
 # ---- KV with heterogeneous TP, by views ----
 
 TOK, H, D = 5, 8, 4

@@ -10,6 +10,10 @@ to its timeout, and reads it (an RDMA or TCP pull when another node wrote
 it).  Nothing polls.  Without vllm_omni installed the class works alone,
 with the same methods and returns.
 
+vllm-omni's receive loops poll many requests from one thread: there a get
+answers at once and a key not yet published is fetched in the background
+(omnifs.ahead), the loop's wait_for_change() ending when it comes.
+
 Heterogeneous TP by views: use_tp_views(manager) makes vllm-omni's KV
 manager put one unsliced payload per sender rank, <rid>.rank<r>of<S>, and
 get <rid>.rank<t>of<T> in one call, merged or sliced by omnifs.
@@ -22,6 +26,7 @@ import threading
 import time
 
 from . import Mount, codec, small
+from .ahead import Ahead
 
 try:
     from vllm_omni.distributed.omni_connectors.connectors.base import OmniConnectorBase as _Base
@@ -35,6 +40,7 @@ _MAGIC0 = codec.MAGIC[0]
 # get() appends the sizes it returns to a list, folded into the counters
 # under the lock before a wait once this many are there, and by health().
 _FOLD = 1024
+_WAIT = object()        # _get_ahead(): nothing for it there, get() waits
 __all__ = ["OmniFSConnector", "request_of", "use_tp_views", "tp_view_hooks"]
 
 
@@ -66,15 +72,19 @@ class OmniFSConnector(_Base):
 
     supports_raw_data = True
 
-    EXTRA = ("mount", "timeout_s", "recv_timeout", "readers")
+    EXTRA = ("mount", "timeout_s", "recv_timeout", "readers", "nowait")
+    # What vllm-omni adds to every connector's extra (its
+    # utils/initialization.py): the stage this worker is, and its role.
+    GIVEN = ("stage_id", "role", "from_stage", "to_stage")
     # Until the constructor has made its Mount: vllm-omni's base class
     # calls close() from __del__, also of one whose constructor raised.
     _mount = None
     _closed = True
+    _ahead = None
 
     def __init__(self, config=None):
         config = dict(config or {})
-        for k in sorted(set(config) - set(self.EXTRA), key=str):
+        for k in sorted(set(config) - set(self.EXTRA) - set(self.GIVEN), key=str):
             # Another connector's extra left in a stage config, or a typo:
             # said, not fatal, as vllm-omni's own connectors ignore them.
             log.warning("OmniFSConnector: extra %r is not one of %s; ignored",
@@ -86,12 +96,21 @@ class OmniFSConnector(_Base):
         self.readers = None if readers is None else _number("readers", _whole, readers)
         if not 0 < self.timeout < math.inf or (self.readers is not None and self.readers < 0):
             raise ValueError("OmniFSConnector: timeout_s must be > 0 and finite, readers >= 0")
+        # vllm-omni's chunk loops read it (stage_id - 1 is where chunks come from)
+        self.stage_id = _number("stage_id", _whole, config.get("stage_id", -1))
+        self.nowait = config.get("nowait", False)
+        if type(self.nowait) is not bool:
+            raise ValueError("OmniFSConnector: extra nowait must be true or false, not %r"
+                             % (self.nowait,))
+        self._polling = threading.local()
         self._mount = Mount(self.mount_path)
         self._lock = threading.Lock()
         self._got = []
         self._n = {"puts": 0, "gets": 0, "put_failures": 0, "get_timeouts": 0,
                    "get_failures": 0, "bytes_put": 0, "bytes_got": 0, "removed": 0}
         self._closed = False
+        if self.nowait:
+            self._fetches()
 
     def _count(self, what, n=1, bytes_what=None, nbytes=0):
         with self._lock:
@@ -133,7 +152,14 @@ class OmniFSConnector(_Base):
 
     def get(self, from_stage, to_stage, get_key, metadata=None, timeout=None):
         """(object, bytes read), or None when the key is not published within
-        timeout (the connector's if None) or the read failed."""
+        timeout (the connector's if None) or the read failed.  In a polling
+        loop (one that called get_wakeup_generation(), or any caller with
+        extra nowait) a get without a timeout answers at once: a key not
+        here yet is fetched in the background, for a later get."""
+        if self._ahead is not None:
+            got = self._get_ahead(from_stage, to_stage, get_key, timeout)
+            if got is not _WAIT:
+                return got
         wait = self.timeout if timeout is None else timeout
         if len(self._got) >= _FOLD:
             self._fold()
@@ -171,10 +197,59 @@ class OmniFSConnector(_Base):
             return None
         return self.get(from_stage, to_stage, get_key, metadata, timeout=left)
 
+    # ---- vllm-omni's receive loops ----
+
+    def _get_ahead(self, from_stage, to_stage, get_key, timeout):
+        """get() where fetches ahead exist: what a polling get answers at
+        once, or what was fetched for a waiting one, or _WAIT."""
+        k = (str(from_stage), str(to_stage), str(get_key))
+        if timeout is None and (self.nowait or getattr(self._polling, "on", False)):
+            return self._ahead.take(*k)
+        got = self._ahead.held(*k)
+        return _WAIT if got is None else got
+
+    def _fetches(self):
+        with self._lock:
+            if self._ahead is None:
+                self._ahead = Ahead(lambda f, t, k: self.get(f, t, k, timeout=self.timeout),
+                                    self.timeout)
+                if self._closed:
+                    self._ahead.close()
+            return self._ahead
+
+    def get_wakeup_generation(self):
+        """Called by a receive loop before each round of get()s: from then
+        on this thread's gets do not wait (see get()).  A number for
+        wait_for_change(); None once the connector is closed."""
+        if self._closed:
+            return None
+        self._polling.on = True
+        return self._fetches().generation
+
+    def wait_for_change(self, generation, *, timeout):
+        """Waits until a key that a polling get asked for has come since
+        generation (True), or timeout seconds (False)."""
+        ahead = self._ahead
+        if ahead is None:
+            time.sleep(max(0.0, timeout))   # nothing asked for: nothing can come
+            return False
+        return ahead.wait(generation, timeout)
+
+    def abandon_get(self, get_key):
+        """Gives up what a polling get of this key fetches or fetched."""
+        if self._ahead is not None:
+            key = str(get_key)
+            self._ahead.drop(lambda k: k == key)
+
+    def reap_consumed(self):
+        """Nothing to do: the daemon frees each object its readers consumed."""
+
     def cleanup(self, request_id):
         """Removes every object of request_id, on every node, in one
         request to the daemon; True if any."""
         rid = str(request_id)
+        if self._ahead is not None:
+            self._ahead.drop(lambda k: request_of(k, rid))
         try:
             removed, missed = self._mount.cleanup(rid)
         except OSError as e:
@@ -215,6 +290,7 @@ class OmniFSConnector(_Base):
         with self._lock:
             out = dict(self._n)
         out["mount"] = self.mount_path
+        out["fetching"], out["fetched"] = self._ahead.counts() if self._ahead else (0, 0)
         try:
             h = self._mount.health()
             out["node"] = h.get("node")
@@ -228,6 +304,8 @@ class OmniFSConnector(_Base):
     def close(self):
         """Idempotent.  Objects already put stay for their readers."""
         self._closed = True
+        if self._ahead is not None:
+            self._ahead.close()
         if self._mount is not None:
             self._mount.close()
 
