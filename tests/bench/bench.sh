@@ -210,6 +210,13 @@ printf '  4 KiB    C     median %9.3f ms   p99 %9.3f ms   (the same two ioctls f
 	"$(awk -v u="$SMED" 'BEGIN { print u / 1000 }')" "$(awk -v u="$SP99" 'BEGIN { print u / 1000 }')"
 printf '  the same, 1 MiB, from a writer holding 100 more descriptors (as a GPU worker does):\n'
 CONN_FDS=100 CONN_MIN=$((1 << 20)) CONN_MAX=$((1 << 20)) CONN_KINDS=bytes CONN_EDGE="0 2" $CONN "$T/a" "$T/a"
+# vllm-omni's receive loop (its model runner's _recv_loop): one thread asks
+# for the chunk of every request it waits for, in turn; a get answers at
+# once, and the loop sleeps in wait_for_change() until a fetch brings one,
+# or polls every 5 ms (a connector without the wake-up).
+printf '  through vllm-omni'"'"'s receive loop, 8 other requests waiting (wait_for_change, then polling every 5 ms):\n'
+CONN_LOOP=wake CONN_MAX=$((1 << 20)) CONN_KINDS=bytes CONN_EDGE="0 2" $CONN "$T/a" "$T/a"
+CONN_LOOP=poll CONN_MAX=$((1 << 20)) CONN_KINDS=bytes CONN_EDGE="0 2" $CONN "$T/a" "$T/a"
 printf 'OmniFSConnector put -> get, across two nodes over loopback TCP (a to b):\n'
 # The floor under it, just before: a plain program's put (a copy, hashed
 # behind it by a second thread) then the stream and its copies (tcpceil.c),
@@ -224,6 +231,8 @@ else
 	printf '  floor, a plain program: not measured (tcpceil putget failed)\n'
 fi
 CONN_FLOOR="$FLOOR" $CONN "$T/a" "$T/b"
+printf '  through vllm-omni'"'"'s receive loop (wait_for_change):\n'
+CONN_LOOP=wake CONN_MAX=$((1 << 20)) CONN_KINDS=bytes $CONN "$T/a" "$T/b"
 printf 'goals: 64 MiB and 256 MiB >= 8x the shm connector, 4 KiB median <= 0.2 ms\n'
 
 # --- big edges: EDGE_N small objects a owns, listed and removed from b, and the

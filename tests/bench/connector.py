@@ -17,8 +17,15 @@ unless set) names the stages the objects go between; CONN_FDS (0) more
 descriptors the writer holds open, as a GPU worker does (CUDA, NCCL,
 ZMQ): a plain close looks through them all.  CONN_FLOOR ("MIB:MS ...")
 the floor under a size's median, measured in the same run (bench.sh:
-tcpceil putget), which each of that size's lines is then compared with."""
+tcpceil putget), which each of that size's lines is then compared with.
+CONN_LOOP=wake or =poll: the reader is vllm-omni's receive loop instead,
+asking in turn for its chunk and 8 other requests' that do not come (a
+get_wakeup_generation(), a get each, then wait_for_change(generation,
+timeout=5 ms); poll: a 5 ms sleep instead, as a connector without the
+wake-up makes it, with nowait gets): the time is then from put() to the
+loop's get that has it."""
 import os
+import random
 import subprocess
 import sys
 import time
@@ -43,6 +50,27 @@ for key in sys.stdin:
     print(time.monotonic_ns(), r[1] if r else -1, flush=True)
 """
 
+LOOP = """
+import sys, time
+from omnifs.vllm_omni import OmniFSConnector
+wake = sys.argv[4] == "wake"
+c = OmniFSConnector({"mount": sys.argv[1], "timeout_s": 60, "nowait": not wake})
+others = ["other-%d_0_0" % i for i in range(8)]
+for key in sys.stdin:
+    keys = others + [key.strip()]
+    print("waiting", flush=True)
+    while True:
+        generation = c.get_wakeup_generation() if wake else None
+        r = [c.get(sys.argv[2], sys.argv[3], k) for k in keys][-1]
+        if r is not None:
+            break
+        if wake:
+            c.wait_for_change(generation, timeout=0.005)
+        else:
+            time.sleep(0.005)
+    print(time.monotonic_ns(), r[1], flush=True)
+"""
+
 
 def payloads():
     kinds = os.environ.get("CONN_KINDS", "bytes,array").split(",")
@@ -56,8 +84,9 @@ def payloads():
 
 
 def main(wmount, rmount):
-    rd = subprocess.Popen([sys.executable, "-c", READER, rmount, FROM, TO], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True)
+    loop = os.environ.get("CONN_LOOP")
+    rd = subprocess.Popen([sys.executable, "-c", LOOP if loop else READER, rmount, FROM, TO,
+                           loop or ""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(int(os.environ.get("CONN_FDS", "0")))]
     w = OmniFSConnector({"mount": wmount})
     try:
@@ -68,7 +97,9 @@ def main(wmount, rmount):
                 rd.stdin.write(key + "\n")
                 rd.stdin.flush()
                 rd.stdout.readline()            # it is about to open
-                time.sleep(0.02)                # in open(); the daemons idle
+                # in open() (a loop: in its rounds, whose phase the jitter
+                # varies); the daemons idle
+                time.sleep(0.02 + (random.random() * 0.005 if loop else 0))
                 t0 = time.monotonic_ns()
                 ok, n, _ = w.put(FROM, TO, key, data)
                 t1, got = rd.stdout.readline().split()
