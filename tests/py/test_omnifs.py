@@ -622,12 +622,18 @@ def test_close_of_a_connector_whose_constructor_failed(monkeypatch):
     assert unraised == []
 
 
-def test_unknown_extras_are_said_and_ignored(caplog):
-    with caplog.at_level(logging.WARNING, logger="omnifs.vllm_omni"):
-        with OmniFSConnector({"mount": ONE, "timeout": 5, "shm_threshold_bytes": 1}) as c:
+def test_other_extras_are_said_and_kept_for_vllm_omni(caplog):
+    """vllm-omni's stage processors read their settings in connector.config
+    (qwen3_omni's codec_chunk_frames); a typo is said in the log."""
+    extra = {"mount": ONE, "timeout": 5, "codec_chunk_frames": 10}
+    with caplog.at_level(logging.INFO, logger="omnifs.vllm_omni"):
+        with OmniFSConnector(extra) as c:
             assert c.timeout == 30.0
-    assert "extra 'shm_threshold_bytes' is not one of mount" in caplog.text
+            raw = getattr(c, "config", {}) or {}        # as the processors read it
+            assert raw.get("extra", raw)["codec_chunk_frames"] == 10 and raw == extra
+    assert "extra 'codec_chunk_frames' is not one of mount" in caplog.text
     assert "extra 'timeout' is not one of" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_registered_with_vllm_omni():
@@ -642,9 +648,12 @@ def test_registered_with_vllm_omni():
 
 def test_vllm_omnis_own_extras_are_taken_quietly(caplog):
     """vllm-omni adds stage_id, role, from_stage and to_stage to every
-    connector's extra; its chunk loops read connector.stage_id."""
-    given = {"stage_id": 2, "role": "receiver", "from_stage": 1, "to_stage": 2}
-    with caplog.at_level(logging.WARNING, logger="omnifs.vllm_omni"):
+    connector's extra (and rank mappings to a dual one's); its chunk loops
+    read connector.stage_id."""
+    given = {"stage_id": 2, "role": "dual", "from_stage": 1, "to_stage": 2,
+             "recv_rank_mapping": {"from_tp": 2, "to_tp": 1}, "send_rank_mapping": None,
+             "rank_mapping": {"from_tp": 1, "to_tp": 1}}
+    with caplog.at_level(logging.INFO, logger="omnifs.vllm_omni"):
         with OmniFSConnector({"mount": ONE, **given}) as c:
             assert c.stage_id == 2
     assert caplog.text == ""

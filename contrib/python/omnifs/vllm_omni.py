@@ -73,9 +73,11 @@ class OmniFSConnector(_Base):
     supports_raw_data = True
 
     EXTRA = ("mount", "timeout_s", "recv_timeout", "readers", "nowait")
-    # What vllm-omni adds to every connector's extra (its
-    # utils/initialization.py): the stage this worker is, and its role.
-    GIVEN = ("stage_id", "role", "from_stage", "to_stage")
+    # What vllm-omni adds to a connector's extra itself (its factory and
+    # utils/initialization.py): the stage this worker is, its role, and
+    # the TP mapping of a connector that both receives and sends.
+    GIVEN = ("stage_id", "role", "from_stage", "to_stage", "rank_mapping",
+             "recv_rank_mapping", "send_rank_mapping")
     # Until the constructor has made its Mount: vllm-omni's base class
     # calls close() from __del__, also of one whose constructor raised.
     _mount = None
@@ -85,10 +87,11 @@ class OmniFSConnector(_Base):
     def __init__(self, config=None):
         config = dict(config or {})
         for k in sorted(set(config) - set(self.EXTRA) - set(self.GIVEN), key=str):
-            # Another connector's extra left in a stage config, or a typo:
-            # said, not fatal, as vllm-omni's own connectors ignore them.
-            log.warning("OmniFSConnector: extra %r is not one of %s; ignored",
-                        k, ", ".join(self.EXTRA))
+            # vllm-omni's stage processors read their own settings in the
+            # connector's config (codec_chunk_frames, ...); or a typo: said.
+            log.info("OmniFSConnector: extra %r is not one of %s; kept in .config for "
+                     "vllm-omni", k, ", ".join(self.EXTRA))
+        self.config = config    # as vllm-omni's connectors keep theirs
         self.mount_path = str(config.get("mount", "/mnt/omni"))
         self.timeout = _number("timeout_s", float,
                                config.get("timeout_s", config.get("recv_timeout", 30.0)))
