@@ -12,8 +12,9 @@ thread of its own that waits for it as every get does, inside open(), so
 nothing polls the filesystem; the bytes it reads are held until the loop
 asks again, and their arrival ends the loop's wait.  A fetch waits at
 most hold_s; the loop's next get of a key still missing starts another.
-What nobody takes within hold_s of its coming is dropped, with a warning
-(it was consumed: the request it belonged to is presumably gone).
+What nobody took within hold_s of its coming is dropped when the next
+result comes, with a warning (it was consumed: the request it belonged
+to is presumably gone).
 """
 import logging
 import threading

@@ -232,11 +232,7 @@ class OmniFSConnector(_Base):
     def wait_for_change(self, generation, *, timeout):
         """Waits until a key that a polling get asked for has come since
         generation (True), or timeout seconds (False)."""
-        ahead = self._ahead
-        if ahead is None:
-            time.sleep(max(0.0, timeout))   # nothing asked for: nothing can come
-            return False
-        return ahead.wait(generation, timeout)
+        return self._fetches().wait(generation, timeout)
 
     def abandon_get(self, get_key):
         """Gives up what a polling get of this key fetches or fetched."""
