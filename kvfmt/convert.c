@@ -2,7 +2,8 @@
  *
  * A vllm header's own keys (rid, bids, meta, anything else) travel in the
  * native metadata blob as a JSON object, with "tn" listing the tensor
- * names when they are not the defaults; converting back restores them in
+ * names when they are not the defaults and "ti":false when its td entries
+ * had no "i" (vllm-omni's older writer); converting back restores them in
  * their order, spelled as Python spells them (pyjson.c), so vllm -> native
  * -> vllm gives the same bytes.  The other way, a native payload's layout
  * rides in the vllm header's "omni" (vllm-omni ignores it) and an empty
@@ -83,6 +84,8 @@ static char *native_blob(json_object *root, uint32_t layers)
 			json_object_object_add(m, key, json_object_get(val));
 	if ((names = td_names(root, layers)))
 		json_object_object_add(m, "tn", names);
+	if (kv_vllm_no_layers(root))
+		json_object_object_add(m, "ti", json_object_new_boolean(0));
 	blob = kv_pyjson(m);
 	if (blob && !strcmp(blob, EMPTY_KEYS))
 		blob[0] = 0;
@@ -115,7 +118,7 @@ static int to_vllm(const struct kv_info *kv, const void *hdr, const void *const 
 {
 	json_object *m = NULL, *root, *names = NULL;
 	uint8_t *present = malloc(kv->ntensors);
-	int rc = -ENOMEM;
+	int rc = -ENOMEM, flags = 0;
 
 	if (kv->kind != KV_SPLIT) {
 		free(present);
@@ -131,6 +134,8 @@ static int to_vllm(const struct kv_info *kv, const void *hdr, const void *const 
 		json_object_object_foreach(m, key, val) {
 			if (!strcmp(key, "tn"))
 				names = val;
+			else if (!strcmp(key, "ti"))
+				flags |= KVH_NO_I;
 			else
 				json_object_object_add(root, key, json_object_get(val));
 		}
@@ -141,9 +146,9 @@ static int to_vllm(const struct kv_info *kv, const void *hdr, const void *const 
 	v.layout = KV_NHD;
 	for (uint32_t i = 0; present && i < kv->ntensors; i++)
 		present[i] = t[i] != NULL;
-	int omni = (kv->head_first || kv->heads_total != kv->head_count ? KVH_HEADS : 0) |
-		   (kv->layout == KV_HND ? KVH_HND : 0);
-	char *js = present ? kv_vllm_header(root, &v, present, names, omni) : NULL;
+	flags |= (kv->head_first || kv->heads_total != kv->head_count ? KVH_HEADS : 0) |
+		 (kv->layout == KV_HND ? KVH_HND : 0);
+	char *js = present ? kv_vllm_header(root, &v, present, names, flags) : NULL;
 	json_object_put(root);
 	json_object_put(m);
 	if (js) {

@@ -59,6 +59,15 @@ static const struct { const char *name, *torch; int size; } dtypes[] = {
 	[KV_FP8_E5M2] = { "fp8_e5m2", "float8_e5m2", 1 },
 	[KV_I8] = { "int8", "int8", 1 },
 	[KV_U8] = { "u8", "uint8", 1 },
+	[KV_FP8_E4M3FNUZ] = { "fp8_e4m3fnuz", "float8_e4m3fnuz", 1 },
+	[KV_FP8_E5M2FNUZ] = { "fp8_e5m2fnuz", "float8_e5m2fnuz", 1 },
+	[KV_BOOL] = { "bool", "bool", 1 },
+	[KV_I16] = { "i16", "int16", 2 },
+	[KV_I32] = { "i32", "int32", 4 },
+	[KV_I64] = { "i64", "int64", 8 },
+	[KV_F64] = { "f64", "float64", 8 },
+	[KV_C64] = { "c64", "complex64", 8 },
+	[KV_C128] = { "c128", "complex128", 16 },
 };
 
 static int dtype_ok(unsigned d) { return d >= KV_F16 && d <= KV_DTYPE_MAX; }

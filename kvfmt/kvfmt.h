@@ -26,8 +26,11 @@
 #define KV_MAX_RANKS  65536           /* a view's T, and its sources' S */
 
 enum kv_format { KV_FMT_NONE, KV_FMT_NATIVE, KV_FMT_VLLM };
+/* 1-7 are SPEC §6's; 8-16 the rest of what vllm-omni's from_bytes reads
+ * (AMD's fp8 KV cache is float8_e4m3fnuz).  A view only needs the size. */
 enum kv_dtype { KV_F16 = 1, KV_BF16, KV_F32, KV_FP8_E4M3, KV_FP8_E5M2, KV_I8, KV_U8,
-		KV_DTYPE_MAX = KV_U8 };
+		KV_FP8_E4M3FNUZ, KV_FP8_E5M2FNUZ, KV_BOOL, KV_I16, KV_I32, KV_I64, KV_F64,
+		KV_C64, KV_C128, KV_DTYPE_MAX = KV_C128 };
 enum kv_layout { KV_HND = 1, KV_NHD = 2 };
 enum kv_kind { KV_SPLIT = 1, KV_LATENT = 2 };  /* K and V per layer; one MLA latent */
 

@@ -245,7 +245,8 @@ static int view_header(const struct kv_info *src, const void *const *hdr, uint32
 	char *js = NULL;
 	if (T <= S || !mark_slice(root, S, r, T))
 		js = kv_vllm_header(root, v, present, names,
-				    v->head_first || v->heads_total != v->head_count ? KVH_HEADS : 0);
+				    (v->head_first || v->heads_total != v->head_count ? KVH_HEADS : 0) |
+				    (kv_vllm_no_layers(src->json) ? KVH_NO_I : 0));
 	json_object_put(names);
 	json_object_put(root);
 	if (!js)

@@ -5,7 +5,8 @@
  * The JSON is {"rid","bids","meta","td","nl"}: td lists every key_cache
  * layer, then every value_cache layer, as {"n","i","d","s","o","b"} (name,
  * layer, torch dtype, shape [tokens, heads, head_dim], offset into the
- * data, byte length) or {"n","x":true} for a missing layer.  Spelled as
+ * data, byte length; no "i" from vllm-omni's older writer) or
+ * {"n","x":true} for a missing layer.  Spelled as
  * vllm-omni's to_bytes() spells them: names "key_cache_0", dtypes
  * without "torch." ("float16"), the JSON of json.dumps(separators=(",",
  * ":")) (pyjson.c).  A view that omnifs writes in this format adds
@@ -34,6 +35,15 @@ static int get_int(json_object *o, const char *k, int64_t lo, int64_t hi, int64_
 	return *v < lo || *v > hi ? -1 : 0;
 }
 
+static int default_name(json_object *e, uint32_t j, uint32_t nl)
+{
+	json_object *n;
+	char dflt[32];
+
+	kv_vllm_name(dflt, sizeof(dflt), j, nl);
+	return json_object_object_get_ex(e, "n", &n) && !strcmp(json_object_get_string(n), dflt);
+}
+
 /* Entry j of td (1: a missing layer): its shape into kv (the first one sets it, the rest must
  * agree) and its place in the data region. */
 static int td_entry(json_object *e, uint32_t j, uint32_t nl, struct kv_info *kv,
@@ -52,12 +62,18 @@ static int td_entry(json_object *e, uint32_t j, uint32_t nl, struct kv_info *kv,
 		*off = *len = 0;
 		return 1;
 	}
-	if (get_int(e, "i", 0, KV_MAX_LAYERS, &li) || (uint32_t)li != layer)
+	/* vllm-omni's older writer wrote no "i"; its readers still take the
+	 * layer from the name then, and so do we. */
+	if (json_object_object_get_ex(e, "i", NULL) ?
+	    get_int(e, "i", 0, KV_MAX_LAYERS, &li) || (uint32_t)li != layer :
+	    !default_name(e, j, nl))
 		return kv_fail(err, errlen, "td[%u] is not layer %u", j, layer);
-	if (!json_object_object_get_ex(e, "d", &x) || !json_object_is_type(x, json_type_string) ||
-	    kv_dtype_parse(json_object_get_string(x)) < 0)
-		return kv_fail(err, errlen, "td[%u]: unknown dtype", j);
+	if (!json_object_object_get_ex(e, "d", &x) || !json_object_is_type(x, json_type_string))
+		return kv_fail(err, errlen, "td[%u] has no dtype", j);
 	int d = kv_dtype_parse(json_object_get_string(x));
+	if (d < 0)
+		return kv_fail(err, errlen, "td[%u]: unknown dtype \"%.32s\"", j,
+			       json_object_get_string(x));
 	if (!json_object_object_get_ex(e, "s", &s) || !json_object_is_type(s, json_type_array) ||
 	    json_object_array_length(s) != 3)
 		return kv_fail(err, errlen, "td[%u]: shape is not [tokens, heads, head_dim]", j);
@@ -196,8 +212,20 @@ void kv_vllm_name(char *buf, size_t size, uint32_t j, uint32_t layers)
 
 /* A header from root (whose "td" and "nl" are replaced) for tensors of
  * kv's shape, present[i] saying which exist: the JSON text, malloc'd. */
+int kv_vllm_no_layers(void *root)
+{
+	json_object *td, *e;
+
+	if (!json_object_object_get_ex(root, "td", &td))
+		return 0;
+	for (size_t j = 0; j < json_object_array_length(td); j++)
+		if (!json_object_object_get_ex(e = json_object_array_get_idx(td, j), "x", NULL))
+			return !json_object_object_get_ex(e, "i", NULL);
+	return 0;
+}
+
 char *kv_vllm_header(void *root, const struct kv_info *kv, const uint8_t *present,
-		     void *names, int omni)
+		     void *names, int flags)
 {
 	json_object *td = json_object_new_array(), *om;
 	uint64_t tb = (uint64_t)kv->head_count * kv->tokens * kv->head_dim * kv->esize, off = 0;
@@ -213,7 +241,8 @@ char *kv_vllm_header(void *root, const struct kv_info *kv, const uint8_t *presen
 			json_object_object_add(e, "x", json_object_new_boolean(1));
 			json_object_put(sh);
 		} else {
-			json_object_object_add(e, "i", json_object_new_int(j % kv->layers));
+			if (!(flags & KVH_NO_I))
+				json_object_object_add(e, "i", json_object_new_int(j % kv->layers));
 			/* str(dtype).removeprefix("torch."), as vllm-omni writes it */
 			json_object_object_add(e, "d", json_object_new_string(kv_dtype_torch(kv->dtype)));
 			json_object_array_add(sh, json_object_new_int64(kv->tokens));
@@ -228,13 +257,13 @@ char *kv_vllm_header(void *root, const struct kv_info *kv, const uint8_t *presen
 	}
 	json_object_object_add(root, "td", td);
 	json_object_object_add(root, "nl", json_object_new_int((int)kv->layers));
-	if (omni && (om = json_object_new_object())) {
-		if (omni & KVH_HEADS) {
+	if ((flags & (KVH_HEADS | KVH_HND)) && (om = json_object_new_object())) {
+		if (flags & KVH_HEADS) {
 			json_object_object_add(om, "head_first", json_object_new_int((int)kv->head_first));
 			json_object_object_add(om, "heads_total",
 					       json_object_new_int((int)kv->heads_total));
 		}
-		if (omni & KVH_HND)
+		if (flags & KVH_HND)
 			json_object_object_add(om, "layout", json_object_new_string("HND"));
 		json_object_object_add(root, "omni", om);
 	}

@@ -9,9 +9,13 @@ import struct
 
 import xxhash
 
-ESIZE = {1: 2, 2: 2, 3: 4, 4: 1, 5: 1, 6: 1, 7: 1}
+# FORMAT.md's dtype codes: their sizes and torch's names for them.
+ESIZE = {1: 2, 2: 2, 3: 4, 4: 1, 5: 1, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1, 11: 2, 12: 4, 13: 8,
+         14: 8, 15: 8, 16: 16}
 TORCH = {1: "float16", 2: "bfloat16", 3: "float32", 4: "float8_e4m3fn",
-         5: "float8_e5m2", 6: "int8", 7: "uint8"}
+         5: "float8_e5m2", 6: "int8", 7: "uint8", 8: "float8_e4m3fnuz",
+         9: "float8_e5m2fnuz", 10: "bool", 11: "int16", 12: "int32", 13: "int64",
+         14: "float64", 15: "complex64", 16: "complex128"}
 HND, NHD = 1, 2
 
 
@@ -69,12 +73,13 @@ def native(tensors, dtype=1, layout=HND, layers=1, tokens=4, heads_total=2,
 
 
 def vllm(keys, values, dtype=1, tokens=4, heads=2, head_dim=8, rid="r1", bids=(1, 2),
-         meta=None, extra=None):
+         meta=None, extra=None, layer_keys=True):
     """keys, values: per layer bytes ([tokens, heads, head_dim]) or None.
 
     Spelled as vllm-omni's KVCacheTransferData.to_bytes() spells it:
     names key_cache_<l> / value_cache_<l>, dtypes without "torch.", the
-    header as json.dumps(..., separators=(",", ":")) writes it."""
+    header as json.dumps(..., separators=(",", ":")) writes it.  Without
+    layer_keys, as its older to_bytes() wrote it: no "i"."""
     nl = len(keys)
     td, data, off = [], b"", 0
     for j, t in enumerate(list(keys) + list(values)):
@@ -82,8 +87,11 @@ def vllm(keys, values, dtype=1, tokens=4, heads=2, head_dim=8, rid="r1", bids=(1
         if t is None:
             td.append({"n": name, "x": True})
             continue
-        td.append({"n": name, "i": j % nl, "d": TORCH[dtype],
-                   "s": [tokens, heads, head_dim], "o": off, "b": len(t)})
+        e = {"n": name, "i": j % nl, "d": TORCH[dtype],
+             "s": [tokens, heads, head_dim], "o": off, "b": len(t)}
+        if not layer_keys:
+            del e["i"]
+        td.append(e)
         data += t
         off += len(t)
     h = {"rid": rid, "bids": list(bids), "meta": {} if meta is None else meta, "td": td,

@@ -5,9 +5,11 @@ import contextlib
 import ctypes
 import errno
 import gc
+import json
 import logging
 import os
 import re
+import struct
 import subprocess
 import sys
 import threading
@@ -868,6 +870,49 @@ def test_kv_shards_through_views(S, T):
                 assert sl["applied"] is True and sl["target_rank"] == t
         assert not [k for k in omnifs.Mount(C).keys("0", "1") if request_of(k, r)], \
             "every shard consumed by the views"
+
+
+# What vllm-omni writes besides float16 with "i": its older to_bytes()
+# (no "i"), dtypes such as AMD's fp8 KV cache, and the payload contract
+# its receiver checks (the metadata a view must keep).
+@pytest.mark.parametrize("dtype,layer_keys", [(8, False), (9, True), (16, True), (10, False)])
+@pytest.mark.parametrize("S,T", [(2, 1), (1, 2)])
+def test_kv_views_of_what_vllm_omni_also_writes(dtype, layer_keys, S, T):
+    r, es = rid(), kvpy.ESIZE[dtype]
+    meta = {"_kv_payload_contract": 1, "num_layers": 2, "seq_len": TOK, "block_size": 4}
+    full = {(l, kv): os.urandom(TOK * H * D * es) for l in range(2) for kv in "KV"}
+
+    def heads(whole, h0, n):
+        return b"".join(whole[(k * H + h0) * D * es:(k * H + h0 + n) * D * es] for k in range(TOK))
+    with OmniFSConnector({"mount": B}) as snd, OmniFSConnector({"mount": C}) as rcv:
+        for i in range(S):
+            n = H // S
+            payload = kvpy.vllm([heads(full[l, "K"], i * n, n) for l in range(2)],
+                                [heads(full[l, "V"], i * n, n) for l in range(2)],
+                                dtype=dtype, tokens=TOK, heads=n, head_dim=D, rid=r,
+                                bids=(3, 9), meta=meta, layer_keys=layer_keys)
+            (key,) = tp_view_hooks(S, T, i)["kv_send_key_builder"](r, "0", "1")
+            assert snd.put("0", "1", key, payload)[0], "published"
+        for t in range(T):
+            [(key, _)] = tp_view_hooks(S, T, t)["kv_recv_key_builder"](r, "0", "1")
+            got = rcv.get("0", "1", key)
+            assert got is not None, key
+            raw = got[0]
+            td = json.loads(bytes(raw[4:4 + struct.unpack(">I", raw[:4])[0]]))["td"]
+            assert all(("i" in e) == layer_keys for e in td), "written as the shards were"
+            data = kvpy.vllm_decode(raw)
+            n = H // T
+            for l in range(2):
+                for kv, c in (("K", "key_cache"), ("V", "value_cache")):
+                    assert data[c][l] == (kvpy.TORCH[dtype], [TOK, n, D],
+                                          heads(full[l, kv], t * n, n)), (c, l)
+            # vllm-omni's validate_payload_contract(): the metadata as sent
+            # (a slice adds only its mark), the request, every layer, seq_len.
+            got_meta = dict(data["metadata"])
+            got_meta.pop("tp_head_slice", None)
+            assert got_meta == meta and data["request_id"] == r
+            assert len(data["key_cache"]) == meta["num_layers"]
+            assert all(k[1][0] == meta["seq_len"] for k in data["key_cache"] + data["value_cache"])
 
 
 def test_tp_hooks_refuse_bad_topology():

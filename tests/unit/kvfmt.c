@@ -401,6 +401,59 @@ static void vllm_views(void)
 	}
 }
 
+/* What vllm-omni's readers take besides what its writer writes today:
+ * every dtype its from_bytes accepts, and td entries without "i" (its
+ * older to_bytes, still read for rolling upgrades). */
+static void upstream_spellings(void)
+{
+	static const struct { const char *name; int size; } up[] = {
+		{ "bool", 1 }, { "uint8", 1 }, { "int8", 1 }, { "int16", 2 }, { "int32", 4 },
+		{ "int64", 8 }, { "float16", 2 }, { "float32", 4 }, { "float64", 8 },
+		{ "bfloat16", 2 }, { "complex64", 8 }, { "complex128", 16 },
+		{ "float8_e4m3fn", 1 }, { "float8_e4m3fnuz", 1 }, { "float8_e5m2", 1 },
+		{ "float8_e5m2fnuz", 1 },
+	};
+	for (size_t i = 0; i < sizeof(up) / sizeof(up[0]); i++) {
+		int d = kv_dtype_parse(up[i].name);
+		ok(d > 0 && !strcmp(kv_dtype_torch(d), up[i].name) && kv_dtype_size(d) == up[i].size,
+		   "dtype %s: %d byte(s), written back as it came", up[i].name, up[i].size);
+	}
+
+	const char *js = "{\"rid\":\"r\",\"bids\":[1],\"meta\":{},\"td\":["
+		"{\"n\":\"key_cache_0\",\"d\":\"float8_e4m3fnuz\",\"s\":[2,2,2],\"o\":0,\"b\":8},"
+		"{\"n\":\"value_cache_0\",\"d\":\"float8_e4m3fnuz\",\"s\":[2,2,2],\"o\":8,\"b\":8}],"
+		"\"nl\":1}";
+	struct kv_info kv, nat;
+	struct kv_plan pl;
+	uint8_t *p, *q, *r;
+	uint64_t n, qn, rn;
+
+	p = vllm_raw(js, 16, &n);
+	is(parse(p, n, &kv), 0, "td entries without \"i\" parse (vllm-omni's older writer)");
+	ok(kv.dtype == KV_FP8_E4M3FNUZ && kv.esize == 1 && kv.head_count == 2, "... float8_e4m3fnuz");
+	struct buf b = { p, n }, c;
+	kv_convert(&kv, p, at, &b, KV_FMT_NATIVE, &q, &qn);
+	parse(q, qn, &nat);
+	c = (struct buf){ q, qn };
+	kv_convert(&nat, q, at, &c, KV_FMT_VLLM, &r, &rn);
+	ok(rn == n && !memcmp(r, p, n), "vllm -> native -> vllm: the same bytes, still without \"i\"");
+	kv_free(&nat);
+	free(q);
+	free(r);
+	const void *h = p;
+	is(kv_plan_view(&kv, &h, 1, 1, 1, 2, &pl, NULL, 0), 0, "plans rank 1 of 2 from it");
+	const char *fnuz = "\"d\":\"float8_e4m3fnuz\"";
+	ok(memmem(pl.hdr, pl.hdr_len, "\"i\":", 4) == NULL &&
+	   memmem(pl.hdr, pl.hdr_len, fnuz, strlen(fnuz)) != NULL,
+	   "the slice is written as its shard was: no \"i\", the same dtype");
+	kv_plan_free(&pl);
+	kv_free(&kv);
+	memcpy(strstr((char *)p + 4, "value_cache_0"), "value_cache_1", 13);
+	is(parse(p, n, &kv), -EINVAL, "without \"i\", a name that is not its place: refused");
+	kv_free(&kv);
+	free(p);
+}
+
 int main(void)
 {
 	fill();
@@ -411,5 +464,6 @@ int main(void)
 	convert();
 	all_missing();
 	vllm_views();
+	upstream_spellings();
 	return done_testing();
 }
