@@ -21,7 +21,7 @@ void kv_vllm_free(void *json);
 enum { KVH_HEADS = 1, KVH_HND = 2, KVH_NO_I = 4 };
 char *kv_vllm_header(void *root, const struct kv_info *kv, const uint8_t *present,
 		     void *names, int flags);
-/* 1 when a parsed vllm header's td entries carry no "i" (vllm-omni's
+/* 1 when no td entry of a parsed vllm header carries "i" (vllm-omni's
  * older to_bytes()), so that what omnifs writes from it carries none. */
 int kv_vllm_no_layers(void *root);
 /* A json-c tree as Python's json.dumps(o, separators=(",", ":")) writes

@@ -215,13 +215,20 @@ void kv_vllm_name(char *buf, size_t size, uint32_t j, uint32_t layers)
 int kv_vllm_no_layers(void *root)
 {
 	json_object *td, *e;
+	int present = 0;
 
 	if (!json_object_object_get_ex(root, "td", &td))
 		return 0;
-	for (size_t j = 0; j < json_object_array_length(td); j++)
-		if (!json_object_object_get_ex(e = json_object_array_get_idx(td, j), "x", NULL))
-			return !json_object_object_get_ex(e, "i", NULL);
-	return 0;
+	/* all or nothing: an entry without "i" has the default name, one
+	 * with it may have any (which only "i" then places) */
+	for (size_t j = 0; j < json_object_array_length(td); j++) {
+		if (json_object_object_get_ex(e = json_object_array_get_idx(td, j), "x", NULL))
+			continue;
+		if (json_object_object_get_ex(e, "i", NULL))
+			return 0;
+		present = 1;
+	}
+	return present;
 }
 
 char *kv_vllm_header(void *root, const struct kv_info *kv, const uint8_t *present,

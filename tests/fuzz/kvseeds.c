@@ -1,17 +1,42 @@
 /* Writes KV payloads into DIR, native (HND, NHD, latent, a missing layer)
- * and vllm-omni: the seeds of the kvfmt fuzz target. */
+ * and vllm-omni (also as its older writer wrote them, without "i"): the
+ * seeds of the kvfmt fuzz target. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../kvfmt/kvfmt.h"
 
+static int save(const char *dir, const char *name, const uint8_t *p, uint64_t len)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "wb");
+	int rc = !f || fwrite(p, 1, len, f) != len;
+	if (f)
+		rc |= fclose(f) != 0;
+	return rc;
+}
+
+/* vllm-omni's older to_bytes(): td entries without "i"; AMD's fp8 */
+static int put_older(const char *dir)
+{
+	static const char js[] = "{\"rid\":\"r\",\"bids\":[1],\"meta\":{},\"td\":["
+		"{\"n\":\"key_cache_0\",\"d\":\"float8_e4m3fnuz\",\"s\":[2,2,2],\"o\":0,\"b\":8},"
+		"{\"n\":\"value_cache_0\",\"d\":\"float8_e4m3fnuz\",\"s\":[2,2,2],\"o\":8,\"b\":8}],"
+		"\"nl\":1}";
+	uint8_t p[4 + sizeof(js) - 1 + 16] = { 0, 0, 0, sizeof(js) - 1 };
+
+	memcpy(p + 4, js, sizeof(js) - 1);
+	return save(dir, "vllm-older", p, sizeof(p));
+}
+
 static int put(const char *dir, const char *name, const struct kv_spec *s, int vllm, int miss)
 {
 	const void *t[8] = { 0 };
 	uint8_t *out, data[4096];
 	uint64_t len;
-	char path[4096];
 	int rc;
 
 	for (size_t i = 0; i < sizeof(data); i++)
@@ -22,11 +47,7 @@ static int put(const char *dir, const char *name, const struct kv_spec *s, int v
 		  : kv_build_native(s, t, &out, &len);
 	if (rc)
 		return 1;
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	FILE *f = fopen(path, "wb");
-	rc = !f || fwrite(out, 1, len, f) != len;
-	if (f)
-		rc |= fclose(f) != 0;
+	rc = save(dir, name, out, len);
 	free(out);
 	return rc;
 }
@@ -44,5 +65,5 @@ int main(int argc, char **argv)
 	}
 	return put(argv[1], "hnd", &hnd, 0, -1) | put(argv[1], "nhd", &nhd, 0, 1) |
 	       put(argv[1], "latent", &lat, 0, -1) | put(argv[1], "vllm", &vl, 1, -1) |
-	       put(argv[1], "vllm-missing", &vl, 1, 0);
+	       put(argv[1], "vllm-missing", &vl, 1, 0) | put_older(argv[1]);
 }

@@ -452,6 +452,21 @@ static void upstream_spellings(void)
 	is(parse(p, n, &kv), -EINVAL, "without \"i\", a name that is not its place: refused");
 	kv_free(&kv);
 	free(p);
+
+	/* one entry without "i", one with it and a name of its own (found by
+	 * tests/fuzz/kv.c): the view writes "i" for both, and parses again */
+	js = "{\"rid\":\"r\",\"bids\":[1],\"meta\":{},\"td\":["
+		"{\"n\":\"key_cache_0\",\"d\":\"float16\",\"s\":[2,2,2],\"o\":0,\"b\":16},"
+		"{\"n\":\"v\",\"i\":0,\"d\":\"float16\",\"s\":[2,2,2],\"o\":16,\"b\":16}],"
+		"\"nl\":1}";
+	p = vllm_raw(js, 32, &n);
+	is(parse(p, n, &kv), 0, "a td half with \"i\", half without, parses");
+	h = p;
+	is(kv_plan_view(&kv, &h, 1, 1, 0, 2, &pl, NULL, 0), 0, "plans rank 0 of 2 from it");
+	ok(plan_info_is_parse(&pl), "whose header parses as planned");
+	kv_plan_free(&pl);
+	kv_free(&kv);
+	free(p);
 }
 
 int main(void)
