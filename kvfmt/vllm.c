@@ -71,9 +71,15 @@ static int td_entry(json_object *e, uint32_t j, uint32_t nl, struct kv_info *kv,
 	if (!json_object_object_get_ex(e, "d", &x) || !json_object_is_type(x, json_type_string))
 		return kv_fail(err, errlen, "td[%u] has no dtype", j);
 	int d = kv_dtype_parse(json_object_get_string(x));
-	if (d < 0)
-		return kv_fail(err, errlen, "td[%u]: unknown dtype \"%.32s\"", j,
-			       json_object_get_string(x));
+	if (d < 0) {
+		char name[33];  /* the writer's bytes, printable, in one log line */
+		const char *dn = json_object_get_string(x);
+		size_t k = 0;
+		for (; dn[k] && k < sizeof(name) - 1; k++)
+			name[k] = dn[k] > ' ' && dn[k] < 0x7f ? dn[k] : '?';
+		name[k] = 0;
+		return kv_fail(err, errlen, "td[%u]: unknown dtype \"%s\"", j, name);
+	}
 	if (!json_object_object_get_ex(e, "s", &s) || !json_object_is_type(s, json_type_array) ||
 	    json_object_array_length(s) != 3)
 		return kv_fail(err, errlen, "td[%u]: shape is not [tokens, heads, head_dim]", j);
@@ -210,8 +216,6 @@ void kv_vllm_name(char *buf, size_t size, uint32_t j, uint32_t layers)
 	snprintf(buf, size, "%s_cache_%u", j < layers ? "key" : "value", j % layers);
 }
 
-/* A header from root (whose "td" and "nl" are replaced) for tensors of
- * kv's shape, present[i] saying which exist: the JSON text, malloc'd. */
 int kv_vllm_no_layers(void *root)
 {
 	json_object *td, *e;
@@ -231,6 +235,8 @@ int kv_vllm_no_layers(void *root)
 	return present;
 }
 
+/* A header from root (whose "td" and "nl" are replaced) for tensors of
+ * kv's shape, present[i] saying which exist: the JSON text, malloc'd. */
 char *kv_vllm_header(void *root, const struct kv_info *kv, const uint8_t *present,
 		     void *names, int flags)
 {

@@ -453,6 +453,17 @@ static void upstream_spellings(void)
 	kv_free(&kv);
 	free(p);
 
+	char err[160];
+	js = "{\"rid\":\"r\",\"bids\":[1],\"meta\":{},\"td\":["
+		"{\"n\":\"key_cache_0\",\"d\":\"float4\\n\",\"s\":[2,2,2],\"o\":0,\"b\":4},"
+		"{\"n\":\"value_cache_0\",\"d\":\"float4\\n\",\"s\":[2,2,2],\"o\":4,\"b\":4}],"
+		"\"nl\":1}";
+	p = vllm_raw(js, 8, &n);
+	is(kv_parse(p, n, n, &kv, err, sizeof(err)), -EINVAL, "a dtype vllm-omni does not read: refused");
+	is_str(err, "td[0]: unknown dtype \"float4?\"", "... naming it, in one printable line");
+	kv_free(&kv);
+	free(p);
+
 	/* one entry without "i", one with it and a name of its own (found by
 	 * tests/fuzz/kv.c): the view writes "i" for both, and parses again */
 	js = "{\"rid\":\"r\",\"bids\":[1],\"meta\":{},\"td\":["
