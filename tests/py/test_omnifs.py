@@ -831,9 +831,9 @@ def test_close_ends_a_loops_wait():
 TOK, H, D = 5, 8, 4
 
 
-def head_rows(whole, h0, n):
-    """[TOK, n, D] f16 bytes of heads h0.. of a [TOK, H, D] tensor."""
-    return b"".join(whole[(k * H + h0) * D * 2:(k * H + h0 + n) * D * 2] for k in range(TOK))
+def head_rows(whole, h0, n, es=2):
+    """[TOK, n, D] bytes of heads h0.. of a [TOK, H, D] tensor of es-byte elements."""
+    return b"".join(whole[(k * H + h0) * D * es:(k * H + h0 + n) * D * es] for k in range(TOK))
 
 
 @pytest.mark.parametrize("S", [1, 2, 4, 8])
@@ -881,14 +881,11 @@ def test_kv_views_of_what_vllm_omni_also_writes(dtype, layer_keys, S, T):
     r, es = rid(), kvpy.ESIZE[dtype]
     meta = {"_kv_payload_contract": 1, "num_layers": 2, "seq_len": TOK, "block_size": 4}
     full = {(l, kv): os.urandom(TOK * H * D * es) for l in range(2) for kv in "KV"}
-
-    def heads(whole, h0, n):
-        return b"".join(whole[(k * H + h0) * D * es:(k * H + h0 + n) * D * es] for k in range(TOK))
     with OmniFSConnector({"mount": B}) as snd, OmniFSConnector({"mount": C}) as rcv:
         for i in range(S):
             n = H // S
-            payload = kvpy.vllm([heads(full[l, "K"], i * n, n) for l in range(2)],
-                                [heads(full[l, "V"], i * n, n) for l in range(2)],
+            payload = kvpy.vllm([head_rows(full[l, "K"], i * n, n, es) for l in range(2)],
+                                [head_rows(full[l, "V"], i * n, n, es) for l in range(2)],
                                 dtype=dtype, tokens=TOK, heads=n, head_dim=D, rid=r,
                                 bids=(3, 9), meta=meta, layer_keys=layer_keys)
             (key,) = tp_view_hooks(S, T, i)["kv_send_key_builder"](r, "0", "1")
@@ -905,7 +902,7 @@ def test_kv_views_of_what_vllm_omni_also_writes(dtype, layer_keys, S, T):
             for l in range(2):
                 for kv, c in (("K", "key_cache"), ("V", "value_cache")):
                     assert data[c][l] == (kvpy.TORCH[dtype], [TOK, n, D],
-                                          heads(full[l, kv], t * n, n)), (c, l)
+                                          head_rows(full[l, kv], t * n, n, es)), (c, l)
             # vllm-omni's validate_payload_contract(): the metadata as sent
             # (a slice adds only its mark), the request, every layer, seq_len.
             got_meta = dict(data["metadata"])
