@@ -402,9 +402,8 @@ static void vllm_views(void)
 }
 
 /* What vllm-omni's readers take besides what its writer writes today:
- * every dtype its from_bytes accepts, and td entries without "i" (its
- * older to_bytes, still read for rolling upgrades). */
-static void upstream_spellings(void)
+ * every dtype its from_bytes accepts ... */
+static void upstream_dtypes(void)
 {
 	static const struct { const char *name; int size; } up[] = {
 		{ "bool", 1 }, { "uint8", 1 }, { "int8", 1 }, { "int16", 2 }, { "int32", 4 },
@@ -419,6 +418,25 @@ static void upstream_spellings(void)
 		   "dtype %s: %d byte(s), written back as it came", up[i].name, up[i].size);
 	}
 
+	char err[160];
+	const char *js = "{\"rid\":\"r\",\"bids\":[1],\"meta\":{},\"td\":["
+		"{\"n\":\"key_cache_0\",\"d\":\"float4\\n\",\"s\":[2,2,2],\"o\":0,\"b\":4},"
+		"{\"n\":\"value_cache_0\",\"d\":\"float4\\n\",\"s\":[2,2,2],\"o\":4,\"b\":4}],"
+		"\"nl\":1}";
+	struct kv_info kv;
+	uint64_t n;
+	uint8_t *p = vllm_raw(js, 8, &n);
+
+	is(kv_parse(p, n, n, &kv, err, sizeof(err)), -EINVAL, "a dtype vllm-omni does not read: refused");
+	is_str(err, "td[0]: unknown dtype \"float4?\"", "... naming it, in one printable line");
+	kv_free(&kv);
+	free(p);
+}
+
+/* ... and td entries without "i" (its older to_bytes, still read for
+ * rolling upgrades). */
+static void upstream_older_writer(void)
+{
 	const char *js = "{\"rid\":\"r\",\"bids\":[1],\"meta\":{},\"td\":["
 		"{\"n\":\"key_cache_0\",\"d\":\"float8_e4m3fnuz\",\"s\":[2,2,2],\"o\":0,\"b\":8},"
 		"{\"n\":\"value_cache_0\",\"d\":\"float8_e4m3fnuz\",\"s\":[2,2,2],\"o\":8,\"b\":8}],"
@@ -452,27 +470,23 @@ static void upstream_spellings(void)
 	is(parse(p, n, &kv), -EINVAL, "without \"i\", a name that is not its place: refused");
 	kv_free(&kv);
 	free(p);
+}
 
-	char err[160];
-	js = "{\"rid\":\"r\",\"bids\":[1],\"meta\":{},\"td\":["
-		"{\"n\":\"key_cache_0\",\"d\":\"float4\\n\",\"s\":[2,2,2],\"o\":0,\"b\":4},"
-		"{\"n\":\"value_cache_0\",\"d\":\"float4\\n\",\"s\":[2,2,2],\"o\":4,\"b\":4}],"
-		"\"nl\":1}";
-	p = vllm_raw(js, 8, &n);
-	is(kv_parse(p, n, n, &kv, err, sizeof(err)), -EINVAL, "a dtype vllm-omni does not read: refused");
-	is_str(err, "td[0]: unknown dtype \"float4?\"", "... naming it, in one printable line");
-	kv_free(&kv);
-	free(p);
-
-	/* one entry without "i", one with it and a name of its own (found by
-	 * tests/fuzz/kv.c): the view writes "i" for both, and parses again */
-	js = "{\"rid\":\"r\",\"bids\":[1],\"meta\":{},\"td\":["
+/* One entry without "i", one with it and a name of its own (found by
+ * tests/fuzz/kv.c): the view writes "i" for both, and parses again. */
+static void upstream_mixed_layers(void)
+{
+	const char *js = "{\"rid\":\"r\",\"bids\":[1],\"meta\":{},\"td\":["
 		"{\"n\":\"key_cache_0\",\"d\":\"float16\",\"s\":[2,2,2],\"o\":0,\"b\":16},"
 		"{\"n\":\"v\",\"i\":0,\"d\":\"float16\",\"s\":[2,2,2],\"o\":16,\"b\":16}],"
 		"\"nl\":1}";
-	p = vllm_raw(js, 32, &n);
+	struct kv_info kv;
+	struct kv_plan pl;
+	uint64_t n;
+	uint8_t *p = vllm_raw(js, 32, &n);
+	const void *h = p;
+
 	is(parse(p, n, &kv), 0, "a td half with \"i\", half without, parses");
-	h = p;
 	is(kv_plan_view(&kv, &h, 1, 1, 0, 2, &pl, NULL, 0), 0, "plans rank 0 of 2 from it");
 	ok(plan_info_is_parse(&pl), "whose header parses as planned");
 	kv_plan_free(&pl);
@@ -490,6 +504,8 @@ int main(void)
 	convert();
 	all_missing();
 	vllm_views();
-	upstream_spellings();
+	upstream_dtypes();
+	upstream_older_writer();
+	upstream_mixed_layers();
 	return done_testing();
 }
