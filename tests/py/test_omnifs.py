@@ -23,7 +23,7 @@ import pytest
 import kvpy
 import omnifs
 from omnifs import codec
-from omnifs.vllm_omni import OmniFSConnector, request_of, tp_view_hooks, use_tp_views
+from omnifs.vllm_omni import OmniFSConnector, file_name, request_of, tp_view_hooks, use_tp_views
 
 ONE, B, C = os.environ["OMNI_ONE"], os.environ["OMNI_B"], os.environ["OMNI_C"]
 
@@ -298,8 +298,9 @@ def test_unserializable_is_false_0_none(one, caplog):
 
 
 def test_bad_names_are_false_0_none_and_none(one, caplog):
+    """A key may hold "/" (file_name()), not start with "." or be empty."""
     with caplog.at_level(logging.ERROR, logger="omnifs.vllm_omni"):
-        assert one.put("0", "1", "a/b", b"x") == (False, 0, None)
+        assert one.put("0", "1", "", b"x") == (False, 0, None)
         assert one.put(".hidden", "1", "k", b"x") == (False, 0, None)
         assert one.get("0", "1", ".k", timeout=1) is None
     assert caplog.text.count("failed") == 3
@@ -476,6 +477,68 @@ def test_cleanup_leaves_nothing_on_any_node():
         assert omnifs.Mount(B).cleanup(r) == (0, 0), "none left, no node missed"
         assert c.get("1", "2", other) == (b"keep", 4)
         assert c.get("0", "1", r + "0") == (b"another request's", 17)
+
+
+def test_file_name():
+    assert file_name("r1_0_0@tensor/embed.prefill") == "r1_0_0@tensor%2Fembed.prefill"
+    assert file_name("a%2Fb/c%") == "a%252Fb%2Fc%25", "a % is escaped first"
+    for k in ("r1", "r1.rank0of2", "omni_0_to_1_kv_cache_r1", "r1_0_0_1_2@x"):
+        assert file_name(k) == k, "a key without / or % is its own name"
+
+
+def test_keys_with_a_slash_or_a_percent_cross_nodes_and_clean_up():
+    """vllm-omni's keys are any strings: Qwen3-Omni's tensor packets hold a
+    "/" (<rid>_<stage>_<chunk>@tensor/<field>).  Each key its own object,
+    also one that spells another's escape; cleanup finds them all."""
+    r = rid()
+    keys = [r + "_0_0@tensor/embed.prefill", r + "_0_0@tensor%2Fembed.prefill",
+            r + "_0_0@tensor/a/b", r + "_%", r + "_%25"]
+    with OmniFSConnector({"mount": B}) as b, OmniFSConnector({"mount": C}) as c:
+        b.put("0", "1", r + "%", b"not the request's: no _ or . after its id")
+        used_b = pool_used(B)
+        for i, k in enumerate(keys):
+            assert b.put("0", "1", k, b"%d" % i * 5000)[:2] == (True, 5000), k
+        names = set(omnifs.Mount(C).keys("0", "1"))
+        assert {file_name(k) for k in keys} <= names
+        assert c.get("0", "1", keys[2], timeout=5) == (b"2" * 5000, 5000)
+        assert c.cleanup(r) is True and c.health()["removed"] == 4, "the other 4 went"
+        for m in (B, C):
+            left = [n for n in omnifs.Mount(m).keys("0", "1") if n.startswith(r)]
+            assert left == [r + "%25"], m
+        assert pool_used(B) == used_b, "b's pool as before"
+        assert c.get("0", "1", keys[0], timeout=0.2) is None
+        assert c.get("0", "1", r + "%")[0].startswith(b"not the request's")
+
+
+def test_qwen3_omni_tensor_packets_across_nodes():
+    """A Qwen3-Omni thinker's payload as vllm-omni sends it through a
+    connector that takes raw data: each tensor put under
+    <rid>_<stage>_<chunk>@tensor/<field>, then a sidecar naming them under
+    <rid>_<stage>_<chunk>; the talker gets the sidecar and each tensor."""
+    torch = pytest.importorskip("torch", reason="torch is not importable here")
+    ext, chunk = rid(), 3
+    base = "%s_%d_%d" % (ext, 0, chunk)
+    fields = {"embed.prefill": torch.randn(7, 16, dtype=torch.bfloat16),
+              "embed.tts_bos": torch.randn(1, 16), "embed.tts_eos": torch.randn(1, 16),
+              "embed.tts_pad": torch.randn(1, 16), "hidden_states.output": torch.randn(7, 16)}
+    entries = [{"name": f, "dtype": str(t.dtype), "shape": list(t.shape), "device": "cpu",
+                "layout": "contiguous", "transfer_key": base + "@tensor/" + f}
+               for f, t in fields.items()]
+    sidecar = {"packet_version": 1, "request_id": ext, "external_req_id": ext,
+               "source_stage_id": 0, "target_stage_id": 1, "sidecar_put_key": base,
+               "tensor_entries": entries, "metadata": {"ids": {"all": [1, 2, 3]}}}
+    with OmniFSConnector({"mount": B}) as b, OmniFSConnector({"mount": C}) as c:
+        assert OmniFSConnector.supports_raw_data, "what makes vllm-omni take this path"
+        for e in entries:
+            assert b.put("0", "1", e["transfer_key"], fields[e["name"]])[0], e["transfer_key"]
+        assert b.put("0", "1", base, sidecar)[0]
+        got, _ = c.get("0", "1", base)
+        assert got == sidecar
+        for e in got["tensor_entries"]:
+            t, _ = c.get("0", "1", e["transfer_key"])
+            assert isinstance(t, torch.Tensor) and str(t.dtype) == e["dtype"]
+            assert torch.equal(t, fields[e["name"]]), e["name"]
+        assert not [n for n in omnifs.Mount(C).keys("0", "1") if n.startswith(ext)], "consumed"
 
 
 def test_cleanup_answers_the_gets_still_waiting_for_it():

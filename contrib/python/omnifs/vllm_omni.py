@@ -4,11 +4,12 @@ A stage config names it like any OmniConnector:
 
     connector: {name: OmniFSConnector, extra: {mount: /mnt/omni}}
 
-put() writes <mount>/<from>/<to>/<key> and closes it (published, on every
-node); get() opens it, waiting inside open() for it to be published, up
-to its timeout, and reads it (an RDMA or TCP pull when another node wrote
-it).  Nothing polls.  Without vllm_omni installed the class works alone,
-with the same methods and returns.
+put() writes <mount>/<from>/<to>/<key> (a "/" of the key as "%2F": see
+file_name()) and closes it (published, on every node); get() opens it,
+waiting inside open() for it to be published, up to its timeout, and
+reads it (an RDMA or TCP pull when another node wrote it).  Nothing
+polls.  Without vllm_omni installed the class works alone, with the same
+methods and returns.
 
 vllm-omni's receive loops poll many requests from one thread: there a get
 answers at once and a key not yet published is fetched in the background
@@ -41,7 +42,7 @@ _MAGIC0 = codec.MAGIC[0]
 # under the lock before a wait once this many are there, and by health().
 _FOLD = 1024
 _WAIT = object()        # _get_ahead(): nothing for it there, get() waits
-__all__ = ["OmniFSConnector", "request_of", "use_tp_views", "tp_view_hooks"]
+__all__ = ["OmniFSConnector", "request_of", "file_name", "use_tp_views", "tp_view_hooks"]
 
 
 def request_of(key, request_id):
@@ -51,6 +52,18 @@ def request_of(key, request_id):
     if key == request_id or key.startswith(request_id + "_") or key.startswith(request_id + "."):
         return True
     return key.startswith("omni_") and key.endswith("_kv_cache_" + request_id)
+
+
+def file_name(key):
+    """The name a vllm-omni key has in the mount: the key itself, but "%"
+    and "/" as "%25" and "%2F".  vllm-omni's keys may hold a "/" (Qwen3-Omni
+    puts each tensor of a thinker's payload under
+    <rid>_<stage>_<chunk>@tensor/<field>), which no file name can.  One
+    name a key and one key a name, and a request's keys start with its
+    id's name as they start with its id, so cleanup() finds them."""
+    if "%" in key or "/" in key:
+        return key.replace("%", "%25").replace("/", "%2F")
+    return key
 
 
 def _whole(v):
@@ -133,11 +146,11 @@ class OmniFSConnector(_Base):
         try:
             if self._closed:
                 raise OSError(errno.EBADF, "the connector is closed")
+            name = file_name(str(put_key))
             if type(data) is bytes and (not data or data[0] != _MAGIC0):
-                n = self._mount.put(str(from_stage), str(to_stage), str(put_key), data,
-                                    self.readers)
+                n = self._mount.put(str(from_stage), str(to_stage), name, data, self.readers)
             else:
-                n = self._put_any(str(from_stage), str(to_stage), str(put_key), data)
+                n = self._put_any(str(from_stage), str(to_stage), name, data)
         except Exception as e:
             log.error("OmniFSConnector: put %s/%s/%s failed: %s", from_stage, to_stage, put_key, e)
             self._count("put_failures")
@@ -169,8 +182,8 @@ class OmniFSConnector(_Base):
         try:
             if self._closed:
                 raise OSError(errno.EBADF, "the connector is closed")
-            raw = self._mount.get(str(from_stage), str(to_stage), str(get_key), timeout=wait,
-                                  alloc=codec.alloc)
+            raw = self._mount.get(str(from_stage), str(to_stage), file_name(str(get_key)),
+                                  timeout=wait, alloc=codec.alloc)
             obj = (raw if type(raw) is bytearray and (not raw or raw[0] != _MAGIC0)
                    else codec.decode(raw))
         except FileNotFoundError:
@@ -250,12 +263,12 @@ class OmniFSConnector(_Base):
         if self._ahead is not None:
             self._ahead.drop(lambda k: request_of(k, rid))
         try:
-            removed, missed = self._mount.cleanup(rid)
+            removed, missed = self._mount.cleanup(file_name(rid))
         except OSError as e:
             if e.errno not in small.NEVER:
                 log.error("OmniFSConnector: cleanup %s: %s", rid, e)
                 return False
-            removed, missed = self._cleanup_by_listing(rid), 0
+            removed, missed = self._cleanup_by_listing(file_name(rid)), 0
         if missed:
             log.warning("OmniFSConnector: cleanup %s: %d node(s) could not be told now; "
                         "they are told when they are back", rid, missed)
@@ -264,7 +277,8 @@ class OmniFSConnector(_Base):
 
     def _cleanup_by_listing(self, rid):
         """cleanup() through a daemon without OMNIFS_IOC_CLEANUP: every
-        edge listed, each of the request's keys removed."""
+        edge listed, each name of the request's (rid: its file_name)
+        removed."""
         removed = 0
         try:
             edges = self._mount.edges()
