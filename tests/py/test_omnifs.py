@@ -781,6 +781,41 @@ def test_a_receive_loop_is_never_held_up_by_one_key(writer, reader):
     assert not c._ahead.counts()[0], "closed: given up"
 
 
+@pytest.mark.parametrize("writer,reader", [(ONE, ONE), (B, C)], ids=["one-node", "b-to-c"])
+def test_a_loops_get_of_a_key_that_is_there_returns_it(writer, reader):
+    """As vllm-omni's own connectors do: a loop that gets a packet's sidecar
+    and then, at once, each piece it names (Qwen3-Omni's tensor packets)
+    has them all.  A key only being written is not there yet."""
+    ext = rid()
+    base = ext + "_0_0"
+    pieces = {base + "@tensor/" + f: os.urandom(n) for f, n in
+              (("embed.prefill", 3 << 20), ("embed.tts_bos", 100), ("hidden_states.output", 5000))}
+    with OmniFSConnector({"mount": reader, "timeout_s": 20}) as c, \
+            OmniFSConnector({"mount": writer}) as w:
+        generation = c.get_wakeup_generation()
+        for k, v in pieces.items():
+            assert w.put("0", "1", k, v)[0]
+        assert w.put("0", "1", base, {"tensor_entries": sorted(pieces)})[0]
+        for _ in range(500):            # b's publish reaches c by a message
+            sidecar = c.get("0", "1", base)
+            if sidecar is not None:
+                break
+            c.wait_for_change(generation, timeout=0.01)
+        assert sidecar == ({"tensor_entries": sorted(pieces)}, sidecar[1])
+        for k in sidecar[0]["tensor_entries"]:
+            assert c.get("0", "1", k) == (pieces[k], len(pieces[k])), k
+        assert c.health()["fetching"] == 0, "nothing was fetched ahead"
+        k = rid()
+        with open(os.path.join(reader, "0", "1", k), "wb", buffering=0) as f:
+            f.write(b"being written")
+            t = time.monotonic()
+            assert c.get("0", "1", k) is None, "not published: not there"
+            assert time.monotonic() - t < 0.5 and c.health()["fetching"] == 1
+            assert c.health()["get_timeouts"] == 0, "nor did a get wait for it here"
+        assert c.wait_for_change(generation, timeout=10) is True
+        assert c.get("0", "1", k) == (b"being written", 13)
+
+
 def test_a_loops_wait_ends_when_its_key_comes_and_other_threads_still_wait():
     k = rid()
     with OmniFSConnector({"mount": C, "timeout_s": 0.5}) as c, OmniFSConnector({"mount": B}) as w:
@@ -871,8 +906,9 @@ def test_a_fetch_without_a_thread_is_tried_again(monkeypatch, caplog):
             assert c.get("0", "1", k) is None
         assert "get 0/1/%s: can't start new thread" % k in caplog.text
         assert c.health()["fetching"] == 0
-        omnifs.Mount(ONE).put("0", "1", k, b"late")
         assert c.get("0", "1", k) is None, "its fetch starts now"
+        assert c.health()["fetching"] == 1
+        omnifs.Mount(ONE).put("0", "1", k, b"late")
         assert wait_fetches(c, (0, 1)) == (0, 1)
         assert c.get("0", "1", k) == (b"late", 4)
 

@@ -7,14 +7,16 @@ asks again.  A get that waits for its key there holds up every request
 behind it, for as long as the key takes, or for its whole timeout when
 the request was aborted and the key never comes.
 
-So such a loop's get answers at once.  A key that is not here yet gets a
-thread of its own that waits for it as every get does, inside open(), so
-nothing polls the filesystem; the bytes it reads are held until the loop
-asks again, and their arrival ends the loop's wait.  A fetch waits at
-most hold_s; the loop's next get of a key still missing starts another.
-What nobody took within hold_s of its coming is dropped when the next
-result comes, with a warning (it was consumed: the request it belonged
-to is presumably gone).
+So such a loop's get answers at once: with the object when its key is
+published already (as vllm-omni's own connectors answer: a get of a key
+that is there returns it), else with None.  A key that is not here yet
+gets a thread of its own that waits for it as every get does, inside
+open(), so nothing polls the filesystem; the bytes it reads are held
+until the loop asks again, and their arrival ends the loop's wait.  A
+fetch waits at most hold_s; the loop's next get of a key still missing
+starts another.  What nobody took within hold_s of its coming is dropped
+when the next result comes, with a warning (it was consumed: the request
+it belonged to is presumably gone).
 """
 import logging
 import threading
@@ -26,8 +28,9 @@ log = logging.getLogger("omnifs.vllm_omni")
 class Ahead:
     """Fetches for the keys a polling caller asked for and did not get."""
 
-    def __init__(self, fetch, hold_s):
+    def __init__(self, fetch, hold_s, here=None):
         self._fetch = fetch     # fetch(from_stage, to_stage, key): a result, or None
+        self._here = here       # the same, at once, if the key is there already; else None
         self._hold_s = hold_s
         self._cv = threading.Condition()
         self._ready = {}        # (from, to, key) -> (result, when it came)
@@ -36,8 +39,8 @@ class Ahead:
         self.generation = 0     # one more for each result that comes
 
     def take(self, from_stage, to_stage, key):
-        """The result fetched for the key, or None after making sure that a
-        fetch for it is on its way."""
+        """The result fetched for the key, or the one here() has at once,
+        or None after making sure that a fetch for it is on its way."""
         k = (from_stage, to_stage, key)
         with self._cv:
             got = self._ready.pop(k, None)
@@ -48,7 +51,12 @@ class Ahead:
             if k in self._going:        # on its way (wanted again, if it was given up)
                 self._going[k] = True
                 return None
-            self._going[k] = True
+            self._going[k] = True       # ours: another take of it waits for this one
+        got = self._here(*k) if self._here else None
+        with self._cv:
+            if got is not None or self._closed:
+                self._going.pop(k, None)
+                return got
         try:
             threading.Thread(target=self._run, args=k, name="omnifs-ahead", daemon=True).start()
         except RuntimeError as e:       # no thread to be had: the next get tries again

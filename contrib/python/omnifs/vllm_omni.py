@@ -23,6 +23,7 @@ import errno
 import logging
 import math
 import operator
+import os
 import threading
 import time
 
@@ -228,10 +229,24 @@ class OmniFSConnector(_Base):
         with self._lock:
             if self._ahead is None:
                 self._ahead = Ahead(lambda f, t, k: self.get(f, t, k, timeout=self.timeout),
-                                    self.timeout)
+                                    self.timeout, self._here)
                 if self._closed:
                     self._ahead.close()
             return self._ahead
+
+    def _here(self, from_stage, to_stage, get_key):
+        """What a polling get of a key published already answers: its
+        object, or None.  A stat answers at once where an open would wait;
+        a published object's mode has no write bits (one being written
+        here does), and its get then waits at most the shortest wait, 1 ms,
+        for a key that another reader consumed meanwhile."""
+        try:
+            st = os.stat(self._mount.path(from_stage, to_stage, file_name(get_key)))
+        except (OSError, ValueError):
+            return None
+        if st.st_mode & 0o222:
+            return None
+        return self.get(from_stage, to_stage, get_key, timeout=0.001)
 
     def get_wakeup_generation(self):
         """Called by a receive loop before each round of get()s: from then
