@@ -913,6 +913,15 @@ def test_a_fetch_without_a_thread_is_tried_again(monkeypatch, caplog):
         assert c.get("0", "1", k) == (b"late", 4)
 
 
+def test_a_key_given_up_while_it_is_looked_at_is_not_fetched():
+    from omnifs.ahead import Ahead
+    fetched = threading.Event()
+    a = Ahead(lambda f, t, k: fetched.set(), 1.0,
+              here=lambda f, t, k: a.drop(lambda key: key == k))    # abandon_get, meanwhile
+    assert a.take("0", "1", "k") is None
+    assert not fetched.wait(0.3) and a.counts() == (0, 0)
+
+
 def test_close_ends_a_loops_wait():
     c = OmniFSConnector({"mount": ONE})
     generation = c.get_wakeup_generation()

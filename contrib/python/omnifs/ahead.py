@@ -53,8 +53,8 @@ class Ahead:
                 return None
             self._going[k] = True       # ours: another take of it waits for this one
         got = self._here(*k) if self._here else None
-        with self._cv:
-            if got is not None or self._closed:
+        with self._cv:     # had now, or closed or given up meanwhile: no fetch
+            if got is not None or self._closed or not self._going.get(k):
                 self._going.pop(k, None)
                 return got
         try:
