@@ -8,6 +8,7 @@ import gc
 import json
 import logging
 import os
+import queue
 import re
 import struct
 import subprocess
@@ -707,6 +708,75 @@ def test_registered_with_vllm_omni():
     from vllm_omni.distributed.omni_connectors.utils.config import ConnectorSpec
     c = OmniConnectorFactory.create_connector(ConnectorSpec("OmniFSConnector", {"mount": ONE}))
     assert isinstance(c, OmniFSConnector)
+
+
+def test_capabilities_say_one_instance_serves_both_edges():
+    """vllm-omni's factory makes a middle stage's two edges one connector
+    (role dual) when its class's capabilities say so; each flag the
+    installed vllm-omni's ConnectorCapabilities has is set, none added."""
+    import dataclasses
+
+    from omnifs.vllm_omni import capabilities
+
+    @dataclasses.dataclass(frozen=True)
+    class Newest:               # as vllm-omni's connectors/base.py spells them
+        supports_raw_data: bool = False
+        supports_shared_dual: bool = False
+        thread_safe_dual: bool = False
+
+    @dataclasses.dataclass(frozen=True)
+    class Before:
+        supports_raw_data: bool = False
+        supports_shared_dual: bool = False
+
+    assert capabilities(Newest) == Newest(True, True, True)
+    assert capabilities(Before) == Before(True, True)
+    if hasattr(OmniFSConnector, "capabilities"):    # vllm-omni installed
+        caps = OmniFSConnector.capabilities
+        assert caps.supports_raw_data and caps.supports_shared_dual
+
+
+def test_one_connector_serves_a_middle_stage():
+    """The talker's one connector (role dual, the extra vllm-omni merges)
+    receives from b in a polling loop while its save thread puts to the
+    next stage at the same time; the last stage gets every one whole."""
+    n, got, errors = 40, queue.Queue(), []
+    data = {"req-%s-%d" % (uuid.uuid4().hex[:6], i): os.urandom(1000 + 997 * i) for i in range(n)}
+    dual = {"mount": C, "timeout_s": 20, "stage_id": 1, "role": "dual",
+            "recv_rank_mapping": {"from_tp": 1, "to_tp": 1}}
+    with OmniFSConnector({"mount": B}) as thinker, OmniFSConnector(dual) as talker, \
+            OmniFSConnector({"mount": C, "timeout_s": 20}) as vocoder:
+
+        def receive():          # vllm-omni's recv loop: one thread, polling
+            left, deadline = set(data), time.monotonic() + 60
+            while left and time.monotonic() < deadline:
+                generation = talker.get_wakeup_generation()
+                for k in sorted(left):
+                    r = talker.get("0", "1", k)
+                    if r is not None:
+                        left.discard(k)
+                        got.put((k, r[0]))
+                if left:
+                    talker.wait_for_change(generation, timeout=0.05)
+            got.put(None)
+
+        def save():             # ... and its save loop, the same instance
+            while (item := got.get()) is not None:
+                if not talker.put("1", "2", item[0], bytes(item[1]))[0]:
+                    errors.append(item[0])
+
+        threads = [threading.Thread(target=f) for f in (receive, save)]
+        for th in threads:
+            th.start()
+        for k, v in data.items():
+            assert thinker.put("0", "1", k, v)[0]
+        for k, v in data.items():
+            assert vocoder.get("1", "2", k) == (v, len(v)), k
+        for th in threads:
+            th.join(10)
+        h = talker.health()
+        assert errors == [] and (h["gets"], h["puts"]) == (n, n)
+        assert h["get_failures"] == h["put_failures"] == 0
 
 
 # ---- vllm-omni's receive loops ----

@@ -19,6 +19,7 @@ Heterogeneous TP by views: use_tp_views(manager) makes vllm-omni's KV
 manager put one unsliced payload per sender rank, <rid>.rank<r>of<S>, and
 get <rid>.rank<t>of<T> in one call, merged or sliced by omnifs.
 """
+import dataclasses
 import errno
 import logging
 import math
@@ -34,6 +35,10 @@ try:
     from vllm_omni.distributed.omni_connectors.connectors.base import OmniConnectorBase as _Base
 except Exception:       # vllm-omni absent (or broken): the connector stands alone
     _Base = object
+try:                    # vllm-omni's factory reads these to share one instance
+    from vllm_omni.distributed.omni_connectors.connectors.base import ConnectorCapabilities
+except Exception:       # absent, or a vllm-omni from before them
+    ConnectorCapabilities = None
 
 log = logging.getLogger("omnifs.vllm_omni")
 # Bytes that do not start with this byte are raw: codec.encode() leaves
@@ -43,7 +48,8 @@ _MAGIC0 = codec.MAGIC[0]
 # under the lock before a wait once this many are there, and by health().
 _FOLD = 1024
 _WAIT = object()        # _get_ahead(): nothing for it there, get() waits
-__all__ = ["OmniFSConnector", "request_of", "file_name", "use_tp_views", "tp_view_hooks"]
+__all__ = ["OmniFSConnector", "request_of", "file_name", "use_tp_views", "tp_view_hooks",
+           "capabilities"]
 
 
 def request_of(key, request_id):
@@ -384,6 +390,20 @@ def use_tp_views(manager, from_tp=None, to_tp=None, rank=None):
     return manager
 
 
+def capabilities(caps_class):
+    """vllm-omni's ConnectorCapabilities of this connector: raw data, and
+    one instance for both edges of a middle stage, its get() and put()
+    run by two threads at once (what the receive and save loops of one
+    worker do); each flag the installed vllm-omni has."""
+    have = {f.name for f in dataclasses.fields(caps_class)}
+    flags = ("supports_raw_data", "supports_shared_dual", "thread_safe_dual")
+    return caps_class(**{f: True for f in flags if f in have})
+
+
+if ConnectorCapabilities is not None:
+    OmniFSConnector.capabilities = capabilities(ConnectorCapabilities)
+
+
 def _register():
     try:
         from vllm_omni.distributed.omni_connectors.factory import OmniConnectorFactory
@@ -391,10 +411,10 @@ def _register():
         return
     if "OmniFSConnector" in OmniConnectorFactory.list_registered_connectors():
         return
-    try:
+    try:    # with its class, the factory makes a middle stage one instance ("dual")
         OmniConnectorFactory.register_connector("OmniFSConnector", OmniFSConnector,
-                                                supports_dual=True)
-    except TypeError:       # older vllm-omni: no dual roles
+                                                connector_cls=OmniFSConnector)
+    except TypeError:       # a vllm-omni from before connector_cls: one per edge
         OmniConnectorFactory.register_connector("OmniFSConnector", OmniFSConnector)
 
 
