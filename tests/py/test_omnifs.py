@@ -731,6 +731,8 @@ def test_capabilities_say_one_instance_serves_both_edges():
 
     assert capabilities(Newest) == Newest(True, True, True)
     assert capabilities(Before) == Before(True, True)
+    with pytest.raises(TypeError):      # not a dataclass: the import says so, keeps defaults
+        capabilities(dict)
     if hasattr(OmniFSConnector, "capabilities"):    # vllm-omni installed
         caps = OmniFSConnector.capabilities
         assert caps.supports_raw_data and caps.supports_shared_dual

@@ -401,7 +401,11 @@ def capabilities(caps_class):
 
 
 if ConnectorCapabilities is not None:
-    OmniFSConnector.capabilities = capabilities(ConnectorCapabilities)
+    try:
+        OmniFSConnector.capabilities = capabilities(ConnectorCapabilities)
+    except TypeError as e:  # a shape we do not know: the base class's defaults
+        log.warning("OmniFSConnector: vllm-omni's ConnectorCapabilities not understood (%s); "
+                    "each middle stage gets two connectors", e)
 
 
 def _register():
