@@ -742,7 +742,7 @@ def test_one_connector_serves_a_middle_stage():
     """The talker's one connector (role dual, the extra vllm-omni merges)
     receives from b in a polling loop while its save thread puts to the
     next stage at the same time; the last stage gets every one whole."""
-    n, got, errors = 40, queue.Queue(), []
+    n, got, errors, stop = 40, queue.Queue(), [], threading.Event()
     data = {"req-%s-%d" % (uuid.uuid4().hex[:6], i): os.urandom(1000 + 997 * i) for i in range(n)}
     dual = {"mount": C, "timeout_s": 20, "stage_id": 1, "role": "dual",
             "recv_rank_mapping": {"from_tp": 1, "to_tp": 1}}
@@ -751,7 +751,7 @@ def test_one_connector_serves_a_middle_stage():
 
         def receive():          # vllm-omni's recv loop: one thread, polling
             left, deadline = set(data), time.monotonic() + 60
-            while left and time.monotonic() < deadline:
+            while left and time.monotonic() < deadline and not stop.is_set():
                 generation = talker.get_wakeup_generation()
                 for k in sorted(left):
                     r = talker.get("0", "1", k)
@@ -767,15 +767,19 @@ def test_one_connector_serves_a_middle_stage():
                 if not talker.put("1", "2", item[0], bytes(item[1]))[0]:
                     errors.append(item[0])
 
-        threads = [threading.Thread(target=f) for f in (receive, save)]
+        threads = [threading.Thread(target=f, daemon=True) for f in (receive, save)]
         for th in threads:
             th.start()
-        for k, v in data.items():
-            assert thinker.put("0", "1", k, v)[0]
-        for k, v in data.items():
-            assert vocoder.get("1", "2", k) == (v, len(v)), k
-        for th in threads:
-            th.join(10)
+        try:
+            for k, v in data.items():
+                assert thinker.put("0", "1", k, v)[0]
+            for k, v in data.items():
+                assert vocoder.get("1", "2", k) == (v, len(v)), k
+        finally:                # a failure above ends the loops too, before the connectors close
+            stop.set()
+            for th in threads:
+                th.join(10)
+        assert not any(th.is_alive() for th in threads)
         h = talker.health()
         assert errors == [] and (h["gets"], h["puts"]) == (n, n)
         assert h["get_failures"] == h["put_failures"] == 0
