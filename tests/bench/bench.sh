@@ -59,19 +59,46 @@ printf '\n4 KiB hand-off between two processes, reader waiting in open (1000 run
 printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median = %.1f wake-up round trips across cores)\n' \
 	"$MED" "$P90" "$P99" "$(awk -v a="$MED" -v b="$WAKE_OTHER" 'BEGIN { print (b > 0 ? a / b : 0) }')"
 
+# cold_rounds TAG WDIR STATS [RDIR]: 5 rounds, each of 100 cold hand-offs
+# from WDIR to RDIR (WDIR if none), then 100 on ceilingfs, then (with RDIR)
+# a cold TCP round trip; the runs' times go to $T/TAG.o.R and $T/TAG.c.R,
+# the round trips' medians to $T/TAG.rtt
+cold_rounds() {
+	local r
+	: >"$T/$1.rtt"
+	for r in 1 2 3 4 5; do
+		HANDOFF_DUMP="$T/$1.o.$r" HANDOFF_IDLE_US=2000 HANDOFF_NAME="cold${r}_" \
+			"$B/tools/handoff" "$2" 100 "$3" ${4:+"$4"} >/dev/null &&
+		HANDOFF_DUMP="$T/$1.c.$r" HANDOFF_IDLE_US=2000 "$B/tools/handoff" seq "$T/ceil" 100 >/dev/null ||
+			{ echo "cold hand-off ($1, round $r) failed"; exit 1; }
+		if [ -n "${4-}" ]; then TCPCEIL_IDLE_US=2000 "$B/bench/tcpceil" rtt 100 >>"$T/$1.rtt"; fi
+	done
+}
+# round_ratio TAG: the median over cold_rounds' rounds of omnifs's median
+# over the ceiling's (ceilingfs's, plus the round trip and 50 us across nodes)
+round_ratio() {
+	local r x
+	for r in 1 2 3 4 5; do
+		x=$(sed -n "${r}p" "$T/$1.rtt")
+		echo "$(median <"$T/$1.o.$r") $(median <"$T/$1.c.$r") ${x:-}"
+	done | awk '{ print 100 * $1 / ($2 + ($3 != "" ? $3 + 50 : 0)) }' | median | awk '{ printf "%.0f%%", $1 }'
+}
+
 # Cold: everything idle 2 ms before each write, as between real requests
-# (issue 21), against the same syscalls done one after the other, cold,
-# on the minimal FUSE filesystem.
-read -r CMED CP90 CP99 < <(HANDOFF_IDLE_US=2000 HANDOFF_NAME=cold "$B/tools/handoff" "$T/omni/bench/hand" 500 "$T/omni/.omni/stats")
+# (issue 21), against the same syscalls done one after the other, cold, on
+# the minimal FUSE filesystem.  The two take turns, 5 rounds of 100 each,
+# so that a slow minute of the host (this VM's wake-ups cost more or less
+# from one minute to the next by more than the goal's margin) falls on
+# both alike; ceilingfs stays mounted for the cross-node rounds too.
 "$B/bench/ceilingfs" "$T/ceil" 64 & MNTS+=("$T/ceil")
 wait_mount "$T/ceil" || { echo "ceilingfs did not mount"; exit 1; }
-read -r FMED FP90 FP99 < <(HANDOFF_IDLE_US=2000 "$B/tools/handoff" seq "$T/ceil" 500)
-fusermount3 -u "$T/ceil"
-printf '4 KiB hand-off, cold (all idle 2 ms before each write; 500 runs):\n'
+cold_rounds one "$T/omni/bench/hand" "$T/omni/.omni/stats"
+read -r CMED CP90 CP99 < <(pct "$T"/one.o.*)
+read -r FMED FP90 FP99 < <(pct "$T"/one.c.*)
+printf '4 KiB hand-off, cold (all idle 2 ms before each write; 5 rounds of 100, omnifs and ceilingfs in turns):\n'
 printf '  ceilingfs create+write+close, open+read+close: median %.1f us   p99 %.1f us\n' "$FMED" "$FP99"
-printf '  omnifs: median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of the ceiling, p99 %s of the median; goals 1.3x, 3x)\n' \
-	"$CMED" "$CP90" "$CP99" "$(ratio "$CMED" "$FMED")" "$(ratio "$CP99" "$CMED")"
-COLD_CEIL=$FMED
+printf '  omnifs: median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of the ceiling, %s round by round; p99 %s of the median; goals 1.3x, 3x)\n' \
+	"$CMED" "$CP90" "$CP99" "$(ratio "$CMED" "$FMED")" "$(round_ratio one)" "$(ratio "$CP99" "$CMED")"
 
 printf '\ngoals: %s MiB at >= 90%% of the FUSE ceiling each way: write %s, read %s; hand-off median <= 100 us: %s\n' \
 	"$BIG_MIB" "$(ratio "$BIGW" "$CEILW")" "$(ratio "$BIGR" "$CEILR")" "$MED us"
@@ -86,10 +113,12 @@ read -r TCP TCPLO < <(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" "$BIG_MIB
 # a small window, so its third copy reads from cache, and can beat this.)
 read -r COPIES COPIESLO < <(for i in $(seq "$ROUNDS"); do "$B/bench/tcpceil" copies "$BIG_MIB"; done | best_low)
 read -r PA PB < <(free_ports 2)
+# Room for the big object, and at least for the views' 448 MiB of shards
+CPOOL=$(( (BIG_MIB > 768 ? BIG_MIB : 768) + 256 ))
 head -c 48 /dev/urandom | base64 >"$T/secret" && chmod 600 "$T/secret"
 cat >"$T/cluster.yaml" <<YAML
 secret_file: $T/secret
-pool: host:$((BIG_MIB + 256))MiB
+pool: host:${CPOOL}MiB
 readers: 0
 nodes:
   a: { addr: 127.0.0.1:$PA, stages: ["0", "2"] }
@@ -114,7 +143,7 @@ remote_read() {
 	done | best_low
 }
 printf '\ncluster over loopback TCP (GiB/s, best of %s, and as %% of the TCP ceiling; the lowest of the %s says how steady the machine was):\n' "$ROUNDS" "$ROUNDS"
-printf '  %-34s %7.1f s after the mounts (waited for), %s\n' "both pools warm, $((BIG_MIB + 256)) MiB each" "$WARM2" \
+printf '  %-34s %7.1f s after the mounts (waited for), %s\n' "both pools warm, $CPOOL MiB each" "$WARM2" \
 	"$(huge "$T/a"), $(huge "$T/b")"
 printf '  %-34s %7.2f         lowest %5.2f\n' "TCP ceiling, one stream, $BIG_MIB MiB" "$TCP" "$TCPLO"
 printf '  %-34s %7.2f %s   lowest %5.2f\n' "the read's 3 copies, plain program" "$COPIES" "$(ratio "$COPIES" "$TCP")" "$COPIESLO"
@@ -128,20 +157,23 @@ done
 # idle cores have just been doing, so the floor is taken in the same state.
 RTT=$("$B/bench/tcpceil" rtt 2000)
 read -r XMED XP90 XP99 < <("$B/tools/handoff" "$T/a/0/1" 1000 "$T/b/.omni/stats" "$T/b/0/1")
-CRTT=$(TCPCEIL_IDLE_US=2000 "$B/bench/tcpceil" rtt 500)
-read -r XCMED XCP90 XCP99 < <(HANDOFF_IDLE_US=2000 HANDOFF_NAME=cold "$B/tools/handoff" "$T/a/0/1" 500 "$T/b/.omni/stats" "$T/b/0/1")
+cold_rounds x "$T/a/0/1" "$T/b/.omni/stats" "$T/b/0/1"
+fusermount3 -u "$T/ceil"
+read -r XCMED XCP90 XCP99 < <(pct "$T"/x.o.*)
+read -r COLD_CEIL _ < <(pct "$T"/x.c.*)
+CRTT=$(median <"$T/x.rtt")
 printf '\n4 KiB hand-off, writer on a, reader waiting in open on b (1000 runs):\n'
 printf '  loopback TCP round trip, 32 B, two processes, just before: median %.1f us\n' "$RTT"
 printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median = %.1f TCP round trips, %.1f wake-up round trips across cores)\n' \
 	"$XMED" "$XP90" "$XP99" "$(awk -v a="$XMED" -v b="$RTT" 'BEGIN { print (b > 0 ? a / b : 0) }')" \
 	"$(awk -v a="$XMED" -v b="$WAKE_OTHER" 'BEGIN { print (b > 0 ? a / b : 0) }')"
-printf '4 KiB hand-off across the two, cold (all idle 2 ms before each write; 500 runs):\n'
+printf '4 KiB hand-off across the two, cold (all idle 2 ms before each write; 5 rounds of 100, each with ceilingfs and a TCP round trip in turn):\n'
 printf '  loopback TCP round trip, cold: median %.1f us; ceiling = cold ceilingfs (%.1f) + it + 50 = %.1f us\n' \
 	"$CRTT" "$COLD_CEIL" "$(awk -v a="$COLD_CEIL" -v b="$CRTT" 'BEGIN { print a + b + 50 }')"
-printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of that ceiling, p99 %s of the median; goals 1x, 3x)\n' \
+printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of that ceiling, %s round by round; p99 %s of the median; goals 1x, 3x)\n' \
 	"$XCMED" "$XCP90" "$XCP99" \
 	"$(ratio "$XCMED" "$(awk -v a="$COLD_CEIL" -v b="$CRTT" 'BEGIN { print a + b + 50 }')")" \
-	"$(ratio "$XCP99" "$XCMED")"
+	"$(round_ratio x)" "$(ratio "$XCP99" "$XCMED")"
 printf '\ngoals: remote read of %s MiB >= 70%% of the TCP ceiling: %s; cross-node hand-off median <= 250 us: %s\n' \
 	"$BIG_MIB" "$(ratio "$REMOTE" "$TCP")" "$XMED us"
 

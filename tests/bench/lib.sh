@@ -38,6 +38,9 @@ best() { sort -g | tail -1; }
 # best_low: "best lowest" - the lowest says how noisy the machine was
 best_low() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print hi, lo }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# pct FILE...: "median p90 p99" of the samples in FILEs, one a line (as
+# tests/tools/handoff picks them from its own)
+pct() { cat "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int(NR / 2) + 1], v[int(NR * 9 / 10) + 1], v[int(NR * 99 / 100) + 1] }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%5.0f%%", (b > 0 ? 100 * a / b : 0) }'; }
 # dd_gibs DD-ARGS...: GiB/s by dd's own clock (which runs through the close)
 dd_gibs() {
