@@ -129,6 +129,9 @@ loopback_cluster() {
 
 stat_of() { awk -v k="$2:" '$1 == k { print $2 }' "$T/$1/.omni/stats"; }   # stat_of NODE COUNTER
 xattr() { getfattr --absolute-names --only-values -n "user.omni.$1" "$2" 2>/dev/null; }
+# daemon_fds PID: PID's descriptors, less the /proc files of its callers
+# that its FUSE threads keep open (fs/caller.c): what a leak would grow
+daemon_fds() { find "/proc/$1/fd" -mindepth 1 ! -lname '/proc/*' | wc -l; }
 health() { $PY -c "import json,sys; d=json.load(open('$T/$1/.omni/health')); print($2)"; }
 
 # pyerr CODE: runs Python CODE with M set to the mount; prints OK or the errno name.

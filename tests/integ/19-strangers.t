@@ -11,7 +11,7 @@ node() { start_node "$1" "config=$T/omni.yaml,node=$1,pool=host:64MiB"; }
 up() { [ "$(health "$1" "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
 both_up() { up a && up b; }
 threads() { ls "/proc/${NODE_PID[a]}/task" | wc -l; }
-fds() { ls "/proc/${NODE_PID[a]}/fd" | wc -l; }
+fds() { daemon_fds "${NODE_PID[a]}"; }
 node a
 node b
 ok "a and b see each other up" wait_until 10 both_up

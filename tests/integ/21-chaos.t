@@ -20,7 +20,7 @@ node() { start_node "$1" "config=$T/omni.yaml,node=$1,pool=host:256MiB"; }
 up() { [ "$(health "$1" "sum(p['state'] == 'up' for p in d['peers'])")" = 2 ]; }
 all_up() { up a && up b && up c; }
 count() { ls "/proc/${NODE_PID[$1]}/$2" | wc -l; }
-baseline() { THREADS[$1]=$(count "$1" task); FDS[$1]=$(count "$1" fd); }
+baseline() { THREADS[$1]=$(count "$1" task); FDS[$1]=$(daemon_fds "${NODE_PID[$1]}"); }
 for n in a b c; do node $n; done
 ok "three nodes up" wait_until 10 all_up
 for n in a b c; do baseline $n; done
@@ -187,9 +187,9 @@ ok "every pool is empty" wait_until 10 empty
 settled() {
 	local n
 	for n in a b c; do
-		[ "$(count $n task)" -le "${THREADS[$n]}" ] && [ "$(count $n fd)" -le "${FDS[$n]}" ] || return 1
+		[ "$(count $n task)" -le "${THREADS[$n]}" ] && [ "$(daemon_fds "${NODE_PID[$n]}")" -le "${FDS[$n]}" ] || return 1
 	done
 }
 ok "threads and descriptors back to where they were" wait_until 10 settled
-for n in a b c; do diag "$n: threads $(count $n task) (start ${THREADS[$n]}), fds $(count $n fd) (start ${FDS[$n]})"; done
+for n in a b c; do diag "$n: threads $(count $n task) (start ${THREADS[$n]}), fds $(daemon_fds "${NODE_PID[$n]}") (start ${FDS[$n]})"; done
 done_testing
