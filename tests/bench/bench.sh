@@ -61,17 +61,18 @@ printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median = %.1f wake-up ro
 
 # cold_rounds TAG WDIR STATS [RDIR]: 5 rounds, each of 100 cold hand-offs
 # from WDIR to RDIR (WDIR if none), then 100 on ceilingfs, then (with RDIR)
-# a cold TCP round trip; the runs' times go to $T/TAG.o.R and $T/TAG.c.R,
-# the round trips' medians to $T/TAG.rtt
+# a cold TCP round trip, all idle IDLE_US (2000) before each; the runs'
+# times go to $T/TAG.o.R and $T/TAG.c.R, the round trips' medians to
+# $T/TAG.rtt
 cold_rounds() {
-	local r
+	local r idle=${IDLE_US:-2000}
 	: >"$T/$1.rtt"
 	for r in 1 2 3 4 5; do
-		HANDOFF_DUMP="$T/$1.o.$r" HANDOFF_IDLE_US=2000 HANDOFF_NAME="cold${r}_" \
+		HANDOFF_DUMP="$T/$1.o.$r" HANDOFF_IDLE_US=$idle HANDOFF_NAME="$1_${r}_" \
 			"$B/tools/handoff" "$2" 100 "$3" ${4:+"$4"} >/dev/null &&
-		HANDOFF_DUMP="$T/$1.c.$r" HANDOFF_IDLE_US=2000 "$B/tools/handoff" seq "$T/ceil" 100 >/dev/null ||
+		HANDOFF_DUMP="$T/$1.c.$r" HANDOFF_IDLE_US=$idle "$B/tools/handoff" seq "$T/ceil" 100 >/dev/null ||
 			{ echo "cold hand-off ($1, round $r) failed"; exit 1; }
-		if [ -n "${4-}" ]; then TCPCEIL_IDLE_US=2000 "$B/bench/tcpceil" rtt 100 >>"$T/$1.rtt"; fi
+		if [ -n "${4-}" ]; then TCPCEIL_IDLE_US=$idle "$B/bench/tcpceil" rtt 100 >>"$T/$1.rtt"; fi
 	done
 }
 # round_ratio TAG: the median over cold_rounds' rounds of omnifs's median
@@ -99,6 +100,14 @@ printf '4 KiB hand-off, cold (all idle 2 ms before each write; 5 rounds of 100, 
 printf '  ceilingfs create+write+close, open+read+close: median %.1f us   p99 %.1f us\n' "$FMED" "$FP99"
 printf '  omnifs: median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of the ceiling, %s round by round; p99 %s of the median; goals 1.3x, 3x)\n' \
 	"$CMED" "$CP90" "$CP99" "$(ratio "$CMED" "$FMED")" "$(round_ratio one)" "$(ratio "$CP99" "$CMED")"
+# Requests further apart leave colder caches, and each system call on the
+# path costs more (a getppid 1.2 us after 2 ms idle, 4.1 after 20 here):
+# the same hand-off idle 20 ms, what a worker sees between sparse requests.
+IDLE_US=20000 cold_rounds one20 "$T/omni/bench/hand" "$T/omni/.omni/stats"
+read -r C20 _ < <(pct "$T"/one20.o.*)
+read -r F20 _ < <(pct "$T"/one20.c.*)
+printf '  idle 20 ms instead (the same rounds): ceilingfs median %.1f us, omnifs %.1f us (%s of it, %s round by round)\n' \
+	"$F20" "$C20" "$(ratio "$C20" "$F20")" "$(round_ratio one20)"
 
 printf '\ngoals: %s MiB at >= 90%% of the FUSE ceiling each way: write %s, read %s; hand-off median <= 100 us: %s\n' \
 	"$BIG_MIB" "$(ratio "$BIGW" "$CEILW")" "$(ratio "$BIGR" "$CEILR")" "$MED us"
