@@ -5,8 +5,9 @@
  * ask /proc, and opening a /proc file walks its path every time.  After
  * the machine idled 20 ms (requests seconds apart), an open+read+close of
  * /proc/<tid>/syscall took 60 us here and a pread of it kept open 28 us.
- * A kept file whose task has gone answers ESRCH, even when its number has
- * gone to a new task: it is then opened afresh.
+ * A kept file whose task has gone fails (ESRCH, or ENOENT for the fd
+ * directory), even when its number has gone to a new task: it is then
+ * opened afresh.
  */
 #define _GNU_SOURCE
 #include "caller.h"

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -44,11 +45,21 @@ static int holds_becomes(pid_t pid, const char *suffix, int want)
 	return 0;
 }
 
+/* fork(), with a child that dies with the test: one left blocked in an
+ * open would hold prove's pipe open. */
+static pid_t child(void)
+{
+	pid_t pid = fork();
+	if (pid == 0 && prctl(PR_SET_PDEATHSIG, SIGKILL))
+		_exit(1);
+	return pid;
+}
+
 /* A child blocked in open(fifo, flags) until the test opens the other end;
  * then in read() of go[0] until the test closes go[1]. */
 static pid_t blocked_in_open(const char *fifo, int flags, const int go[2])
 {
-	pid_t pid = fork();
+	pid_t pid = child();
 	if (pid == 0) {
 		char c;
 		close(go[1]);
@@ -131,7 +142,7 @@ static void descriptors(void)
 	snprintf(path, sizeof(path), "%s/0/1/key", dir);
 	if (pipe(go) || pipe(gone))
 		exit(1);
-	pid_t pid = fork();
+	pid_t pid = child();
 	if (pid == 0) {
 		char c;
 		int fd = open(path, O_CREAT | O_WRONLY, 0600);
