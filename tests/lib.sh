@@ -132,6 +132,14 @@ xattr() { getfattr --absolute-names --only-values -n "user.omni.$1" "$2" 2>/dev/
 # daemon_fds PID: PID's descriptors, less the /proc files of its callers
 # that its FUSE threads keep open (fs/caller.c): what a leak would grow
 daemon_fds() { find "/proc/$1/fd" -mindepth 1 ! -lname '/proc/*' | wc -l; }
+# kept_within PID: whether those kept /proc files stay within their bound,
+# 8 tasks of 3 files for each FUSE thread
+kept_within() {
+	local kept fuse
+	kept=$(find "/proc/$1/fd" -mindepth 1 -lname '/proc/*' | wc -l)
+	fuse=$(grep -lx omni-fuse /proc/"$1"/task/*/comm | wc -l)
+	[ "$kept" -le $((24 * fuse)) ]
+}
 health() { $PY -c "import json,sys; d=json.load(open('$T/$1/.omni/health')); print($2)"; }
 
 # pyerr CODE: runs Python CODE with M set to the mount; prints OK or the errno name.

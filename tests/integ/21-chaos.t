@@ -191,5 +191,7 @@ settled() {
 	done
 }
 ok "threads and descriptors back to where they were" wait_until 10 settled
-for n in a b c; do diag "$n: threads $(count $n task) (start ${THREADS[$n]}), fds $(daemon_fds "${NODE_PID[$n]}") (start ${FDS[$n]})"; done
+ok "the /proc files the FUSE threads keep stay within 24 a thread" \
+	eval 'kept_within ${NODE_PID[a]} && kept_within ${NODE_PID[b]} && kept_within ${NODE_PID[c]}'
+for n in a b c; do diag "$n: threads $(count $n task) (start ${THREADS[$n]}), fds $(daemon_fds "${NODE_PID[$n]}") (start ${FDS[$n]}), kept /proc files $(find "/proc/${NODE_PID[$n]}/fd" -mindepth 1 -lname '/proc/*' | wc -l)"; done
 done_testing
