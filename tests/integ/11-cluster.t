@@ -136,8 +136,18 @@ idle_ms() {     # idle_ms NODE...: each one's ms of CPU in the next 3 s
 	for n; do printf '%s ' "$(( $(cpu_ms $n) - before[i++] ))"; done
 }
 under_1pc() { awk -v u="$1" 'BEGIN { n = split(u, t, " "); for (i = 1; i <= n; i++) if (t[i] > 30) exit 1 }'; }
-used=$(idle_ms a b c)
-ok "... then, idle, each daemon uses under 1% of a core (ms of CPU in 3 s: $used)" under_1pc "$used"
+# idle_used NODE...: the ms each used in a window, and in a second one when
+# the first was over: a stall of this VM's host for seconds makes peers
+# "silent too long" and their reconnection spends CPU that the window then
+# counts (seen once in CI).  A daemon that spins fails both windows.
+idle_used() {
+	local u; u=$(idle_ms "$@")
+	under_1pc "$u" || u="$u; again: $(idle_ms "$@")"
+	printf '%s' "$u"
+}
+under_1pc_last() { under_1pc "${1##*again: }"; }
+used=$(idle_used a b c)
+ok "... then, idle, each daemon uses under 1% of a core (ms of CPU in 3 s: $used)" under_1pc_last "$used"
 
 # --- cluster-wide ls -l, xattrs, rm, O_EXCL --------------------------------
 head -c 777 /dev/urandom >"$T/a/0/9/fromA"
@@ -308,8 +318,8 @@ wait_until 10 a_sees_c_down
 # A peer that refuses connections is dialed once a ping round (0.5 s),
 # not in a loop: a and b, idle, still use under 1% of a core.
 wait_until 30 warm a b
-used=$(idle_ms a b)
-ok "with c down, a and b, idle, each use under 1% of a core (ms of CPU in 3 s: $used)" under_1pc "$used"
+used=$(idle_used a b)
+ok "with c down, a and b, idle, each use under 1% of a core (ms of CPU in 3 s: $used)" under_1pc_last "$used"
 is "$(clean_req a r8)" "1 1" "a cleanup while c is down removes a's object and says one node missed"
 PYTHONPATH="$SRC/contrib/python" $SYSPY -c 'import omnifs, sys
 m = omnifs.Mount(sys.argv[1])
