@@ -139,7 +139,7 @@ under_1pc() { awk -v u="$1" 'BEGIN { n = split(u, t, " "); for (i = 1; i <= n; i
 # idle_used NODE...: the ms each used in a window, and in a second one when
 # the first was over: a stall of this VM's host for seconds makes peers
 # "silent too long" and their reconnection spends CPU that the window then
-# counts (seen once in CI).  A daemon that spins fails both windows.
+# counts (seen once in a `make check`).  A daemon that spins fails both.
 idle_used() {
 	local u; u=$(idle_ms "$@")
 	under_1pc "$u" || u="$u; again: $(idle_ms "$@")"
