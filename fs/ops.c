@@ -589,6 +589,7 @@ static void open_vfile(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	atomic_init(&v->refs, 1);
 	fi->fh = (uintptr_t)v | FH_VFILE;
 	fi->direct_io = 1;              /* the size is known only now */
+	fi->noflush = 1;                /* its close has nothing to do here */
 	if (fuse_reply_open(req, fi))
 		vbuf_put(v);
 }
