@@ -23,8 +23,9 @@ start_node c "config=$T/omni.yaml,node=c,pool=host:512MiB"
 up() { [ "$(health c "sum(p['state'] == 'up' for p in d['peers'])")" = 1 ]; }
 ok "the two-node cluster is up" wait_until 10 up
 
-# pytest's own report, one line a test, as TAP
-OMNI_ONE=$T/a OMNI_B=$T/b OMNI_C=$T/c PYTHONPATH="$SRC/contrib/python:$SRC/tests/py" \
+# pytest's own report, one line a test, as TAP; wide, so that a failing
+# test's line says the whole of its reason (prove --failures shows it)
+OMNI_ONE=$T/a OMNI_B=$T/b OMNI_C=$T/c PYTHONPATH="$SRC/contrib/python:$SRC/tests/py" COLUMNS=400 \
 	$SYSPY -m pytest -p no:cacheprovider -q -rA "$SRC/tests/py" >"$T/pytest.log" 2>&1
 while read -r verdict name rest; do
 	case $verdict in

@@ -51,6 +51,22 @@ def on_time(wait, timeout, slack):
     pytest.fail("late three times, each over %g s: %s s" % (timeout + slack, took))
 
 
+@pytest.fixture(autouse=True)
+def no_get_waits_on():
+    """Every test ends the gets it left waiting in a daemon (a loop's fetch
+    waits out its timeout_s, as long as 20 s here).  One that ended in the
+    middle of a later test made that test's count of the node's waiters
+    come out one short."""
+    yield
+    deadline = time.monotonic() + 5
+    while True:
+        left = {m: omnifs.Mount(m).stats()["waiters"] for m in (ONE, B, C)}
+        if not any(left.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert not any(left.values()), "gets still wait after the test: %s" % left
+
+
 @pytest.fixture
 def one():
     with OmniFSConnector({"mount": ONE, "timeout_s": 5}) as c:
@@ -868,6 +884,7 @@ def test_a_receive_loop_is_never_held_up_by_one_key(writer, reader):
         assert got[keys[2]][1] - put_at[keys[2]] < 1.0, "had when it came"
         assert keys[0] not in got and max(stats) < 0.5, "no get waited (timeout_s is 20)"
         assert c.health()["fetching"] == 1, "only the missing key's fetch is still out"
+        assert c.cleanup(never) is False, "nothing of it anywhere: its fetch waits on"
     assert not c._ahead.counts()[0], "closed: given up"
 
 
@@ -969,6 +986,8 @@ def test_what_a_loop_gives_up_is_dropped_and_the_rest_stays():
         c.abandon_get(r + "_0_1")
         assert c.get("0", "1", r + "_0_1") is None, "wanted again"
         assert c.health()["fetching"] == 1
+        c.cleanup(r)                # as a model runner ends it: no fetch waits on
+        assert c.health()["fetching"] == 0
 
 
 def test_a_fetch_nobody_takes_is_dropped_after_timeout_s(caplog):
@@ -984,6 +1003,7 @@ def test_a_fetch_nobody_takes_is_dropped_after_timeout_s(caplog):
             assert wait_fetches(c, (0, 1)) == (0, 1)
         assert "%s was fetched but not taken within 0.5s; dropped" % k in caplog.text
         assert c.get("0", "1", k2) == (b"claimed", 7) and c.get("0", "1", k) is None
+        c.cleanup(k)                # that get fetches again: ended now, not in 0.5 s
 
 
 def test_a_fetch_without_a_thread_is_tried_again(monkeypatch, caplog):
@@ -1013,15 +1033,16 @@ def test_a_key_given_up_while_it_is_looked_at_is_not_fetched():
 
 
 def test_close_ends_a_loops_wait():
-    c = OmniFSConnector({"mount": ONE})
+    c, k = OmniFSConnector({"mount": ONE}), rid()
     generation = c.get_wakeup_generation()
-    assert c.get("0", "1", rid()) is None
+    assert c.get("0", "1", k) is None
     threading.Timer(0.2, c.close).start()
     t = time.monotonic()
     assert c.wait_for_change(generation, timeout=10) is False
     assert time.monotonic() - t < 2
     assert c.get_wakeup_generation() is None and c.health()["fetching"] == 0
     c.reap_consumed()
+    omnifs.Mount(ONE).cleanup(k)    # its fetch, given up, still waits in the daemon
 
 
 # ---- KV with heterogeneous TP, by views ----
