@@ -884,7 +884,7 @@ def test_a_receive_loop_is_never_held_up_by_one_key(writer, reader):
         assert got[keys[2]][1] - put_at[keys[2]] < 1.0, "had when it came"
         assert keys[0] not in got and max(stats) < 0.5, "no get waited (timeout_s is 20)"
         assert c.health()["fetching"] == 1, "only the missing key's fetch is still out"
-        assert c.cleanup(never) is False, "nothing of it anywhere: its fetch waits on"
+        assert c.cleanup(never) is False, "nothing of it to remove; its fetch is answered"
     assert not c._ahead.counts()[0], "closed: given up"
 
 
