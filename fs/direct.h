@@ -206,4 +206,14 @@ struct omnifs_cleanup {
 
 #define OMNIFS_IOC_CLEANUP(n) _IOC(_IOC_READ | _IOC_WRITE, 'O', 0x18, (n))
 
+/* OMNIFS_IOC_UNWAIT, on a descriptor of an edge directory: the GETs that
+ * wait through this open directory (this open file description: its
+ * dups, and a fork's copies, share it) fail with ECANCELED, and so does
+ * every GET through it from now on, at once; its PUTs are untouched.  The
+ * answer (ioctl's return value) is how many waits it ended.  A closing
+ * Mount ends its own threads' waits so (README, "Small objects"): a
+ * thread blocked in a syscall can be woken by nothing else.  ENOTTY on
+ * any other directory. */
+#define OMNIFS_IOC_UNWAIT _IO('O', 0x1c)
+
 #endif

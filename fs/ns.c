@@ -1747,6 +1747,29 @@ struct ns_waiter *ns_cancel(struct ns *ns, uint64_t id)
 	return w;
 }
 
+struct ns_waiter *ns_cancel_tag(struct ns *ns, uint64_t tag)
+{
+	struct ns_waiter *out = NULL;
+
+	if (!tag)
+		return NULL;
+	pthread_mutex_lock(&ns->lock);
+	for (size_t i = 0; i < ns->waiters.nb; i++) {
+		for (struct hlink *l = ns->waiters.b[i], *next; l; l = next) {
+			struct ns_waiter *w = (struct ns_waiter *)
+				((char *)l - offsetof(struct ns_waiter, byid));
+			next = l->next;
+			if (w->tag != tag)
+				continue;
+			waiter_dequeue(ns, w);
+			w->next = out;
+			out = w;
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return out;
+}
+
 /* ---------------------------------------------------------------- bytes */
 
 ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,

@@ -146,6 +146,7 @@ struct ns_waiter {
 	struct ns_waiter *next, *prev;
 	struct hlink byid;
 	uint64_t id;            /* from ns_waiter_id(); names it for ns_cancel */
+	uint64_t tag;           /* the caller's, for ns_cancel_tag(); 0: none */
 	uint64_t ino;
 	int flags;
 	int64_t wait_ms;        /* > 0: the opener's own wait, not the edge's */
@@ -270,6 +271,9 @@ int ns_handle_sole(struct ns *ns, const struct ns_handle *h);
 /* Takes a waiter out of the queue if it is still there (an interrupt):
  * returns it, or NULL if it was already answered. */
 struct ns_waiter *ns_cancel(struct ns *ns, uint64_t id);
+/* Takes every queued waiter with this tag (not 0) out of the queue: a
+ * chain through their next links, for the caller to answer; NULL if none. */
+struct ns_waiter *ns_cancel_tag(struct ns *ns, uint64_t tag);
 
 ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
 		 size_t len, uint64_t off);

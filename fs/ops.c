@@ -36,14 +36,11 @@
 #define DIR_TIMEOUT 3600.0
 #define MAX_IOV 256             /* 1 MiB in 4 KiB pieces at worst */
 
-/* Directory and virtual-file handles; key handles are ns handles.  A
- * directory's entries are taken at its first READDIR, not at its open: a
- * descriptor opened for ioctls (the Python module's of an edge) lists
- * nothing. */
-struct dir_snap { struct ns_dirent *ents; size_t n; int taken; };
-/* A rendered .omni file.  A read holds a reference while it replies: the
- * reader can close (and RELEASE can free) as soon as the kernel has copied
- * the bytes, before the replying thread is back from writev(). */
+/* Virtual-file handles (directories' are ops_internal.h's); key handles
+ * are ns handles.  A rendered .omni file: a read holds a reference while
+ * it replies, since the reader can close (and RELEASE can free) as soon
+ * as the kernel has copied the bytes, before the replying thread is back
+ * from writev(). */
 struct vbuf { char *data; size_t len; atomic_int refs; };
 
 static void vbuf_put(struct vbuf *v)

@@ -44,6 +44,17 @@ struct op_wait {
 	int kept;                       /* NS_OPEN_KEPT: through a stale name */
 };
 
+/* An open directory (its fi->fh).  Its entries are taken at its first
+ * READDIR, not at its open: a descriptor opened for ioctls (the Python
+ * module's of an edge) lists nothing.  unwaited: OMNIFS_IOC_UNWAIT ended
+ * the GETs waiting through it, and ends those that come later at once. */
+struct dir_snap {
+	struct ns_dirent *ents;
+	size_t n;
+	int taken;
+	atomic_int unwaited;
+};
+
 #define FH_VFILE 1u             /* tag bits on fh: a struct vbuf, */
 #define FH_VIEW  2u             /* a struct view (else an ns handle) */
 #define FH_TAGS  (FH_VFILE | FH_VIEW)

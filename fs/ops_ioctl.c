@@ -256,17 +256,31 @@ static void get_answer(struct ns_waiter *nw, int err, struct ns_handle *h)
 	free(g);
 }
 
-static void small_get(fuse_req_t req, fuse_ino_t parent, const struct omnifs_small *s,
-		      const char *key, size_t out_bufsz)
+/* A GET that OMNIFS_IOC_UNWAIT took out of the queue. */
+static void get_unwaited(struct ns_waiter *nw)
+{
+	struct op_get *g = (struct op_get *)nw;
+
+	fuse_reply_err(g->w.req, ECANCELED);
+	free(g);
+}
+
+static void small_get(fuse_req_t req, fuse_ino_t parent, struct fuse_file_info *fi,
+		      const struct omnifs_small *s, const char *key, size_t out_bufsz)
 {
 	struct fs *fs = fs_of(req);
+	struct dir_snap *d = (struct dir_snap *)(uintptr_t)fi->fh;
 	struct ns_handle *h = NULL;
+	struct ns_waiter *late;
 	struct ns_attr a;
 	struct op_get *g;
+	uint64_t id;
 	int rc;
 
 	if (s->wait_ms < 0 || out_bufsz < sizeof(*s))
 		return (void)fuse_reply_err(req, EINVAL);
+	if (atomic_load(&d->unwaited))
+		return (void)fuse_reply_err(req, ECANCELED);
 	/* As op_lookup does for a plain open of a missing key. */
 	rc = ns_lookup(fs->ns, parent, key, NS_LOOKUP_OBJECT, &a);
 	if (rc == -ENOENT && fs->cl && ask_peers(fs, parent, key, 1, s->wait_ms, 1))
@@ -286,13 +300,18 @@ static void small_get(fuse_req_t req, fuse_ino_t parent, const struct omnifs_sma
 	g->w.w.interrupted = wait_interrupted;
 	g->w.w.done = get_answer;
 	g->w.w.wait_ms = s->wait_ms;
-	g->w.w.id = ns_waiter_id(fs->ns);
-	fuse_req_interrupt_func(req, wait_interrupt, (void *)(uintptr_t)g->w.w.id);
+	g->w.w.id = id = ns_waiter_id(fs->ns);
+	g->w.w.tag = fi->fh;
+	fuse_req_interrupt_func(req, wait_interrupt, (void *)(uintptr_t)id);
 	rc = ns_open(fs->ns, a.ino, O_RDONLY | NS_OPEN_HERE, &g->w.w, &h);
 	/* The handle or the queued wait keeps the node now (g may be gone). */
 	ns_forget(fs->ns, a.ino, 1);
 	if (rc != -EINPROGRESS)
-		get_answer(&g->w.w, rc, rc ? NULL : h);
+		return get_answer(&g->w.w, rc, rc ? NULL : h);
+	/* An UNWAIT that came between the check above and the queueing did
+	 * not see this wait: this one sees its flag (both under ns's lock). */
+	if (atomic_load(&d->unwaited) && (late = ns_cancel(fs->ns, id)))
+		get_unwaited(late);
 }
 
 static void small_put(fuse_req_t req, fuse_ino_t parent, const struct omnifs_small *s,
@@ -366,8 +385,8 @@ static int small_args(unsigned cmd, const void *in, size_t in_bufsz,
 	return 0;
 }
 
-static void small_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, const void *in_buf,
-			size_t in_bufsz, size_t out_bufsz)
+static void small_ioctl(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+			unsigned cmd, const void *in_buf, size_t in_bufsz, size_t out_bufsz)
 {
 	struct fs *fs = fs_of(req);
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
@@ -381,7 +400,28 @@ static void small_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, const void
 	if (cmd == OMNIFS_IOC_PUT(_IOC_SIZE(cmd)))
 		small_put(req, ino, &s, key, (const char *)in_buf + sizeof(s) + s.key_len);
 	else
-		small_get(req, ino, &s, key, out_bufsz);
+		small_get(req, ino, fi, &s, key, out_bufsz);
+}
+
+/* OMNIFS_IOC_UNWAIT: the GETs waiting through this open edge directory
+ * fail with ECANCELED, now and whenever one comes through it later; the
+ * answer is how many it ended. */
+static void unwait_ioctl(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct dir_snap *d = (struct dir_snap *)(uintptr_t)fi->fh;
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
+	struct ns_waiter *w, *next;
+	int n = 0;
+
+	if (ns_dir_names(fs->ns, ino, from, to) != NK_EDGE)
+		return (void)fuse_reply_err(req, ENOTTY);
+	atomic_store(&d->unwaited, 1);
+	for (w = ns_cancel_tag(fs->ns, fi->fh); w; w = next, n++) {
+		next = w->next;
+		get_unwaited(w);
+	}
+	fuse_reply_ioctl(req, n, NULL, 0);
 }
 
 /* OMNIFS_IOC_CLEANUP: rm of a request's objects on every node. */
@@ -421,8 +461,10 @@ void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned cmd, void *arg,
 		fuse_reply_err(req, ENOTTY);
 	else if ((flags & FUSE_IOCTL_DIR) && cmd == OMNIFS_IOC_CLEANUP(_IOC_SIZE(cmd)))
 		cleanup_ioctl(req, in_buf, in_bufsz, out_bufsz);
+	else if ((flags & FUSE_IOCTL_DIR) && cmd == OMNIFS_IOC_UNWAIT)
+		unwait_ioctl(req, ino, fi);
 	else if (flags & FUSE_IOCTL_DIR)
-		small_ioctl(req, ino, cmd, in_buf, in_bufsz, out_bufsz);
+		small_ioctl(req, ino, fi, cmd, in_buf, in_bufsz, out_bufsz);
 	else
 		direct_ioctl(req, cmd, fi, in_buf, in_bufsz, out_bufsz);
 }

@@ -1032,17 +1032,110 @@ def test_a_key_given_up_while_it_is_looked_at_is_not_fetched():
     assert not fetched.wait(0.3) and a.counts() == (0, 0)
 
 
-def test_close_ends_a_loops_wait():
-    c, k = OmniFSConnector({"mount": ONE}), rid()
+def waiters_become(mount, want, s=5):
+    """Until the node's count of waiting opens and gets is want."""
+    deadline = time.monotonic() + s
+    while omnifs.Mount(mount).stats()["waiters"] != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return omnifs.Mount(mount).stats()["waiters"]
+
+
+def ahead_threads():
+    return [t for t in threading.enumerate() if t.name == "omnifs-ahead"]
+
+
+def test_close_ends_a_loops_wait(caplog):
+    """And the wait of its fetch in the daemon, with it: the fetch's
+    thread ends, quietly, instead of waiting out timeout_s."""
+    w0 = omnifs.Mount(ONE).stats()["waiters"]
+    c, k = OmniFSConnector({"mount": ONE, "timeout_s": 30}), rid()
     generation = c.get_wakeup_generation()
     assert c.get("0", "1", k) is None
+    assert waiters_become(ONE, w0 + 1) == w0 + 1, "the fetch waits in the daemon"
     threading.Timer(0.2, c.close).start()
     t = time.monotonic()
-    assert c.wait_for_change(generation, timeout=10) is False
-    assert time.monotonic() - t < 2
+    with caplog.at_level(logging.INFO, logger="omnifs.vllm_omni"):
+        assert c.wait_for_change(generation, timeout=10) is False
+        assert time.monotonic() - t < 2
+        assert waiters_become(ONE, w0) == w0, "the fetch still waits after close()"
+        for th in ahead_threads():
+            th.join(5)
+            assert not th.is_alive(), "the fetch's thread outlives close()"
+    assert time.monotonic() - t < 10
     assert c.get_wakeup_generation() is None and c.health()["fetching"] == 0
+    assert c.health()["get_failures"] == 0
+    assert "ended by close()" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     c.reap_consumed()
-    omnifs.Mount(ONE).cleanup(k)    # its fetch, given up, still waits in the daemon
+
+
+def test_mount_close_ends_its_waiting_gets():
+    m, k, w0 = omnifs.Mount(ONE), rid(), omnifs.Mount(ONE).stats()["waiters"]
+    out = queue.Queue()
+
+    def get():
+        try:
+            out.put(m.get("0", "1", k, timeout=30))
+        except OSError as e:
+            out.put(e)
+    th = threading.Thread(target=get)
+    th.start()
+    assert waiters_become(ONE, w0 + 1) == w0 + 1, "the get waits in the daemon"
+    t = time.monotonic()
+    m.close()
+    e = out.get(timeout=10)
+    assert time.monotonic() - t < 2
+    th.join(5)
+    assert isinstance(e, OSError) and e.errno == errno.ECANCELED, e
+    assert e.filename == m.path("0", "1", k)
+    assert waiters_become(ONE, w0) == w0
+    omnifs.Mount(ONE).put("0", "1", k, b"after close")   # the Mount is still usable
+    assert m.get("0", "1", k, timeout=5) == b"after close"
+
+
+def test_unwait_ends_the_gets_of_one_open_edge():
+    """OMNIFS_IOC_UNWAIT ends the GETs waiting through its descriptor
+    (not another's of the same edge), then every GET through it at once;
+    a PUT through it still publishes."""
+    from omnifs import small
+    edge, k, w0 = os.path.join(ONE, "0", "1"), rid(), omnifs.Mount(ONE).stats()["waiters"]
+    fds = [os.open(edge, os.O_RDONLY | os.O_DIRECTORY) for _ in range(2)]
+    out = [queue.Queue(), queue.Queue()]
+
+    def get(i):
+        try:
+            out[i].put(small.get(fds[i], k, 30000))
+        except OSError as e:
+            out[i].put(e)
+    ths = [threading.Thread(target=get, args=(i,)) for i in range(2)]
+    try:
+        for th in ths:
+            th.start()
+        assert waiters_become(ONE, w0 + 2) == w0 + 2, "both gets wait"
+        assert small.unwait(fds[0]) == 1
+        e = out[0].get(timeout=5)
+        assert isinstance(e, OSError) and e.errno == errno.ECANCELED, e
+        assert waiters_become(ONE, w0 + 1) == w0 + 1, "the other descriptor's get waits on"
+        t = time.monotonic()
+        with pytest.raises(OSError) as later:
+            small.get(fds[0], rid(), 30000)
+        assert later.value.errno == errno.ECANCELED and time.monotonic() - t < 1
+        assert small.unwait(fds[0]) == 0
+        small.put(fds[0], k.encode(), [b"through the unwaited one"], 24)
+        assert out[1].get(timeout=5) == b"through the unwaited one"
+        root = os.open(ONE, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(OSError) as notty:
+                small.unwait(root)
+            assert notty.value.errno == errno.ENOTTY
+        finally:
+            os.close(root)
+    finally:
+        for fd in fds:
+            small.unwait(fd)
+            os.close(fd)
+        for th in ths:
+            th.join(5)
 
 
 # ---- KV with heterogeneous TP, by views ----

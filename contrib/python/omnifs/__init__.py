@@ -124,12 +124,19 @@ def _pieces(data):
 
 def _close_edges(edges, stale, lock):
     """Closes a Mount's edge descriptors, kept and stale, emptying the two
-    in place (its finalizer holds them, not the Mount)."""
+    in place (its finalizer holds them, not the Mount).  The gets waiting
+    through them end first (ECANCELED): a thread blocked in the daemon
+    could be woken by nothing else, and would hold its wait there until
+    its timeout."""
     with lock:
         fds = list(edges.values()) + stale
         edges.clear()
         stale.clear()
     for fd in fds:
+        try:
+            small.unwait(fd)
+        except OSError:         # an older daemon, or one gone: nothing waits
+            pass
         os.close(fd)
 
 
@@ -157,7 +164,8 @@ class Mount:
 
     def close(self):
         """Closes the edges' descriptors and lets the pool's mapping go;
-        the Mount stays usable."""
+        the Mount stays usable.  A get that waits meanwhile raises
+        OSError(ECANCELED)."""
         self._pool = None
         _close_edges(self._edges, self._stale, self._edges_lock)
 
@@ -397,6 +405,9 @@ class Mount:
                 raise FileNotFoundError(e.errno, e.strerror,
                                         self.path(from_stage, to_stage, key)) from None
             except OSError as e:
+                if e.errno == errno.ECANCELED:  # close() ended the wait
+                    raise OSError(e.errno, e.strerror,
+                                  self.path(from_stage, to_stage, key)) from None
                 asked = e.errno in small.FALLBACK
             except (AttributeError, UnicodeError):
                 pass

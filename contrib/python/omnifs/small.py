@@ -18,6 +18,7 @@ it was not (no compiler, no Python headers) the same bytes go through
 ctypes (native is None).
 """
 import errno
+import fcntl
 import math
 import struct
 import time
@@ -41,6 +42,7 @@ NEVER = (errno.ENOTTY, errno.ENOSYS)
 
 _GET = ioc(3, 0x13, MAX)
 _PUT = ioc(1, 0x12, 0)         # | the size << 16
+_UNWAIT = ioc(0, 0x1c, 0)
 
 
 def put(dirfd, k, views, total, readers=None):
@@ -82,6 +84,13 @@ def get(dirfd, key, wait_ms):
                 wait_ms = math.ceil(left * 1000)
                 continue
             raise FileNotFoundError(errno.ENOENT, "omnifs: %s not published in time" % key)
+
+
+def unwait(dirfd):
+    """Ends the GETs that wait through the edge open at dirfd, and every
+    later one through it, with ECANCELED: how many it ended.  OSError
+    (ENOTTY from a daemon without it)."""
+    return fcntl.ioctl(dirfd, _UNWAIT)
 
 
 def _get(dirfd, k, wait_ms):

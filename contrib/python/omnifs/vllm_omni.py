@@ -197,6 +197,10 @@ class OmniFSConnector(_Base):
             self._count("get_timeouts")
             return None
         except Exception as e:
+            if self._closed and getattr(e, "errno", None) == errno.ECANCELED:
+                log.info("OmniFSConnector: get %s/%s/%s: ended by close()",
+                         from_stage, to_stage, get_key)
+                return None
             log.error("OmniFSConnector: get %s/%s/%s failed: %s", from_stage, to_stage, get_key, e)
             self._count("get_failures")
             return None
