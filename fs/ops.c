@@ -367,9 +367,18 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		rc = -ENOMEM;
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
+	atomic_init(&d->refs, 1);
 	fi->fh = (uintptr_t)d;
 	if (fuse_reply_open(req, fi))
+		dir_put(d);
+}
+
+void dir_put(struct dir_snap *d)
+{
+	if (atomic_fetch_sub(&d->refs, 1) == 1) {
+		free(d->ents);
 		free(d);
+	}
 }
 
 /* The first READDIR's snapshot, with what the other nodes own here, so
@@ -452,11 +461,8 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct dir_snap *d = (struct dir_snap *)(uintptr_t)fi->fh;
-
 	(void)ino;
-	free(d->ents);
-	free(d);
+	dir_put((struct dir_snap *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 

@@ -47,12 +47,16 @@ struct op_wait {
 /* An open directory (its fi->fh).  Its entries are taken at its first
  * READDIR, not at its open: a descriptor opened for ioctls (the Python
  * module's of an edge) lists nothing.  unwaited: OMNIFS_IOC_UNWAIT ended
- * the GETs waiting through it, and ends those that come later at once. */
+ * the GETs waiting through it, and ends those that come later at once.
+ * refs: RELEASEDIR's, and a GET's while it looks at unwaited after its
+ * wait is queued (another thread may answer it meanwhile, and its caller
+ * close the directory). */
 struct dir_snap {
 	struct ns_dirent *ents;
 	size_t n;
 	int taken;
 	atomic_int unwaited;
+	atomic_int refs;
 };
 
 #define FH_VFILE 1u             /* tag bits on fh: a struct vbuf, */
@@ -62,6 +66,7 @@ struct dir_snap {
 static inline struct fs *fs_of(fuse_req_t req) { return fuse_req_userdata(req); }
 
 /* ops.c */
+void dir_put(struct dir_snap *d);
 int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait,
 	      int64_t own_ms, int learn);
 int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, int *claim);

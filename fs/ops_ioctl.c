@@ -303,15 +303,18 @@ static void small_get(fuse_req_t req, fuse_ino_t parent, struct fuse_file_info *
 	g->w.w.id = id = ns_waiter_id(fs->ns);
 	g->w.w.tag = fi->fh;
 	fuse_req_interrupt_func(req, wait_interrupt, (void *)(uintptr_t)id);
+	atomic_fetch_add(&d->refs, 1);
 	rc = ns_open(fs->ns, a.ino, O_RDONLY | NS_OPEN_HERE, &g->w.w, &h);
 	/* The handle or the queued wait keeps the node now (g may be gone). */
 	ns_forget(fs->ns, a.ino, 1);
 	if (rc != -EINPROGRESS)
-		return get_answer(&g->w.w, rc, rc ? NULL : h);
-	/* An UNWAIT that came between the check above and the queueing did
-	 * not see this wait: this one sees its flag (both under ns's lock). */
-	if (atomic_load(&d->unwaited) && (late = ns_cancel(fs->ns, id)))
+		get_answer(&g->w.w, rc, rc ? NULL : h);
+	/* An UNWAIT between the check above and the queueing found no wait
+	 * to end; it set the flag before it looked, and queueing and looking
+	 * both take ns's lock, so the flag is seen here. */
+	else if (atomic_load(&d->unwaited) && (late = ns_cancel(fs->ns, id)))
 		get_unwaited(late);
+	dir_put(d);
 }
 
 static void small_put(fuse_req_t req, fuse_ino_t parent, const struct omnifs_small *s,
