@@ -1138,6 +1138,42 @@ def test_unwait_ends_the_gets_of_one_open_edge():
             th.join(5)
 
 
+def test_unwait_leaves_no_get_behind_that_raced_it():
+    """GETs that reach the daemon before, while and after an UNWAIT of
+    their descriptor runs are all ended: 8 threads send theirs 0-2 ms after
+    they start, the UNWAIT goes 0-2 ms after them, in 20 rounds; every
+    thread is back within 5 s, with ECANCELED (a GET that slipped past
+    would wait out its 30 s).  Fails with the daemon's two looks at the
+    flag left out (the later GETs wait)."""
+    from omnifs import small
+    edge, rng = os.path.join(ONE, "0", "1"), np.random.default_rng(7)
+    for rnd in range(20):
+        fd, got = os.open(edge, os.O_RDONLY | os.O_DIRECTORY), queue.Queue()
+        naps = rng.random(9) * 0.002
+
+        def get(i):
+            time.sleep(naps[i])
+            try:
+                got.put(small.get(fd, rid(), 30000))
+            except OSError as e:
+                got.put(e.errno)
+        ths = [threading.Thread(target=get, args=(i,)) for i in range(8)]
+        try:
+            for th in ths:
+                th.start()
+            time.sleep(naps[8])
+            small.unwait(fd)
+            for th in ths:
+                th.join(5)
+            assert not any(th.is_alive() for th in ths), "a GET slipped past, round %d" % rnd
+            assert [got.get() for _ in ths] == [errno.ECANCELED] * 8
+        finally:
+            small.unwait(fd)
+            for th in ths:
+                th.join(35)
+            os.close(fd)
+
+
 # ---- KV with heterogeneous TP, by views ----
 
 TOK, H, D = 5, 8, 4
