@@ -51,6 +51,15 @@ def on_time(wait, timeout, slack):
     pytest.fail("late three times, each over %g s: %s s" % (timeout + slack, took))
 
 
+def waiters_become(mount, want, s=5):
+    """The node's count of waiting opens and gets, once it is want, or
+    after s seconds."""
+    deadline = time.monotonic() + s
+    while omnifs.Mount(mount).stats()["waiters"] != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return omnifs.Mount(mount).stats()["waiters"]
+
+
 @pytest.fixture(autouse=True)
 def no_get_waits_on():
     """Every test ends the gets it left waiting in a daemon (a loop's fetch
@@ -58,12 +67,7 @@ def no_get_waits_on():
     middle of a later test made that test's count of the node's waiters
     come out one short."""
     yield
-    deadline = time.monotonic() + 5
-    while True:
-        left = {m: omnifs.Mount(m).stats()["waiters"] for m in (ONE, B, C)}
-        if not any(left.values()) or time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
+    left = {m: waiters_become(m, 0) for m in (ONE, B, C)}
     assert not any(left.values()), "gets still wait after the test: %s" % left
 
 
@@ -583,11 +587,7 @@ def test_cleanup_answers_the_gets_still_waiting_for_it():
         before = omnifs.Mount(C).stats()["waiters"]
         th = threading.Thread(target=wait, daemon=True)
         th.start()
-        for _ in range(500):
-            if omnifs.Mount(C).stats()["waiters"] > before:
-                break
-            time.sleep(0.01)
-        assert omnifs.Mount(C).stats()["waiters"] > before, "the get waits on c"
+        assert waiters_become(C, before + 1) == before + 1, "the get waits on c"
         assert omnifs.Mount(B).cleanup(r) == (0, 0), "nothing to remove, every node told"
         th.join(10)
         assert not th.is_alive() and got["r"] is None, "the get on c ended: the request is over"
@@ -884,7 +884,6 @@ def test_a_receive_loop_is_never_held_up_by_one_key(writer, reader):
         assert got[keys[2]][1] - put_at[keys[2]] < 1.0, "had when it came"
         assert keys[0] not in got and max(stats) < 0.5, "no get waited (timeout_s is 20)"
         assert c.health()["fetching"] == 1, "only the missing key's fetch is still out"
-        assert c.cleanup(never) is False, "nothing of it to remove; its fetch is answered"
     assert not c._ahead.counts()[0], "closed: given up"
 
 
@@ -1003,7 +1002,6 @@ def test_a_fetch_nobody_takes_is_dropped_after_timeout_s(caplog):
             assert wait_fetches(c, (0, 1)) == (0, 1)
         assert "%s was fetched but not taken within 0.5s; dropped" % k in caplog.text
         assert c.get("0", "1", k2) == (b"claimed", 7) and c.get("0", "1", k) is None
-        c.cleanup(k)                # that get fetches again: ended now, not in 0.5 s
 
 
 def test_a_fetch_without_a_thread_is_tried_again(monkeypatch, caplog):
@@ -1032,18 +1030,6 @@ def test_a_key_given_up_while_it_is_looked_at_is_not_fetched():
     assert not fetched.wait(0.3) and a.counts() == (0, 0)
 
 
-def waiters_become(mount, want, s=5):
-    """Until the node's count of waiting opens and gets is want."""
-    deadline = time.monotonic() + s
-    while omnifs.Mount(mount).stats()["waiters"] != want and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return omnifs.Mount(mount).stats()["waiters"]
-
-
-def ahead_threads():
-    return [t for t in threading.enumerate() if t.name == "omnifs-ahead"]
-
-
 def test_close_ends_a_loops_wait(caplog):
     """And the wait of its fetch in the daemon, with it: the fetch's
     thread ends, quietly, instead of waiting out timeout_s."""
@@ -1058,10 +1044,9 @@ def test_close_ends_a_loops_wait(caplog):
         assert c.wait_for_change(generation, timeout=10) is False
         assert time.monotonic() - t < 2
         assert waiters_become(ONE, w0) == w0, "the fetch still waits after close()"
-        for th in ahead_threads():
+        for th in [t for t in threading.enumerate() if t.name == "omnifs-ahead"]:
             th.join(5)
             assert not th.is_alive(), "the fetch's thread outlives close()"
-    assert time.monotonic() - t < 10
     assert c.get_wakeup_generation() is None and c.health()["fetching"] == 0
     assert c.health()["get_failures"] == 0
     assert "ended by close()" in caplog.text
@@ -1132,7 +1117,8 @@ def test_unwait_ends_the_gets_of_one_open_edge():
             os.close(root)
     finally:
         for fd in fds:
-            small.unwait(fd)
+            with contextlib.suppress(OSError):
+                small.unwait(fd)
             os.close(fd)
         for th in ths:
             th.join(5)
@@ -1168,7 +1154,8 @@ def test_unwait_leaves_no_get_behind_that_raced_it():
             assert not any(th.is_alive() for th in ths), "a GET slipped past, round %d" % rnd
             assert [got.get() for _ in ths] == [errno.ECANCELED] * 8
         finally:
-            small.unwait(fd)
+            with contextlib.suppress(OSError):
+                small.unwait(fd)
             for th in ths:
                 th.join(35)
             os.close(fd)
@@ -1985,9 +1972,7 @@ def getter(mount, key, code=GETTER):
     r = subprocess.Popen([sys.executable, "-c", code, mount, key], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=env)
     try:
-        deadline = time.monotonic() + 5
-        while omnifs.Mount(mount).stats()["waiters"] <= w0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        waiters_become(mount, w0 + 1)
         yield r
     finally:
         if r.poll() is None:
@@ -2013,9 +1998,7 @@ def test_a_waiting_get_lets_the_other_threads_run(small_path):
                                                             "0", "1", k, timeout=2))
     w0 = m.stats()["waiters"]
     waiting.start()
-    deadline = time.monotonic() + 5
-    while m.stats()["waiters"] == w0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    waiters_become(ONE, w0 + 1)
     t0 = time.monotonic()
     time.sleep(0.05)
     took = time.monotonic() - t0
@@ -2036,10 +2019,7 @@ def test_an_interrupted_small_get_leaves_no_waiter(small_path):
         assert m.stats()["waiters"] == w0 + 1
         r.send_signal(2)
         assert b"KeyboardInterrupt" in r.communicate(timeout=5)[1]
-    deadline = time.monotonic() + 5
-    while m.stats()["waiters"] > w0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert m.stats()["waiters"] == w0
+    assert waiters_become(ONE, w0) == w0
     m.put("0", "1", k, b"for a later reader")
     assert m.get("0", "1", k, timeout=1) == b"for a later reader"
 
