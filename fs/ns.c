@@ -1043,7 +1043,12 @@ static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 	obj_put(ns, o);
 }
 
-/* A reader's handle closes: a complete read counts towards consumption. */
+/* A complete read counts towards consumption, once: by the read that
+ * completes it (read_seen), or at the handle's close.  The reader is done
+ * with the object then, so its file no longer counts as open on it (an
+ * fstat() through it after that may say ENOENT, as after an rm).  The
+ * owner's news waits in the queue for whoever unlocks ns next: at the
+ * latest the reader's release, which its close sends without waiting. */
 static void count_read(struct ns *ns, struct ns_handle *h)
 {
 	struct object *o = h->obj;
@@ -1052,13 +1057,22 @@ static void count_read(struct ns *ns, struct ns_handle *h)
 	    !rangeset_covers(&h->seen, 0, o->size))
 		return;
 	h->counted = 1;
-	handle_unseen(h);       /* closing */
+	handle_unseen(h);
 	o->reads++;
 	stats_observe(ns->st, H_READ, clock_mono_ns() - h->opened_ns);
 	if (o->owner >= 0)              /* the owner counts for the cluster */
 		ev_queue(ns, EV_CONSUMED, o);
 	if (o->node && o->readers > 0 && o->reads >= (uint64_t)o->readers)
 		obj_unlink(ns, o, o->owner < 0 ? ST_CONSUMED : ST_NONE);
+}
+
+/* Reader h has had [off, end) of its object.  The read that completes it
+ * counts at once, not at the close: so a reader's file needs no FLUSH
+ * (ops.c opens it with noflush), and its close no round trip to us. */
+void read_seen(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t end)
+{
+	rangeset_add(&h->seen, off, end);
+	count_read(ns, h);
 }
 
 /* ---------------------------------------------------------------- deadlines */
@@ -1884,7 +1898,7 @@ ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 			goto fail;
 		got = (size_t)r;
 		if (!h->source && !h->served)
-			rangeset_add(&h->seen, off, off + got);
+			read_seen(ns, h, off, off + got);
 		h->done += got;
 	}
 	pthread_mutex_unlock(&ns->lock);

@@ -283,7 +283,8 @@ ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
  * which must follow every read that returned bytes, once they are copied
  * out: the window moves on then, and the handle's release waits for it.
  * -EBUSY while the handle holds a range of its window for its caller's
- * own copy (ns_direct_window). */
+ * own copy (ns_direct_window).  The read that completes a reader's
+ * counts as its complete read (consumption) at once, not at its close. */
 ssize_t ns_read(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len,
 		struct iovec *iov, int *niov, int maxiov);
 int ns_handle_streams(const struct ns_handle *h);

@@ -40,7 +40,7 @@ static void handed_whole(struct ns *ns, struct ns_handle *h, enum stat_id what)
 	struct object *o = h->obj;
 
 	if (!rangeset_covers(&h->seen, 0, o->size)) {
-		rangeset_add(&h->seen, 0, o->size);
+		read_seen(ns, h, 0, o->size);
 		stat_add(ns->st, ST_BYTES_READ, o->size);
 	}
 	stat_add(ns->st, what, 1);
@@ -131,7 +131,7 @@ int ns_direct_window(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t 
 		rc = (int)got;
 	if (!rc && got > 0) {
 		h->windowed = 1;
-		rangeset_add(&h->seen, off, off + (uint64_t)got);
+		read_seen(ns, h, off, off + (uint64_t)got);
 		h->done += (uint64_t)got;
 		if (off + (uint64_t)got == o->size)
 			stat_add(ns->st, ST_WINDOW_GETS, 1);

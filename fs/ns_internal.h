@@ -254,6 +254,8 @@ struct ns_handle *handle_new(struct ns *ns, struct object *o, int write);
 /* No fstat() can come through h (a peer's pull, a view's source, a read
  * that was counted at its close): its object's opens stop counting it. */
 void handle_unseen(struct ns_handle *h);
+/* Reader h has had [off, end): a complete read counts at once. */
+void read_seen(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t end);
 /* Frees h (no reads counted, no writer's publish); a streamed reader's
  * owner and lease, for the owner to be told the lease is over. */
 void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease);

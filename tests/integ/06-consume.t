@@ -48,6 +48,22 @@ $PY -c "import os; f = open('$E/again', 'wb'); f.write(b'partial'); os.kill(os.g
 is "$(pyerr "os.stat(M + '/0/1/again')")" ENOENT "a writer killed through a consumed name leaves no empty file"
 is "$(pyerr "open(M + '/0/1/again', 'rb')")" ENOENT "... nor anything to read"
 
+# The read that completes a reader's counts then, not at its close (which
+# so has nothing to tell the daemon: no FLUSH, one round trip less): the
+# object is gone from the edge while the reader still has it open, and its
+# bytes stay the reader's until it closes.
+echo early >"$E/early"
+is "$($PY - "$E/early" <<'PYEOF'
+import os, sys
+f = open(sys.argv[1], "rb", buffering=0)
+assert f.read(6) == b"early\n"
+print(os.path.exists(sys.argv[1]), end=" ")
+print(os.pread(f.fileno(), 5, 0).decode(), end=" ")
+f.close()
+print(os.path.exists(sys.argv[1]))
+PYEOF
+)" "False early False" "a complete read consumes before the reader's close; its file still reads"
+
 head -c 1000000 /dev/urandom >"$E/half"
 $PY -c "f = open('$E/half', 'rb', buffering=0); assert len(f.read(500000)) == 500000; f.close()"
 ok "a partial read leaves it" listed 0/1 half
