@@ -2227,7 +2227,10 @@ void ns_source_consumed(struct ns *ns, struct ns_handle *h, const struct ns_cove
 		}
 		cover_add(ns, o, c);
 	}
-	ns_unlock(ns);
+	/* The owner's news waits for the next unlock that delivers (at the
+	 * latest the view's release): a view's last read counts this before
+	 * its reply, which should not wait for a peer. */
+	pthread_mutex_unlock(&ns->lock);
 }
 
 /* The pool is memory that is in already: a fresh buffer costs a fault and

@@ -487,7 +487,8 @@ int ns_siblings(struct ns *ns, uint64_t ino, char self[NAME_KEY_MAX + 1], uint64
 struct ns_srcinfo { int owner; uint64_t oid, size; uint8_t *kvhdr; uint32_t kvhdr_len; };
 int ns_source_info(struct ns *ns, struct ns_handle *h, struct ns_srcinfo *si);
 /* A view delivered c of the source (once per handle): counted here or
- * by its owner towards consumption (SPEC §5). */
+ * by its owner towards consumption (SPEC §5); the owner's news waits for
+ * the next unlock that delivers, at the latest the source's release. */
 void ns_source_consumed(struct ns *ns, struct ns_handle *h, const struct ns_cover *c);
 /* Room in the pool for a view's bytes while it is open, or NULL (make a
  * buffer elsewhere): only where the CPU addresses the pool, and only

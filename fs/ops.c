@@ -615,6 +615,7 @@ static void view_answer(void *arg, int err, struct view *v)
 	} else {
 		w->fi.fh = (uintptr_t)v | FH_VIEW;
 		w->fi.direct_io = 1;
+		w->fi.noflush = 1;      /* its reads count it (op_read) */
 		if (fuse_reply_open(w->req, &w->fi))
 			view_close(v);
 		else
@@ -774,6 +775,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		ssize_t got = view_read(v, (uint64_t)off, size, iov);
 		if (got < 0)
 			return (void)fuse_reply_err(req, (int)-got);
+		if (got > 0)
+			view_flush(v);  /* counts the read that completes it, as ns_read */
 		fuse_reply_iov(req, iov, got > 0);
 		if (got > 0)
 			view_read_done(v);      /* the reply is out: the close may free it */

@@ -959,8 +959,10 @@ void view_read_done(struct view *v)
 }
 
 
-/* A complete read delivers the heads each source gave (SPEC §5); at
- * close(2), as for objects, so that the reader's next step sees it. */
+/* A complete read delivers the heads each source gave (SPEC §5): counted
+ * by the read that completes it, before its reply, as for objects, so
+ * that the reader's next step sees it (and at the close, if a FLUSH or the
+ * release comes first). */
 void view_flush(struct view *v)
 {
 	pthread_mutex_lock(&v->lock);

@@ -65,7 +65,8 @@ int view_open(const struct view_env *env, uint64_t ino, int64_t wait_ms, int her
  * that answered its read is still being sent. */
 ssize_t view_read(struct view *v, uint64_t off, size_t len, struct iovec *iov);
 void view_read_done(struct view *v);
-/* A close(2): a complete read is counted towards its sources' consumption. */
+/* After each read, and at close(2): once the view has had every byte,
+ * its complete read counts towards its sources' consumption (once). */
 void view_flush(struct view *v);
 void view_close(struct view *v);
 /* 1 if key inode ino names a view whose shards are all published. */

@@ -246,6 +246,22 @@ ok "shard 1 untouched" test -e "$M/c.rank1of2"
 head -c 10 "$M/c.rank3of4" >/dev/null
 cat "$M/c.rank2of4" >/dev/null
 ok "a partial read of a view delivers nothing" test -e "$M/c.rank1of2"
+# The read that completes a view counts then, before its reader's close
+# (whose file so needs no FLUSH), as the read of an object does.
+$SYSPY -c "$KVPY
+import os
+for i in range(2):
+    t = [os.urandom(2 * 4 * 16) for _ in range(2)]
+    open('$M/d.rank%dof2' % i, 'wb').write(kvpy.native(t, heads_total=4, head_first=2 * i, head_count=2))
+"
+is "$($PY - "$M/d.rank0of1" "$M/d.rank0of2" <<'PYEOF'
+import os, sys
+f = open(sys.argv[1], "rb", buffering=0)
+print(len(f.read()) > 0, os.path.exists(sys.argv[2]), end=" ")
+f.close()
+print(os.path.exists(sys.argv[2]))
+PYEOF
+)" "True False False" "a view's complete read consumes its shards before its reader's close"
 
 # --- an open of a view waits for its shards ----------------------------------------
 $PY -c "import sys; sys.stdout.buffer.write(open('$M/w.rank0of1', 'rb').read())" >"$T/w.got" 2>&1 &
