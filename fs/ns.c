@@ -1046,9 +1046,9 @@ static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 /* A complete read counts towards consumption, once: by the read that
  * completes it (read_seen), or at the handle's close.  The reader is done
  * with the object then, so its file no longer counts as open on it (an
- * fstat() through it after that may say ENOENT, as after an rm).  The
- * owner's news waits in the queue for whoever unlocks ns next: at the
- * latest the reader's release, which its close sends without waiting. */
+ * fstat() through it may say ENOENT after that: README, "Consume").  The
+ * owner's news waits in the queue for the next unlock that delivers it: at
+ * the latest the reader's release, which its close sends without waiting. */
 static void count_read(struct ns *ns, struct ns_handle *h)
 {
 	struct object *o = h->obj;

@@ -251,8 +251,8 @@ void land_free(struct ns *ns, void *buf);
 int obj_bounce(struct ns *ns, const struct object *o, uint64_t off, size_t len,
 	       struct iovec *iov);
 struct ns_handle *handle_new(struct ns *ns, struct object *o, int write);
-/* No fstat() can come through h (a peer's pull, a view's source, a read
- * that was counted at its close): its object's opens stop counting it. */
+/* No fstat() can come through h (a peer's pull, a view's source, a reader
+ * whose complete read was counted): its object's opens stop counting it. */
 void handle_unseen(struct ns_handle *h);
 /* Reader h has had [off, end): a complete read counts at once. */
 void read_seen(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t end);

@@ -961,8 +961,8 @@ void view_read_done(struct view *v)
 
 /* A complete read delivers the heads each source gave (SPEC §5): counted
  * by the read that completes it, before its reply, as for objects, so
- * that the reader's next step sees it (and at the close, if a FLUSH or the
- * release comes first). */
+ * that the reader's next step sees it; called again at the close (the
+ * release, or a FLUSH from a kernel that ignores noflush), it adds none. */
 void view_flush(struct view *v)
 {
 	pthread_mutex_lock(&v->lock);
