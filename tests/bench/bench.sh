@@ -96,7 +96,7 @@ wait_mount "$T/ceil" || { echo "ceilingfs did not mount"; exit 1; }
 cold_rounds one "$T/omni/bench/hand" "$T/omni/.omni/stats"
 read -r CMED CP90 CP99 < <(pct "$T"/one.o.*)
 read -r FMED FP90 FP99 < <(pct "$T"/one.c.*)
-printf '4 KiB hand-off, cold (all idle 2 ms before each write; 5 rounds of 100, omnifs and ceilingfs in turns):\n'
+printf '4 KiB hand-off, cold (all idle 2 ms before each write; 5 rounds of 100, each after an untimed one, omnifs and ceilingfs in turns):\n'
 printf '  ceilingfs create+write+close, open+read+close: median %.1f us   p99 %.1f us\n' "$FMED" "$FP99"
 printf '  omnifs: median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of the ceiling, %s round by round; p99 %s of the median; goals 1.3x, 3x)\n' \
 	"$CMED" "$CP90" "$CP99" "$(ratio "$CMED" "$FMED")" "$(round_ratio one)" "$(ratio "$CP99" "$CMED")"
@@ -176,7 +176,7 @@ printf '  loopback TCP round trip, 32 B, two processes, just before: median %.1f
 printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median = %.1f TCP round trips, %.1f wake-up round trips across cores)\n' \
 	"$XMED" "$XP90" "$XP99" "$(awk -v a="$XMED" -v b="$RTT" 'BEGIN { print (b > 0 ? a / b : 0) }')" \
 	"$(awk -v a="$XMED" -v b="$WAKE_OTHER" 'BEGIN { print (b > 0 ? a / b : 0) }')"
-printf '4 KiB hand-off across the two, cold (all idle 2 ms before each write; 5 rounds of 100, each with ceilingfs and a TCP round trip in turn):\n'
+printf '4 KiB hand-off across the two, cold (all idle 2 ms before each write; 5 rounds of 100, each after an untimed one, with ceilingfs and a TCP round trip in turn):\n'
 printf '  loopback TCP round trip, cold: median %.1f us; ceiling = cold ceilingfs (%.1f) + it + 50 = %.1f us\n' \
 	"$CRTT" "$COLD_CEIL" "$(awk -v a="$COLD_CEIL" -v b="$CRTT" 'BEGIN { print a + b + 50 }')"
 printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of that ceiling, %s round by round; p99 %s of the median; goals 1x, 3x)\n' \
