@@ -5,8 +5,9 @@
 # with 8 daemons on loopback ports.  The put claims its publish at the one
 # host of <to> (peer message CLAIM), one round trip whatever the cluster's
 # size, so the ratio of 8 nodes to 2 is the figure (goal: <= 1.3x; several
-# daemons share this machine's cores).  Daemons idle 20 ms before each put, as between
-# requests; medians and p99 of 200.
+# daemons share this machine's cores).  Both clusters are up together and
+# take the puts in turns; daemons idle 20 ms before each put, as between
+# requests; medians and p99 of 200 each.
 set -u
 B=$1
 BENCH_NAME=nodes . "$(dirname "$0")/lib.sh"
@@ -36,28 +37,31 @@ cluster() {
 	echo "nodes: n0 does not see its $((n - 1)) peers up"; exit 1
 }
 
-# puts N: "median p99" in us of n0's puts to s0 -> s(N-1)
+# puts: "median p99 median p99" in us of n0's puts to s0 -> s(N-1) on the
+# cluster of 2 and on the cluster of 8, one put on each in turn, so that a
+# slow minute of the host falls on both alike (the ratio is the figure)
 puts() {
-	/usr/bin/python3 - "$PKG" "$T/$1/n0" "s$(($1 - 1))" <<'PY'
+	/usr/bin/python3 - "$PKG" "$T/2/n0" s1 "$T/8/n0" s7 <<'PY'
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
 import omnifs
-m, to, d, xs = omnifs.Mount(sys.argv[2]), sys.argv[3], os.urandom(4096), []
-for i in range(200):
-    time.sleep(0.02)
-    t = time.monotonic_ns()
-    m.put("s0", to, "put-%d" % i, d)
-    xs.append(time.monotonic_ns() - t)
-xs.sort()
-print("%.1f %.1f" % (xs[100] / 1e3, xs[197] / 1e3))
+ms = [(omnifs.Mount(sys.argv[2]), sys.argv[3], []), (omnifs.Mount(sys.argv[4]), sys.argv[5], [])]
+d = os.urandom(4096)
+for i in range(201):
+    for m, to, xs in ms:
+        time.sleep(0.02)
+        t = time.monotonic_ns()
+        m.put("s0", to, "put-%d" % i, d)
+        if i:                   # the first of each: this process's warm-up
+            xs.append(time.monotonic_ns() - t)
+print(" ".join("%.1f %.1f" % (xs[100] / 1e3, xs[197] / 1e3) for xs in (sorted(x) for _, _, x in ms)))
 PY
 }
 
 cluster 2
-read -r M2 P2 < <(puts 2)
 cluster 8
-read -r M8 P8 < <(puts 8)
-printf '4 KiB put to an edge read on another node (O_EXCL: claimed at the host of <to>; 20 ms idle, 200 puts):\n'
+read -r M2 P2 M8 P8 < <(puts)
+printf '4 KiB put to an edge read on another node (O_EXCL: claimed at the host of <to>; 20 ms idle, 200 puts on each, in turns):\n'
 printf '  2 nodes: median %.1f us  p99 %.1f us\n' "$M2" "$P2"
 printf '  8 nodes: median %.1f us  p99 %.1f us  (%s of 2 nodes; goal <= 130%%)\n' "$M8" "$P8" \
 	"$(ratio "$M8" "$M2" | tr -d ' ')"
