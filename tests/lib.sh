@@ -204,6 +204,13 @@ cleanup() {
 			rc=1
 		fi >&2
 	done
+	# OMNIFS_TEST_LOGS=DIR keeps each daemon's log, as TEST.NODE.log,
+	# for a run whose $T is gone by the time anyone looks (a GPU machine's)
+	if [ -n "${OMNIFS_TEST_LOGS:-}" ]; then
+		for log in "$T"/*.log; do
+			[ -f "$log" ] && cp "$log" "$OMNIFS_TEST_LOGS/$(basename "$0" .t).${log##*/}"
+		done
+	fi
 	# anything else a test mounted under $T
 	grep -o " $T/[^ ]*" /proc/mounts 2>/dev/null | while read -r m; do umount -l "$m"; done
 	jobs -p | xargs -r kill -9 2>/dev/null

@@ -55,9 +55,14 @@ assert d['size'] == $(( (3 << 20) + 7 )) and d['xxh3'] == sys.argv[2], d
 assert sum(n for _, n in d['extents']) == d['size'] and d['offset'] == d['extents'][0][0], d
 " "$js" "$(xattr xxh3 "$T/a/0/1/h")"
 if command -v setpriv >/dev/null; then
-	ok "... to root and the daemon's user only: EACCES for nobody" sh -c \
-		"setpriv --reuid=65534 --regid=65534 --clear-groups getfattr -n user.omni.cuda_ipc '$T/a/0/1/h' 2>&1 | grep -q 'Permission denied'"
+	chmod 755 "$T"     # mktemp's 0700 would refuse nobody before omnifs is asked
+	nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+	ok "nobody reads the object's other attributes (user.omni.size)" \
+		nobody getfattr -n user.omni.size "$T/a/0/1/h"
+	ok "... but not user.omni.cuda_ipc: to root and the daemon's user only (EACCES)" sh -c \
+		"$(declare -f nobody); nobody getfattr -n user.omni.cuda_ipc '$T/a/0/1/h' 2>&1 | grep -q 'Permission denied'"
 else
+	skip "no setpriv to ask as another user"
 	skip "no setpriv to ask as another user"
 fi
 ok "OMNIFS_IOC_SHARE: a GPU pool is not a file to map (EOPNOTSUPP)" $PY - "$T/a/0/1/h" <<'PYEOF'
