@@ -58,27 +58,32 @@ static int hash_feed(struct object *o, XXH3_state_t *st, XXH3_state_t *cs,
 	return 0;
 }
 
+/* Where the next piece of the object falls, for hash_piece. */
+struct hash_at {
+	struct object *o;
+	XXH3_state_t *st, *cs;
+	uint64_t pos;
+};
+
+static int hash_piece(void *arg, const uint8_t *p, size_t n)
+{
+	struct hash_at *h = arg;
+	int rc = hash_feed(h->o, h->st, h->cs, h->pos, p, n);
+
+	h->pos += n;
+	return rc;
+}
+
 /* Feeds one span of the pool into st and cs: in place where the CPU
- * addresses the pool, else through the thread's bounce. */
+ * addresses the pool; else a GPU copies each piece out while the one
+ * before it is hashed, so that hashing an object placed in GPU memory
+ * costs about the hash alone. */
 static int hash_span(struct ns *ns, struct object *o, XXH3_state_t *st, XXH3_state_t *cs,
 		     uint64_t pos, const struct ns_span *sp)
 {
-	uint8_t *b;
+	struct hash_at h = { o, st, cs, pos };
 
-	if (ns->base)
-		return hash_feed(o, st, cs, pos, ns->base + sp->off, sp->len);
-	if (!(b = ns_bounce(ns)))
-		return -ENOMEM;
-	for (uint64_t done = 0; done < sp->len;) {
-		size_t take = sp->len - done < NS_BOUNCE ? sp->len - done : NS_BOUNCE;
-		int rc = pool_read(ns->pool, sp->off + done, b, take);
-		if (!rc)
-			rc = hash_feed(o, st, cs, pos + done, b, take);
-		if (rc)
-			return rc;
-		done += take;
-	}
-	return 0;
+	return pool_each(ns->pool, sp->off, sp->len, hash_piece, &h);
 }
 
 /* Feeds [from, to) of the object into st and cs.  Called unlocked.  Until

@@ -46,7 +46,8 @@
 	X(cuEventDestroy, "cuEventDestroy_v2")                          \
 	X(cuEventRecord, "cuEventRecord")                               \
 	X(cuEventSynchronize, "cuEventSynchronize")                     \
-	X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")
+	X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                    \
+	X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")
 
 /* The ring that copies to the device go through (gpu_ring_start): each
  * slot is page-locked, so the GPU's DMA engine reads it while the CPU
@@ -317,6 +318,48 @@ int gpu_from_dev(struct gpu *g, void *dst, uint64_t dptr, size_t len)
 	return 0;
 }
 
+/* Queues the copy of n bytes at dptr into dst on the ring's stream, after
+ * the copies to the device queued there, and marks its end with ev. */
+static int gpu_out_queue(struct gpu *g, uint8_t *dst, uint64_t dptr, size_t n, CUevent ev)
+{
+	if (g->f_cuMemcpyDtoHAsync(dst, (CUdeviceptr)dptr, n, g->stream) != CUDA_SUCCESS ||
+	    g->f_cuEventRecord(ev, g->stream) != CUDA_SUCCESS)
+		return -EIO;
+	return 0;
+}
+
+int gpu_from_dev_each(struct gpu *g, uint64_t dptr, uint64_t len, uint8_t *buf, size_t half,
+		      int (*fn)(void *arg, const uint8_t *p, size_t n), void *arg)
+{
+	CUevent ev[2];
+	int rc, cur = 0;
+
+	if (g->f_cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
+	    g->f_cuEventCreate(&ev[0], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+		return -EIO;
+	rc = -EIO;
+	if (g->f_cuEventCreate(&ev[1], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+		goto destroy_first;
+	rc = gpu_out_queue(g, buf, dptr, len < half ? len : half, ev[0]);
+	for (uint64_t at = 0, next; at < len && !rc; at = next, cur ^= 1) {
+		next = at + (len - at < half ? len - at : half);
+		if (next < len)
+			rc = gpu_out_queue(g, buf + (cur ^ 1) * half, dptr + next,
+					   len - next < half ? len - next : half, ev[cur ^ 1]);
+		if (!rc && g->f_cuEventSynchronize(ev[cur]) != CUDA_SUCCESS)
+			rc = -EIO;
+		if (!rc)
+			rc = fn(arg, buf + cur * half, next - at);
+	}
+	/* Stopped early, a copy may still be landing in the other half. */
+	g->f_cuEventSynchronize(ev[0]);
+	g->f_cuEventSynchronize(ev[1]);
+	g->f_cuEventDestroy(ev[1]);
+destroy_first:
+	g->f_cuEventDestroy(ev[0]);
+	return rc;
+}
+
 int gpu_dev_zero(struct gpu *g, uint64_t dptr, size_t len)
 {
 	if (g->f_cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
@@ -457,6 +500,13 @@ void gpu_host_free(struct gpu *g, void *p) { (void)g; (void)p; }
 int gpu_from_dev(struct gpu *g, void *dst, uint64_t dptr, size_t len)
 {
 	(void)g; (void)dst; (void)dptr; (void)len;
+	return no_cuda(NULL, 0);
+}
+
+int gpu_from_dev_each(struct gpu *g, uint64_t dptr, uint64_t len, uint8_t *buf, size_t half,
+		      int (*fn)(void *arg, const uint8_t *p, size_t n), void *arg)
+{
+	(void)g; (void)dptr; (void)len; (void)buf; (void)half; (void)fn; (void)arg;
 	return no_cuda(NULL, 0);
 }
 

@@ -52,6 +52,15 @@ int gpu_ring_start(struct gpu *c, char *err, size_t errlen);
 int gpu_to_dev(struct gpu *c, uint64_t dptr, const void *src, size_t len);
 int gpu_from_dev(struct gpu *c, void *dst, uint64_t dptr, size_t len);
 int gpu_dev_zero(struct gpu *c, uint64_t dptr, size_t len);
+/* Copies [dptr, dptr + len) out a piece of at most half bytes at a time
+ * into the halves of buf (page-locked, 2 * half bytes) in turn, and calls
+ * fn on each piece in order while the DMA engine copies the next into the
+ * other half: the CPU's work on the bytes and their copy overlap.  Copies
+ * to the device queued before it are in what it gives.  fn's nonzero
+ * return stops it and is returned; else 0 or -EIO.  buf is free again
+ * when it returns. */
+int gpu_from_dev_each(struct gpu *c, uint64_t dptr, uint64_t len, uint8_t *buf, size_t half,
+		      int (*fn)(void *arg, const uint8_t *p, size_t n), void *arg);
 /* Waits until every copy to the device is done for every other user of
  * its memory too (another process through an IPC handle).  0 or -EIO. */
 int gpu_sync(struct gpu *c);

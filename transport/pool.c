@@ -698,6 +698,19 @@ int pool_read(struct pool *p, uint64_t off, void *dst, size_t len)
 	return len ? p->be->read(p, off, dst, len) : 0;
 }
 
+int pool_each(struct pool *p, uint64_t off, uint64_t len, pool_piece_fn *fn, void *arg)
+{
+	uint8_t *b;
+
+	if (!len)
+		return 0;
+	if (p->base)
+		return fn(arg, p->base + off, len);
+	if (!(b = pool_bounce(p)))
+		return -ENOMEM;
+	return gpu_from_dev_each(p->gpu, p->dbase + off, len, b, POOL_BOUNCE / 2, fn, arg);
+}
+
 int pool_zero(struct pool *p, uint64_t off, size_t len)
 {
 	return len ? p->be->zero(p, off, len) : 0;

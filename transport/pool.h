@@ -69,6 +69,13 @@ enum pool_kind pool_kind_of(const struct pool *p);
 int pool_write(struct pool *p, uint64_t off, const void *src, size_t len);
 int pool_read(struct pool *p, uint64_t off, void *dst, size_t len);
 int pool_zero(struct pool *p, uint64_t off, size_t len);
+/* Calls fn on [off, off + len) of the pool, in order, in memory the CPU
+ * reads: the pool itself where it is host memory (one call); else this
+ * thread's bounce (below), a half at a time, the device copying the next
+ * piece out while fn takes this one.  fn's nonzero return stops it and is
+ * returned; else 0, -ENOMEM or -EIO. */
+typedef int pool_piece_fn(void *arg, const uint8_t *p, size_t n);
+int pool_each(struct pool *p, uint64_t off, uint64_t len, pool_piece_fn *fn, void *arg);
 /* This thread's host buffer of POOL_BOUNCE bytes, the one this pool's
  * copies fill and empty fastest (page-locked for a GPU's memory), for a
  * pool the CPU cannot address.  Valid while the thread and the pool

@@ -142,6 +142,23 @@ static void test_guards(void)
 	pool_destroy(p);
 }
 
+/* What pool_each handed piece_seen. */
+struct pieces {
+	int calls, stop;
+	const uint8_t *first;
+	size_t bytes;
+};
+
+static int piece_seen(void *arg, const uint8_t *p, size_t n)
+{
+	struct pieces *s = arg;
+
+	if (!s->calls++)
+		s->first = p;
+	s->bytes += n;
+	return s->stop;
+}
+
 /* The backend interface, through the host backend: what fs/ uses for a
  * pool of any kind (tests/cuda runs the GPU's). */
 static void test_backend_copies(void)
@@ -164,6 +181,14 @@ static void test_backend_copies(void)
 	   out[6] == in[6] && !out[7] && !out[16] && out[17] == in[17], "pool_zero zeros just its range");
 	ok(!pool_write(p, 0, in, 0) && !pool_read(p, 0, out, 0), "0 bytes move nothing");
 	ok(!pool_sync(p), "pool_sync has nothing to wait for");
+	struct pieces seen = { 0 };
+	ok(!pool_each(p, 4093, sizeof(in), piece_seen, &seen) && seen.calls == 1 &&
+	   seen.first == (uint8_t *)pool_base(p) + 4093 && seen.bytes == sizeof(in),
+	   "pool_each gives a host pool's range in place, in one piece");
+	seen = (struct pieces){ .stop = -EINTR };
+	is(pool_each(p, 0, 4096, piece_seen, &seen), -EINTR, "... fn's error is pool_each's");
+	seen = (struct pieces){ 0 };
+	ok(!pool_each(p, 0, 0, piece_seen, &seen) && !seen.calls, "... and 0 bytes call nothing");
 	is(pool_ipc(p, &dev, h), -ENOTSUP, "no IPC handle: not GPU memory");
 	int fd = -1;
 	uint64_t addr = 0;
