@@ -128,7 +128,8 @@ os.close(dup)
 assert open(sys.argv[1], "rb").read() == b"xyz"
 PYEOF
 
-if $PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+TORCH=$($PY -c "import torch; assert torch.cuda.is_available(); print(1)" 2>/dev/null)
+if [ "$TORCH" ]; then
 	ok "Mount.put_cuda publishes a GPU tensor copied into the pool device to device" $PY - "$T" <<'PYEOF'
 import sys, torch, omnifs
 m = omnifs.Mount(sys.argv[1] + "/a")
@@ -162,9 +163,41 @@ else
 	for t in 1 2 3 4; do skip "torch with CUDA is not importable here"; done
 fi
 
+# get_cuda asks health which GPU the pool is once per Mount: a worker
+# whose daemon comes back with a host pool still gets its bytes, and asks
+# again.  It waits on a fifo, its descriptors closed, while a is
+# restarted below.
+mkfifo "$T/go"
+[ "$TORCH" ] && $PY - "$T" >"$T/again.out" 2>&1 <<'PYEOF' &
+import sys, omnifs
+m = omnifs.Mount(sys.argv[1] + "/a")
+def get(k, data):
+    m.put("0", "1", k, data)
+    assert bytes(m.get_cuda("0", "1", k).cpu().numpy()) == data, k
+get("g1", b"one" * 1000)
+assert m._gpu_dev == 0, m._gpu_dev
+m.close()                                       # the cache stays
+print("ready", flush=True)
+open(sys.argv[1] + "/go").read()                # a has a host pool now
+get("g2", b"two" * 1000)                         # EOPNOTSUPP: read instead
+assert m._gpu_dev is None, m._gpu_dev
+get("g3", b"three" * 1000)
+assert m._gpu_dev == -1, m._gpu_dev
+print("same")
+PYEOF
+AGAIN=$!
+[ "$TORCH" ] && wait_until 30 grep -q ready "$T/again.out"
+
 # --- across nodes: b's pool is GPU memory, a's is host memory (TCP) ---------
 stop_node a
 two_nodes host:256M cuda:0:256M
+if [ "$TORCH" ]; then
+	timeout 10 sh -c "echo > '$T/go'"
+	wait "$AGAIN"
+	is "$(tail -1 "$T/again.out")" same "get_cuda after its daemon came back with a host pool: the bytes, and health asked again"
+else
+	skip "torch with CUDA is not importable here"
+fi
 put $((48 << 20)) x a
 ok "b reads a's 48 MiB object into its GPU pool, byte-exact" cmp "$T/x" "$T/b/0/1/x"
 put $((5 << 20)) y a

@@ -154,6 +154,7 @@ class Mount:
         self._edges_lock = threading.Lock()
         self._stale = []            # edge descriptors of a daemon gone
         self._pool = None           # ((pid, cookie), direct.Pool or None)
+        self._gpu_dev = None        # the pool's GPU for get_cuda, -1: not one; None: ask
         # One dropped without close() closes them all the same: a worker
         # that makes a Mount (or a connector) per request must not run out
         # of descriptors.  Not at exit, which closes them anyway, where a
@@ -498,15 +499,22 @@ class Mount:
         timeout = _seconds(timeout)
         if timeout is not None and timeout <= 0:
             raise FileNotFoundError(errno.ENOENT, "omnifs: no time left to wait", p)
-        pool = self.health().get("pool", {})
-        dev = pool.get("device") if pool.get("kind") == "cuda" else None
+        # Which GPU the pool is, asked once: health costs more than the
+        # hand-over's own calls.  A pool that is no longer one (a daemon
+        # restarted with another) says EOPNOTSUPP, and is asked again.
+        if self._gpu_dev is None:
+            pool = self.health().get("pool", {})
+            self._gpu_dev = pool.get("device", -1) if pool.get("kind") == "cuda" else -1
+        dev = self._gpu_dev
         self._arm(timeout)
         with open(p, "rb", buffering=0) as f:
-            if dev is not None:
+            if dev >= 0:
                 try:
                     return cuda.get_tensor(f.fileno(), dev)
-                except OSError:
-                    pass    # bytes elsewhere, no driver: read it
+                except OSError as e:
+                    if e.errno == errno.EOPNOTSUPP:
+                        self._gpu_dev = None
+                    # bytes elsewhere, no driver: read it
             # The GPU's memory first: one that cannot hold the bytes fails
             # before a byte is read, and the object stays for the next.
             out = torch.empty(_open_size(f), dtype=torch.uint8, device="cuda")
