@@ -16,8 +16,10 @@ CLEANUP_HOOKS+=(rxe_down)
 rxe_up() {
 	command -v rdma >/dev/null || { echo "no rdma tool (iproute2)"; return 1; }
 	modprobe rdma_rxe 2>/dev/null          # or built in
-	ip link add "$DUM" type dummy && ip addr add "$IP/24" dev "$DUM" &&
-		ip link set "$DUM" up && rdma link add "$RXE" type rxe netdev "$DUM"
+	ip link add "$DUM" type dummy || { echo "the kernel makes no dummy interface"; return 1; }
+	ip addr add "$IP/24" dev "$DUM" && ip link set "$DUM" up || return 1
+	rdma link add "$RXE" type rxe netdev "$DUM" ||
+		{ echo "the kernel has no soft-RoCE (rdma_rxe)"; return 1; }
 }
 rxe_up >"$T/rxe.err" 2>&1 ||
 	{ skip "no soft-RoCE device can be made here: $(tail -1 "$T/rxe.err")"; done_testing; exit; }
