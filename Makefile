@@ -43,7 +43,7 @@ endif
 
 KV_SRCS  := kvfmt/kvfmt.c kvfmt/vllm.c kvfmt/pyjson.c kvfmt/plan.c kvfmt/convert.c
 KV_OBJS  := $(KV_SRCS:%.c=$(BUILD)/obj/%.o)
-LIB_SRCS := $(KV_SRCS) transport/pool.c transport/gpu.c transport/rdma_probe.c transport/proto.c \
+LIB_SRCS := $(KV_SRCS) transport/pool.c transport/gpu.c transport/xxh3sum.c transport/rdma_probe.c transport/proto.c \
             transport/auth.c transport/xport.c transport/xport_dial.c \
             transport/xport_accept.c transport/xport_rdma.c transport/rdma.c transport/rdma_read.c \
             transport/rdma_grant.c fs/cluster.c fs/lease.c fs/owedlog.c \
