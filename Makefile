@@ -39,6 +39,17 @@ endif
 CUDA_HOME ?= /usr/local/cuda
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 $(BUILD)/obj/transport/gpu.o: CFLAGS += -DOMNI_CUDA -I$(CUDA_HOME)/include
+# The XXH3 kernel (transport/gpu_xxh3.cu) where the toolkit has nvcc: its
+# PTX, as a C string gpu.c hands the driver, which compiles it for its
+# GPU (sm_75, Turing, is the oldest CUDA 13 builds for).
+ifneq ($(wildcard $(CUDA_HOME)/bin/nvcc),)
+$(BUILD)/obj/transport/gpu.o: CFLAGS += -DOMNI_XXH3_PTX -I$(BUILD)/obj/transport
+$(BUILD)/obj/transport/gpu.o: $(BUILD)/obj/transport/gpu_xxh3.ptx.h
+$(BUILD)/obj/transport/gpu_xxh3.ptx.h: transport/gpu_xxh3.cu transport/xxh3_block.h
+	@mkdir -p $(@D)
+	$(CUDA_HOME)/bin/nvcc -ptx -arch=compute_75 -o $(@:.h=) $<
+	sed 's/\\/\\\\/g; s/"/\\"/g; s/^/"/; s/$$/\\n"/' $(@:.h=) >$@
+endif
 endif
 
 KV_SRCS  := kvfmt/kvfmt.c kvfmt/vllm.c kvfmt/pyjson.c kvfmt/plan.c kvfmt/convert.c

@@ -9,9 +9,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "../transport/pool.h"
+#include "../transport/xxh3sum.h"
 
 #define HASH_STEP_MIN (256u << 10)
+/* From this size an object with no hashed prefix is hashed from its
+ * blocks' sums where the pool takes them (a GPU's, beside the bytes). */
+#define HASH_SUMS_MIN NS_CHUNK
 
 /* Chunk idx's hash, growing the table as the hasher goes. */
 static int chunk_store(struct object *o, uint64_t idx, uint64_t h)
@@ -111,15 +117,113 @@ static int hash_range(struct ns *ns, struct object *o, XXH3_state_t *st,
 	return rc;
 }
 
+/* ------------------------------------------------------- from block sums */
+
+/* The hash of [start, start + len) of o, whose summed blocks x has: its
+ * tail copied out and ended on the CPU. */
+static int sums_end(struct ns *ns, struct object *o, const struct xxh3sum *x,
+		    uint64_t start, uint64_t len, uint64_t *h)
+{
+	uint8_t tail[XXH3_BLOCK + 64];
+	size_t t = xxh3sum_tail(len);
+	int rc = obj_copy_out(ns, o, start + len - t, tail, t);
+
+	if (!rc)
+		*h = xxh3sum_final(x, tail, len);
+	return rc;
+}
+
+/* Feeds blocks [b, b + n) of o (their sums s) into the chunk sum ch,
+ * ending and storing each chunk whose last summed block is among them.
+ * A last chunk shorter than XXH3SUM_MIN is hashed whole after. */
+static int sums_chunks(struct ns *ns, struct object *o, struct xxh3sum *ch,
+		       uint64_t b, const uint64_t *s, uint64_t n)
+{
+	const uint64_t per = NS_CHUNK / XXH3_BLOCK;
+
+	for (uint64_t i = 0; i < n;) {
+		uint64_t c = (b + i) / per, j = (b + i) % per, k, hc;
+		uint64_t clen = o->size - c * NS_CHUNK < NS_CHUNK ? o->size - c * NS_CHUNK : NS_CHUNK;
+		uint64_t need = xxh3sum_nblocks(clen);
+		int rc;
+
+		if (clen < XXH3SUM_MIN)
+			return 0;
+		if (j >= need) {        /* a chunk's last block: its tail */
+			i++;
+			continue;
+		}
+		k = need - j < n - i ? need - j : n - i;
+		xxh3sum_blocks(ch, s + 8 * i, k);
+		i += k;
+		if (j + k < need)
+			continue;
+		if ((rc = sums_end(ns, o, ch, c * NS_CHUNK, clen, &hc)) ||
+		    (rc = chunk_store(o, c, hc)))
+			return rc;
+		xxh3sum_init(ch);
+	}
+	return 0;
+}
+
+/* The object's XXH3-64 and, with chunks, its chunk sums, from the sums
+ * the pool takes of its 1 KiB blocks where they lie (a GPU's pool, its
+ * kernel): the CPU only puts them in order and ends each range.
+ * -ENOTSUP where the pool takes none, or a block lies across two
+ * extents: the caller hashes the bytes instead. */
+static int hash_by_sums(struct ns *ns, struct object *o, int chunks, uint64_t *h)
+{
+	uint64_t nb = xxh3sum_nblocks(o->size), b = 0, last = o->size / NS_CHUNK * NS_CHUNK;
+	struct xxh3sum all, ch;
+	int rc = 0;
+
+	xxh3sum_init(&all);
+	xxh3sum_init(&ch);
+	while (b < nb && !rc) {
+		struct ns_span sp;
+		const uint64_t *s;
+		int k;
+
+		if (!obj_spans(o, b * XXH3_BLOCK, (nb - b) * XXH3_BLOCK, &sp, &k, 1) || k != 1)
+			return -EIO;
+		uint64_t n = sp.len / XXH3_BLOCK;
+		if (!n || (sp.len % XXH3_BLOCK && b + n < nb))
+			return -ENOTSUP;
+		if (n > POOL_SUMS_MAX)
+			n = POOL_SUMS_MAX;
+		if ((rc = pool_xxh3_sums(ns->pool, sp.off, n, &s)))
+			return rc == -EINVAL ? -ENOTSUP : rc;
+		xxh3sum_blocks(&all, s, n);
+		if (chunks)
+			rc = sums_chunks(ns, o, &ch, b, s, n);
+		b += n;
+	}
+	if (!rc && chunks && o->size - last && o->size - last < XXH3SUM_MIN) {
+		uint8_t buf[XXH3SUM_MIN];
+		if (!(rc = obj_copy_out(ns, o, last, buf, o->size - last)))
+			rc = chunk_store(o, last / NS_CHUNK, XXH3_64bits(buf, o->size - last));
+	}
+	return rc ? rc : sums_end(ns, o, &all, 0, o->size, h);
+}
+
 /* The object's XXH3-64 at publish: the hasher's prefix (if still valid)
- * plus the rest.  Called unlocked; every writer has closed. */
+ * plus the rest; with no prefix, from the pool's block sums where it
+ * takes them.  Called unlocked; every writer has closed. */
 int obj_hash(struct ns *ns, struct object *o, uint64_t *h)
 {
 	XXH3_state_t local, clocal, *st = &local, *cs = ns->set.hooks ? &clocal : NULL;
 	uint64_t from = 0;
 	int rc;
 
-	if (o->hs && (o->cs || !cs) && !o->hash_dirty) { /* a truncation below it made it dirty */
+	/* a truncation below the prefix made it dirty */
+	int prefix = o->hs && (o->cs || !cs) && !o->hash_dirty;
+	if ((!prefix || !o->hashed) && o->size >= HASH_SUMS_MIN &&
+	    (rc = hash_by_sums(ns, o, cs != NULL, h)) != -ENOTSUP) {
+		if (!rc)
+			stat_add(ns->st, ST_HASHED_BY_SUMS, 1);
+		goto free_states;
+	}
+	if (prefix) {
 		st = o->hs;
 		cs = o->cs;
 		from = o->hashed;
@@ -131,6 +235,7 @@ int obj_hash(struct ns *ns, struct object *o, uint64_t *h)
 	if (!rc && cs && o->size % NS_CHUNK)
 		rc = chunk_store(o, o->size / NS_CHUNK, XXH3_64bits_digest(cs));
 	*h = XXH3_64bits_digest(st);
+free_states:
 	if (o->hs)
 		XXH3_freeState(o->hs);
 	if (o->cs)

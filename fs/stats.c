@@ -57,6 +57,8 @@ static const struct {
 	[ST_LOOKUPS] = { "lookups", "Names the kernel asked this node about (FUSE LOOKUPs)", 0 },
 	[ST_WINDOW_GETS] = { "window_gets",
 		"Streamed objects a process on this node copied out of its window itself (OMNIFS_IOC_WINDOW)", 0 },
+	[ST_HASHED_BY_SUMS] = { "hashed_by_sums",
+		"Objects hashed at publish from sums the GPU took of their blocks (GPU pools)", 0 },
 };
 
 static const char *hist_name[H__COUNT] = {

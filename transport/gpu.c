@@ -19,6 +19,16 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include "xxh3sum.h"
+
+/* The kernel's PTX, as the build made it from gpu_xxh3.cu (a C string),
+ * where the toolkit has nvcc; without it, XXH3 sums stay on the CPU. */
+#ifdef OMNI_XXH3_PTX
+static const char gpu_xxh3_ptx[] =
+#include "gpu_xxh3.ptx.h"
+	;
+#endif
+
 #define GPU_FNS(X)                                                      \
 	X(cuInit, "cuInit")                                             \
 	X(cuDeviceGetCount, "cuDeviceGetCount")                         \
@@ -47,7 +57,11 @@
 	X(cuEventRecord, "cuEventRecord")                               \
 	X(cuEventSynchronize, "cuEventSynchronize")                     \
 	X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                    \
-	X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")
+	X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")                    \
+	X(cuModuleLoadData, "cuModuleLoadData")                         \
+	X(cuModuleGetFunction, "cuModuleGetFunction")                   \
+	X(cuModuleUnload, "cuModuleUnload")                             \
+	X(cuLaunchKernel, "cuLaunchKernel")
 
 /* The ring that copies to the device go through (gpu_ring_start): each
  * slot is page-locked, so the GPU's DMA engine reads it while the CPU
@@ -68,6 +82,13 @@ struct gpu {
 	CUstream stream;        /* the ring's copies, in order; NULL: no ring */
 	struct gpu_slot ring[GPU_RING_SLOTS];
 	atomic_uint next;       /* the slot the next copy takes, modulo */
+	/* The XXH3 kernel (gpu_xxh3.cu), made at its first use: */
+	pthread_mutex_t xlock;  /* one caller at a time: the sums' buffer */
+	int xstate;             /* 0 not tried, 1 made, -ENOTSUP can't be */
+	CUmodule xmod;
+	CUfunction xfn;
+	CUdeviceptr xsums;      /* GPU_XXH3_MAX blocks' sums */
+	uint64_t xkey[XXH3_BLOCK_KEY];
 #define GPU_FN_PTR(name, sym) __typeof__(name) *f_##name;
 	GPU_FNS(GPU_FN_PTR)
 };
@@ -133,6 +154,7 @@ int gpu_open(int dev, struct gpu **out, char *err, size_t errlen)
 
 	if (!g)
 		return -ENOMEM;
+	pthread_mutex_init(&g->xlock, NULL);
 	if ((rc = gpu_load(g, err, errlen)))
 		goto close_lib;
 	if ((rc = gpu_start(g, dev, err, errlen)))
@@ -208,6 +230,11 @@ void gpu_close(struct gpu *g)
 		return;
 	if (g->stream)
 		gpu_ring_stop(g, GPU_RING_SLOTS);
+	if (g->xsums && g->f_cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS) {
+		g->f_cuMemFree(g->xsums);
+		g->f_cuModuleUnload(g->xmod);
+	}
+	pthread_mutex_destroy(&g->xlock);
 	g->f_cuDevicePrimaryCtxRelease(g->dev);
 	/* The library stays loaded: the driver keeps threads of its own
 	 * that would run into unmapped code. */
@@ -360,6 +387,86 @@ destroy_first:
 	return rc;
 }
 
+/* Loads the kernel and takes its sums' buffer: 0, or -ENOTSUP for good
+ * (no PTX in this build, a driver too old to compile it).  Called with
+ * xlock held and the context current. */
+static int gpu_xxh3_make(struct gpu *g)
+{
+#ifdef OMNI_XXH3_PTX
+	char why[64];
+	CUresult r;
+
+	if (g->xstate)
+		return g->xstate == 1 ? 0 : g->xstate;
+	g->xstate = -ENOTSUP;
+	if ((r = g->f_cuModuleLoadData(&g->xmod, gpu_xxh3_ptx)) != CUDA_SUCCESS)
+		goto say;
+	if ((r = g->f_cuModuleGetFunction(&g->xfn, g->xmod, "omni_xxh3_blocks")) != CUDA_SUCCESS ||
+	    (r = g->f_cuMemAlloc(&g->xsums, GPU_XXH3_MAX * 64)) != CUDA_SUCCESS) {
+		g->f_cuModuleUnload(g->xmod);
+		goto say;
+	}
+	xxh3sum_key(g->xkey);
+	g->xstate = 1;
+	return 0;
+say:    /* once: the CPU hashes these objects from now on, as it did */
+	fprintf(stderr, "omnifs: the GPU pool's objects are hashed on the CPU: "
+		"the driver cannot load the XXH3 kernel: %s\n", gpu_errname(g, r, why, sizeof(why)));
+	return -ENOTSUP;
+#else
+	(void)g;
+	return -ENOTSUP;
+#endif
+}
+
+/* Whether the kernel's sums of the first and last of n blocks at dptr
+ * are what the CPU takes of the same bytes.  A kernel that a driver
+ * compiled wrong, or that this code calls wrong, then costs a fallback
+ * to the CPU's hashing, never a wrong checksum. */
+static int gpu_xxh3_agrees(struct gpu *g, uint64_t dptr, uint64_t n, const uint64_t *out)
+{
+	uint8_t block[XXH3_BLOCK];
+	uint64_t want[8];
+
+	for (uint64_t i = 0; i < 2; i++) {
+		uint64_t b = i ? n - 1 : 0;
+		if (gpu_from_dev(g, block, dptr + b * XXH3_BLOCK, XXH3_BLOCK))
+			return 0;
+		xxh3sum_block(block, want);
+		if (memcmp(want, out + 8 * b, sizeof(want)))
+			return 0;
+	}
+	return 1;
+}
+
+int gpu_xxh3_sums(struct gpu *g, uint64_t dptr, uint64_t n, uint64_t *out)
+{
+	unsigned threads = 256, grid = (unsigned)((n + threads - 1) / threads);
+	void *args[] = { &dptr, &n, g->xkey, &g->xsums };
+	int rc;
+
+	if (!n || n > GPU_XXH3_MAX || dptr % 8)
+		return -EINVAL;
+	if (g->f_cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS)
+		return -EIO;
+	pthread_mutex_lock(&g->xlock);
+	if (!(rc = gpu_xxh3_make(g))) {
+		/* on the ring's stream: after the copies in queued there */
+		if (g->f_cuLaunchKernel(g->xfn, grid, 1, 1, threads, 1, 1, 0, g->stream, args,
+					NULL) != CUDA_SUCCESS ||
+		    g->f_cuMemcpyDtoHAsync(out, g->xsums, n * 64, g->stream) != CUDA_SUCCESS ||
+		    g->f_cuStreamSynchronize(g->stream) != CUDA_SUCCESS) {
+			rc = -EIO;
+		} else if (!gpu_xxh3_agrees(g, dptr, n, out)) {
+			fprintf(stderr, "omnifs: the GPU's XXH3 sums differ from the CPU's: "
+				"the GPU pool's objects are hashed on the CPU\n");
+			g->xstate = rc = -ENOTSUP;
+		}
+	}
+	pthread_mutex_unlock(&g->xlock);
+	return rc;
+}
+
 int gpu_dev_zero(struct gpu *g, uint64_t dptr, size_t len)
 {
 	if (g->f_cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
@@ -508,6 +615,12 @@ int gpu_from_dev_each(struct gpu *g, uint64_t dptr, uint64_t len, uint8_t *buf, 
 {
 	(void)g; (void)dptr; (void)len; (void)buf; (void)half; (void)fn; (void)arg;
 	return no_cuda(NULL, 0);
+}
+
+int gpu_xxh3_sums(struct gpu *g, uint64_t dptr, uint64_t n, uint64_t *out)
+{
+	(void)g; (void)dptr; (void)n; (void)out;
+	return -ENOTSUP;
 }
 
 int gpu_dev_zero(struct gpu *g, uint64_t dptr, size_t len)

@@ -52,6 +52,13 @@ int gpu_ring_start(struct gpu *c, char *err, size_t errlen);
 int gpu_to_dev(struct gpu *c, uint64_t dptr, const void *src, size_t len);
 int gpu_from_dev(struct gpu *c, void *dst, uint64_t dptr, size_t len);
 int gpu_dev_zero(struct gpu *c, uint64_t dptr, size_t len);
+/* The XXH3 sums (xxh3_block.h) of the n 1 KiB blocks at dptr (8-byte
+ * aligned), taken by the GPU, into out (host memory, page-locked for
+ * speed): n * 8 words.  n at most GPU_XXH3_MAX; after the copies to the
+ * device queued before it.  0, -EINVAL, -EIO, or -ENOTSUP where this
+ * build or driver has no kernel for it (the caller sums on the CPU). */
+#define GPU_XXH3_MAX 32768
+int gpu_xxh3_sums(struct gpu *c, uint64_t dptr, uint64_t n, uint64_t *out);
 /* Copies [dptr, dptr + len) out a piece of at most half bytes at a time
  * into the halves of buf (page-locked, 2 * half bytes) in turn, and calls
  * fn on each piece in order while the DMA engine copies the next into the

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "gpu.h"
+#include "xxh3sum.h"
 
 struct frag { uint64_t off, len; };
 
@@ -74,6 +75,11 @@ struct pool {
 	pthread_t warm_thread;  /* pool_warm(), if warm_started */
 	int warm_started;
 	atomic_int warming, warm_stop;
+	/* OMNIFS_TEST_CPU_SUMS=1: host memory's sums too, as a GPU's kernel
+	 * takes them; =N: and from the Nth call on -ENOTSUP, as a GPU whose
+	 * sums turned out wrong answers */
+	int cpu_sums;
+	atomic_int sums_calls;
 };
 
 static uint64_t round_grain(uint64_t n)
@@ -627,6 +633,8 @@ int pool_create(struct pool **out, const struct pool_spec *spec,
 	p->dev = spec->dev;
 	p->size = round_grain(spec->size);
 	p->memfd = -1;
+	if (getenv("OMNIFS_TEST_CPU_SUMS"))
+		p->cpu_sums = atoi(getenv("OMNIFS_TEST_CPU_SUMS"));
 	p->capfree = 16;
 	p->free = malloc(p->capfree * sizeof(*p->free));
 	if (!p->free) {
@@ -709,6 +717,34 @@ int pool_each(struct pool *p, uint64_t off, uint64_t len, pool_piece_fn *fn, voi
 	if (!(b = pool_bounce(p)))
 		return -ENOMEM;
 	return gpu_from_dev_each(p->gpu, p->dbase + off, len, b, POOL_BOUNCE / 2, fn, arg);
+}
+
+_Static_assert(POOL_SUMS_MAX <= GPU_XXH3_MAX, "the kernel's buffer holds a bounce of sums");
+
+int pool_xxh3_sums(struct pool *p, uint64_t off, uint64_t n, const uint64_t **sums)
+{
+	uint64_t *b;
+	int rc;
+
+	if (p->kind != POOL_CUDA && !p->cpu_sums)
+		return -ENOTSUP;
+	if (n > POOL_SUMS_MAX || off % 8)
+		return -EINVAL;
+	if (!(b = pool_bounce(p)))
+		return -ENOMEM;
+	if (p->kind != POOL_CUDA && p->cpu_sums > 1 &&
+	    atomic_fetch_add(&p->sums_calls, 1) + 1 >= p->cpu_sums)
+		return -ENOTSUP;
+	if (p->kind != POOL_CUDA) {     /* the CPU does what the kernel does: tests */
+		for (uint64_t i = 0; i < n; i++)
+			xxh3sum_block(p->base + off + i * XXH3_BLOCK, b + 8 * i);
+		rc = 0;
+	} else {
+		rc = gpu_xxh3_sums(p->gpu, p->dbase + off, n, b);
+	}
+	if (!rc)
+		*sums = b;
+	return rc;
 }
 
 int pool_zero(struct pool *p, uint64_t off, size_t len)

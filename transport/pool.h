@@ -76,6 +76,13 @@ int pool_zero(struct pool *p, uint64_t off, size_t len);
  * returned; else 0, -ENOMEM or -EIO. */
 typedef int pool_piece_fn(void *arg, const uint8_t *p, size_t n);
 int pool_each(struct pool *p, uint64_t off, uint64_t len, pool_piece_fn *fn, void *arg);
+/* The XXH3 sums (xxh3sum.h) of the n 1 KiB blocks at off, taken where
+ * the bytes are, in this thread's bounce (below) at *sums: n * 8 words.
+ * n at most POOL_SUMS_MAX.  -ENOTSUP where the CPU is the place (host
+ * memory), or the GPU has no kernel for it: the caller hashes the bytes
+ * itself.  0, -EINVAL (off not 8-byte aligned), -ENOMEM or -EIO. */
+#define POOL_SUMS_MAX (POOL_BOUNCE / 64)
+int pool_xxh3_sums(struct pool *p, uint64_t off, uint64_t n, const uint64_t **sums);
 /* This thread's host buffer of POOL_BOUNCE bytes, the one this pool's
  * copies fill and empty fastest (page-locked for a GPU's memory), for a
  * pool the CPU cannot address.  Valid while the thread and the pool

@@ -82,19 +82,13 @@ ok "... and its close consumed it (readers 1)" wait_until 5 sh -c "! [ -e '$T/a/
 # --- and the other way: a second process fills a new object itself ---------
 # OMNIFS_IOC_CUDA_PLACE, then copies into the opened pool; its close
 # publishes, hashed from the device.
-$PY - "$T/a/0/1/p" "$T/p" <<'PYEOF'
-import os, sys
-from omnifs import cuda
-data = os.urandom((5 << 20) + 13)
-open(sys.argv[2], "wb").write(data)
-fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-cuda.put_bytes(fd, data)
-os.close(fd)
-PYEOF
+sums=$(stat_of a hashed_by_sums)
+place $(( (5 << 20) + 13 )) p a
 ok "a second process places 5 MiB + 13 B into the pool itself; they read back byte-exact" \
 	cmp "$T/a/0/1/p" "$T/p"
 xxh3_is "$T/p" "$T/a/0/1/p" "... with the checksum of its bytes, hashed from the device"
 is "$(stat_of a cuda_puts)" 1 "... counted as cuda_puts"
+is "$(stat_of a hashed_by_sums)" $((sums + 1)) "... hashed from its blocks' sums, which the GPU took"
 ok "CUDA_PLACE after a write is EBUSY, and the object is still written as it goes" $PY - "$T/a/0/1/pw" <<'PYEOF'
 import errno, os, sys
 from omnifs import cuda
@@ -207,4 +201,12 @@ ok "a GPU process on b takes a's object out of b's GPU pool by the IPC handle" t
 put $(( (40 << 20) + 3 )) z b
 ok "a reads b's 40 MiB object out of b's GPU pool, byte-exact" cmp "$T/z" "$T/a/0/1/z"
 is "$(stat_of a checksum_failures)" 0 "... every chunk as b's sums say"
+# placed by a GPU process on b: hashed from the GPU's sums, with the
+# chunk sums a's pull checks
+sums=$(stat_of b hashed_by_sums)
+place $(( (9 << 20) + 5 )) q b
+is "$(stat_of b hashed_by_sums)" $((sums + 1)) "b hashed a placed 9 MiB + 5 B object from the GPU's sums of its blocks"
+xxh3_is "$T/q" "$T/b/0/1/q" "... its xxh3 is the bytes'"
+ok "a reads it byte-exact" cmp "$T/q" "$T/a/0/1/q"
+is "$(stat_of a checksum_failures)" 0 "... each chunk as b's sums say"
 done_testing

@@ -27,6 +27,21 @@ put() {
 	dd if="$T/$2" of="$T/$3/0/1/$2" bs=777777 status=none
 }
 
+# place SIZE NAME NODE: SIZE random bytes in $T/NAME, which a second
+# process places into NODE's GPU pool as NODE/0/1/NAME itself
+# (OMNIFS_IOC_CUDA_PLACE, then its own copy in); the close publishes
+place() {
+	$PY - "$T/$3/0/1/$2" "$T/$2" "$1" <<'PYEOF'
+import os, sys
+from omnifs import cuda
+data = os.urandom(int(sys.argv[3]))
+open(sys.argv[2], "wb").write(data)
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+cuda.put_bytes(fd, data)
+os.close(fd)
+PYEOF
+}
+
 # odd_reads NAME PATH: PATH read at odd offsets, out of order, is $T/NAME
 odd_reads() {
 	$PY - "$T/$1" "$2" <<'PYEOF'
