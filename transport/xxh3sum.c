@@ -3,6 +3,9 @@
  * last stripe, the merge) are xxHash's own inline code, so that the
  * result is XXH3_64bits()'s by construction; only the sums are ours
  * (xxh3_block.h), and the unit test holds them to the library's hash.
+ * The library's vector variants for the build's target (SSE2 on
+ * x86-64) scramble: the chain of 256 MiB's sums took 4.0 ms with the
+ * scalar one here, 2.7 ms with them.
  */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -36,7 +39,7 @@ void xxh3sum_blocks(struct xxh3sum *x, const uint64_t *sums, size_t n)
 	for (size_t b = 0; b < n; b++, sums += 8) {
 		for (int i = 0; i < 8; i++)
 			acc[i] += sums[i];
-		XXH3_scrambleAcc_scalar(acc, XXH3_kSecret + sizeof(XXH3_kSecret) - XXH_STRIPE_LEN);
+		XXH3_scrambleAcc(acc, XXH3_kSecret + sizeof(XXH3_kSecret) - XXH_STRIPE_LEN);
 	}
 	memcpy(x->acc, acc, sizeof(acc));
 	x->blocks += n;
@@ -51,8 +54,8 @@ uint64_t xxh3sum_final(const struct xxh3sum *x, const uint8_t *tail, uint64_t le
 	const uint8_t *last = tail + t - r;     /* the last block */
 
 	memcpy(acc, x->acc, sizeof(acc));
-	XXH3_accumulate(acc, last, XXH3_kSecret, (r - 1) / XXH_STRIPE_LEN, XXH3_accumulate_512_scalar);
-	XXH3_accumulate_512_scalar(acc, tail + t - XXH_STRIPE_LEN, XXH3_kSecret + sizeof(XXH3_kSecret)
+	XXH3_accumulate(acc, last, XXH3_kSecret, (r - 1) / XXH_STRIPE_LEN, XXH3_accumulate_512);
+	XXH3_accumulate_512(acc, tail + t - XXH_STRIPE_LEN, XXH3_kSecret + sizeof(XXH3_kSecret)
 				   - XXH_STRIPE_LEN - XXH_SECRET_LASTACC_START);
 	return XXH3_mergeAccs(acc, XXH3_kSecret + XXH_SECRET_MERGEACCS_START, len * XXH_PRIME64_1);
 }
