@@ -443,6 +443,9 @@ int gpu_xxh3_sums(struct gpu *g, uint64_t dptr, uint64_t n, uint64_t *out)
 {
 	unsigned threads = 256, grid = (unsigned)((n + threads - 1) / threads);
 	void *args[] = { &dptr, &n, g->xkey, &g->xsums };
+	const char *fail = NULL;
+	char why[64] = "";
+	CUresult r;
 	int rc;
 
 	if (!n || n > GPU_XXH3_MAX || dptr % 8)
@@ -452,16 +455,19 @@ int gpu_xxh3_sums(struct gpu *g, uint64_t dptr, uint64_t n, uint64_t *out)
 	pthread_mutex_lock(&g->xlock);
 	if (!(rc = gpu_xxh3_make(g))) {
 		/* on the ring's stream: after the copies in queued there */
-		if (g->f_cuLaunchKernel(g->xfn, grid, 1, 1, threads, 1, 1, 0, g->stream, args,
-					NULL) != CUDA_SUCCESS ||
-		    g->f_cuMemcpyDtoHAsync(out, g->xsums, n * 64, g->stream) != CUDA_SUCCESS ||
-		    g->f_cuStreamSynchronize(g->stream) != CUDA_SUCCESS) {
-			rc = -EIO;
-		} else if (!gpu_xxh3_agrees(g, dptr, n, out)) {
-			fprintf(stderr, "omnifs: the GPU's XXH3 sums differ from the CPU's: "
-				"the GPU pool's objects are hashed on the CPU\n");
-			g->xstate = rc = -ENOTSUP;
-		}
+		if ((r = g->f_cuLaunchKernel(g->xfn, grid, 1, 1, threads, 1, 1, 0, g->stream, args,
+					     NULL)) != CUDA_SUCCESS ||
+		    (r = g->f_cuMemcpyDtoHAsync(out, g->xsums, n * 64, g->stream)) != CUDA_SUCCESS ||
+		    (r = g->f_cuStreamSynchronize(g->stream)) != CUDA_SUCCESS)
+			fail = gpu_errname(g, r, why, sizeof(why));
+		else if (!gpu_xxh3_agrees(g, dptr, n, out))
+			fail = "its sums differ from the CPU's";
+	}
+	/* Whatever went wrong, the CPU can still hash: once said, for good. */
+	if (fail) {
+		fprintf(stderr, "omnifs: the GPU pool's objects are hashed on the CPU: "
+			"the XXH3 kernel failed: %s\n", fail);
+		g->xstate = rc = -ENOTSUP;
 	}
 	pthread_mutex_unlock(&g->xlock);
 	return rc;
