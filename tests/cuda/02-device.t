@@ -8,8 +8,10 @@
 # and its close consumes it; user.omni.cuda_ipc says where, to root only;
 # another node's object is pulled into the GPU pool and handed over the
 # same way, and the GPU pool's objects are pulled by another node, each
-# chunk checked against the sums hashed as the bytes were written.
-# Elsewhere: SKIP.
+# chunk checked against the sums hashed as the bytes were written; an
+# object a second process placed is hashed from the sums the GPU takes
+# of its blocks (hashed_by_sums), chunk sums too; get_cuda keeps working
+# across a restart of its daemon with a host pool.  Elsewhere: SKIP.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/lib.sh"
 
