@@ -34,11 +34,11 @@ int main(void)
 		(1 << 20) + 1, (3 << 20) + 777,
 	};
 	size_t max = (3 << 20) + 777;
-	uint8_t *buf = malloc(max);
+	uint8_t *buf = malloc(max + 13);      /* the odd address reads 13 bytes on */
 	uint64_t key[XXH3_BLOCK_KEY];
 
 	srandom(7);
-	for (size_t i = 0; i < max; i++)
+	for (size_t i = 0; i < max + 13; i++)
 		buf[i] = (uint8_t)random();
 	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
 		uint64_t want = XXH3_64bits(buf, lens[i]);
