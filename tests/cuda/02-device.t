@@ -189,6 +189,7 @@ stop_node a
 two_nodes host:256M cuda:0:256M
 if [ "$TORCH" ]; then
 	timeout 10 sh -c "echo > '$T/go'"
+	wait_until 60 all_gone "$AGAIN" || kill "$AGAIN" 2>/dev/null
 	wait "$AGAIN"
 	is "$(tail -1 "$T/again.out")" same "get_cuda after its daemon came back with a host pool: the bytes, and health asked again"
 else
