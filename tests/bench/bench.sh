@@ -167,6 +167,12 @@ done
 RTT=$("$B/bench/tcpceil" rtt 2000)
 read -r XMED XP90 XP99 < <("$B/tools/handoff" "$T/a/0/1" 1000 "$T/b/.omni/stats" "$T/b/0/1")
 cold_rounds x "$T/a/0/1" "$T/b/.omni/stats" "$T/b/0/1"
+# The same, as the Python module hands 4 KiB over (OMNIFS_IOC_PUT on a's edge
+# directory, OMNIFS_IOC_GET waiting on b's), from a C program: one request
+# each side (the PUT claims the key at b, as O_EXCL does), and no look
+# through the writer's descriptors, which a plain close needs to tell its
+# last close (README, "Publish"; about 45 us of the plain figure here).
+HANDOFF_SMALL=1 cold_rounds xs "$T/a/0/1" "$T/b/.omni/stats" "$T/b/0/1"
 fusermount3 -u "$T/ceil"
 read -r XCMED XCP90 XCP99 < <(pct "$T"/x.o.*)
 read -r COLD_CEIL _ < <(pct "$T"/x.c.*)
@@ -183,6 +189,12 @@ printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of that ceilin
 	"$XCMED" "$XCP90" "$XCP99" \
 	"$(ratio "$XCMED" "$(awk -v a="$COLD_CEIL" -v b="$CRTT" 'BEGIN { print a + b + 50 }')")" \
 	"$(round_ratio x)" "$(ratio "$XCP99" "$XCMED")"
+read -r SXMED _ SXP99 < <(pct "$T"/xs.o.*)
+read -r SXCEIL _ < <(pct "$T"/xs.c.*)
+printf '  the same by the module'"'"'s two ioctls (PUT on a, GET waiting on b): median %.1f us   p99 %.1f us   (%s of its rounds'"'"' ceiling, %s round by round)\n' \
+	"$SXMED" "$SXP99" \
+	"$(ratio "$SXMED" "$(awk -v a="$SXCEIL" -v b="$(median <"$T/xs.rtt")" 'BEGIN { print a + b + 50 }')")" \
+	"$(round_ratio xs)"
 printf '\ngoals: remote read of %s MiB >= 70%% of the TCP ceiling: %s; cross-node hand-off median <= 250 us: %s\n' \
 	"$BIG_MIB" "$(ratio "$REMOTE" "$TCP")" "$XMED us"
 
