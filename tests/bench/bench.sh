@@ -63,14 +63,17 @@ printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median = %.1f wake-up ro
 # from WDIR to RDIR (WDIR if none), then 100 on ceilingfs, then (with RDIR)
 # a cold TCP round trip, all idle IDLE_US (2000) before each; the runs'
 # times go to $T/TAG.o.R and $T/TAG.c.R, the round trips' medians to
-# $T/TAG.rtt
+# $T/TAG.rtt, and where the time went (HANDOFF_PHASES) to $T/TAG.p.R
+# (omnifs) and $T/TAG.q.R (ceilingfs)
 cold_rounds() {
 	local r idle=${IDLE_US:-2000}
 	: >"$T/$1.rtt"
 	for r in 1 2 3 4 5; do
-		HANDOFF_DUMP="$T/$1.o.$r" HANDOFF_IDLE_US=$idle HANDOFF_NAME="$1_${r}_" \
+		HANDOFF_DUMP="$T/$1.o.$r" HANDOFF_PHASES="$T/$1.p.$r" HANDOFF_IDLE_US=$idle \
+			HANDOFF_NAME="$1_${r}_" \
 			"$B/tools/handoff" "$2" 100 "$3" ${4:+"$4"} >/dev/null &&
-		HANDOFF_DUMP="$T/$1.c.$r" HANDOFF_IDLE_US=$idle "$B/tools/handoff" seq "$T/ceil" 100 >/dev/null ||
+		HANDOFF_DUMP="$T/$1.c.$r" HANDOFF_PHASES="$T/$1.q.$r" HANDOFF_IDLE_US=$idle \
+			"$B/tools/handoff" seq "$T/ceil" 100 >/dev/null ||
 			{ echo "cold hand-off ($1, round $r) failed"; exit 1; }
 		if [ -n "${4-}" ]; then TCPCEIL_IDLE_US=$idle "$B/bench/tcpceil" rtt 100 >>"$T/$1.rtt"; fi
 	done
@@ -83,6 +86,21 @@ round_ratio() {
 		x=$(sed -n "${r}p" "$T/$1.rtt")
 		echo "$(median <"$T/$1.o.$r") $(median <"$T/$1.c.$r") ${x:-}"
 	done | awk '{ print 100 * $1 / ($2 + ($3 != "" ? $3 + 50 : 0)) }' | median | awk '{ printf "%.0f%%", $1 }'
+}
+
+# phases TAG: where cold_rounds' time went, step by step (handoff.c's
+# HANDOFF_PHASES; the median of each, us), omnifs's and ceilingfs's: which
+# steps a gap is in.  ceilingfs's reader opens after the writer's close.
+phases() {
+	local c f steps=("writer's open (O_CREAT)" "writer's write" "writer's close (the publish)"
+		"reader's open, from the writer's close to its return" "reader's first read"
+		"reader's read of the end" "reader's close")
+	printf '  %-59s %9s %9s\n' "where the time went (medians, us):" omnifs ceilingfs
+	for c in 1 2 3 4 5 6 7; do
+		printf '    %-57s' "${steps[c - 1]}"
+		for f in p q; do printf ' %9s' "$(cat "$T/$1".$f.* | cut -d' ' -f$c | median)"; done
+		echo
+	done
 }
 
 # Cold: everything idle 2 ms before each write, as between real requests
@@ -100,6 +118,7 @@ printf '4 KiB hand-off, cold (all idle 2 ms before each write; 5 rounds of 100, 
 printf '  ceilingfs create+write+close, open+read+close: median %.1f us   p99 %.1f us\n' "$FMED" "$FP99"
 printf '  omnifs: median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of the ceiling, %s round by round; p99 %s of the median; goals 1.3x, 3x)\n' \
 	"$CMED" "$CP90" "$CP99" "$(ratio "$CMED" "$FMED")" "$(round_ratio one)" "$(ratio "$CP99" "$CMED")"
+phases one
 # Requests further apart leave colder caches, and each system call on the
 # path costs more (a getppid 1.2 us after 2 ms idle, 4.1 after 20 here):
 # the same hand-off idle 20 ms, what a worker sees between sparse requests.
@@ -189,6 +208,7 @@ printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of that ceilin
 	"$XCMED" "$XCP90" "$XCP99" \
 	"$(ratio "$XCMED" "$(awk -v a="$COLD_CEIL" -v b="$CRTT" 'BEGIN { print a + b + 50 }')")" \
 	"$(round_ratio x)" "$(ratio "$XCP99" "$XCMED")"
+phases x
 read -r SXMED _ SXP99 < <(pct "$T"/xs.o.*)
 read -r SXCEIL _ < <(pct "$T"/xs.c.*)
 printf '  the same by the module'"'"'s two ioctls (PUT on a, GET waiting on b): median %.1f us   p99 %.1f us   (%s of its rounds'"'"' ceiling, %s round by round)\n' \

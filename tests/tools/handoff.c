@@ -19,7 +19,12 @@
  * HANDOFF_SMALL=1 makes each side one ioctl on its edge directory
  * (OMNIFS_IOC_PUT and OMNIFS_IOC_GET, fs/direct.h), what the Python
  * module does for small objects: the connector's hand-off without its
- * Python, so that the kernel's and the daemon's share of it shows. */
+ * Python, so that the kernel's and the daemon's share of it shows.
+ * HANDOFF_PHASES=FILE writes, for each run (seq's too), where its time
+ * went (us, a line each): the writer's open, write and close; then how
+ * long after that close the reader's open returned (less than 0: before
+ * it), its first read, its read of the end of the file, and its close.
+ * The clock is the machine's, so the two processes' times compare. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -101,6 +106,66 @@ static ssize_t small_get(int dfd, const char *key, char *buf)
 	return (ssize_t)s.size;
 }
 
+/* When each step of a run ended (CLOCK_MONOTONIC ns).  The reader's
+ * close is the run's end; its other steps, like the writer's, are only for
+ * HANDOFF_PHASES (and stay 0 for HANDOFF_SMALL's one ioctl a side). */
+struct stamps { long long opened, io, eof, closed; };
+
+/* The writer's create, write and close of path, each step's end in w
+ * (io: the write's).  0 or -1. */
+static int put_plain(const char *path, const char *data, ssize_t size, struct stamps *w)
+{
+	int fd = open(path, O_CREAT | O_WRONLY, 0644);
+
+	w->opened = now_ns();
+	if (fd < 0 || write(fd, data, (size_t)size) != size)
+		return -1;
+	w->io = now_ns();
+	if (close(fd))
+		return -1;
+	w->closed = now_ns();
+	return 0;
+}
+
+/* The reader's open, reads to the end and close of path into buf (len
+ * bytes), each step's end in r (io: the first read's).  The bytes read,
+ * or -1. */
+static ssize_t get_plain(const char *path, char *buf, size_t len, struct stamps *r)
+{
+	int fd = open(path, O_RDONLY);
+	ssize_t got = 0, n;
+
+	r->opened = now_ns();
+	if (fd < 0)
+		return -1;
+	while ((n = read(fd, buf, len)) > 0) {
+		got += n;
+		if (!r->io)
+			r->io = now_ns();
+	}
+	r->eof = now_ns();
+	if (!r->io)             /* nothing to read: the end came first */
+		r->io = r->eof;
+	close(fd);
+	r->closed = now_ns();
+	return n < 0 ? -1 : got;
+}
+
+/* HANDOFF_PHASES's line for the run that began at t0. */
+static void phase_line(FILE *f, long long t0, const struct stamps *w, const struct stamps *r)
+{
+	fprintf(f, "%.1f %.1f %.1f %.1f %.1f %.1f %.1f\n", (w->opened - t0) / 1e3,
+		(w->io - w->opened) / 1e3, (w->closed - w->io) / 1e3,
+		(r->opened - w->closed) / 1e3, (r->io - r->opened) / 1e3,
+		(r->eof - r->io) / 1e3, (r->closed - r->eof) / 1e3);
+}
+
+static FILE *phases_file(void)
+{
+	const char *pf = getenv("HANDOFF_PHASES");
+	return pf && *pf ? fopen(pf, "w") : NULL;
+}
+
 static void reader(const char *dir, int n, ssize_t size, int ready, int done)
 {
 	static char buf[65536];
@@ -113,20 +178,11 @@ static void reader(const char *dir, int n, ssize_t size, int ready, int done)
 		snprintf(path, sizeof(path), "%s/%s%d", dir, name(), i);
 		if (write(ready, "r", 1) != 1)
 			_exit(1);
-		ssize_t got = 0, r;
-		if (dfd >= 0) {
-			got = small_get(dfd, strrchr(path, '/') + 1, buf);
-		} else {
-			int fd = open(path, O_RDONLY);
-			while (fd >= 0 && (r = read(fd, buf, sizeof(buf))) > 0)
-				got += r;
-			if (fd >= 0)
-				close(fd);
-		}
-		long long t = now_ns();
-		if (got != size)
-			t = -1;
-		if (write(done, &t, sizeof(t)) != sizeof(t))
+		struct stamps st = { 0 };
+		ssize_t got = dfd >= 0 ? small_get(dfd, strrchr(path, '/') + 1, buf) :
+			      get_plain(path, buf, sizeof(buf), &st);
+		st.closed = got == size ? now_ns() : -1;
+		if (write(done, &st, sizeof(st)) != sizeof(st))
 			_exit(1);
 	}
 	_exit(0);
@@ -160,30 +216,30 @@ static int sequential(const char *dir, int n)
 	static char data[4096], buf[65536];
 	long long *lat = calloc((size_t)(n > 0 ? n : 0) + WARMUP, sizeof(*lat));
 	unsigned idle = idle_us();
+	FILE *phases = phases_file();
 
 	if (!lat || n <= 0)
 		return fprintf(stderr, "handoff: bad N\n"), 2;
 	memset(data, 'h', sizeof(data));
 	for (int i = 0; i < n + WARMUP; i++) {
 		char path[4096];
-		ssize_t got = 0, r;
 		snprintf(path, sizeof(path), "%s/s%d", dir, i);
 		if (idle)
 			usleep(idle);
+		struct stamps w = { 0 }, r = { 0 };
 		long long t0 = now_ns();
-		int fd = open(path, O_CREAT | O_WRONLY, 0644);
-		if (fd < 0 || write(fd, data, sizeof(data)) != (ssize_t)sizeof(data) || close(fd))
+		if (put_plain(path, data, sizeof(data), &w))
 			return perror(path), 1;
-		if ((fd = open(path, O_RDONLY)) < 0)
-			return perror(path), 1;
-		while ((r = read(fd, buf, sizeof(buf))) > 0)
-			got += r;
-		close(fd);
+		ssize_t got = get_plain(path, buf, sizeof(buf), &r);
 		if (got != (ssize_t)sizeof(data))
 			return fprintf(stderr, "handoff: %s read %zd bytes\n", path, got), 1;
-		lat[i] = now_ns() - t0;
+		lat[i] = r.closed - t0;
+		if (phases && i >= WARMUP)
+			phase_line(phases, t0, &w, &r);
 		unlink(path);           /* a ceiling keeps nothing */
 	}
+	if (phases)
+		fclose(phases);
 	return report(lat + WARMUP, n);
 }
 
@@ -205,6 +261,7 @@ int main(int argc, char **argv)
 
 	static char req[OMNIFS_SMALL_MAX];
 	int dfd = small() ? open(dir, O_RDONLY | O_DIRECTORY) : -1;
+	FILE *phases = phases_file();
 
 	if (!lat || !data || n <= 0)
 		return fprintf(stderr, "handoff: bad N or SIZE\n"), 2;
@@ -221,7 +278,6 @@ int main(int argc, char **argv)
 	close(dp[1]);
 	for (int i = 0; i < n + WARMUP; i++) {
 		char c, path[4096];
-		long long t1;
 		if (read(rp[0], &c, 1) != 1)
 			return 1;
 		for (int spin = 0; !waiting(argv[3]) && spin < 100000; spin++)
@@ -229,21 +285,24 @@ int main(int argc, char **argv)
 		if (idle)
 			usleep(idle);
 		snprintf(path, sizeof(path), "%s/%s%d", dir, name(), i);
+		struct stamps w = { 0 }, r;
 		long long t0 = now_ns();
 		if (dfd >= 0) {
 			size_t at = small_request(req, strrchr(path, '/') + 1, (uint64_t)size, 0);
 			memcpy(req + at, data, (size_t)size);
 			if (ioctl(dfd, OMNIFS_IOC_PUT(at + (size_t)size), req) < 0)
 				return perror(path), 1;
-		} else {
-			int fd = open(path, O_CREAT | O_WRONLY, 0644);
-			if (fd < 0 || write(fd, data, (size_t)size) != size || close(fd))
-				return perror(path), 1;
+		} else if (put_plain(path, data, size, &w)) {
+			return perror(path), 1;
 		}
-		if (read(dp[0], &t1, sizeof(t1)) != sizeof(t1) || t1 < 0)
+		if (read(dp[0], &r, sizeof(r)) != sizeof(r) || r.closed < 0)
 			return fprintf(stderr, "reader failed at %d\n", i), 1;
-		lat[i] = t1 - t0;
+		lat[i] = r.closed - t0;
+		if (phases && i >= WARMUP && dfd < 0)
+			phase_line(phases, t0, &w, &r);
 	}
 	wait(NULL);
+	if (phases)
+		fclose(phases);
 	return report(lat + WARMUP, n);
 }
