@@ -20,11 +20,12 @@
  * (OMNIFS_IOC_PUT and OMNIFS_IOC_GET, fs/direct.h), what the Python
  * module does for small objects: the connector's hand-off without its
  * Python, so that the kernel's and the daemon's share of it shows.
- * HANDOFF_PHASES=FILE writes, for each run (seq's too), where its time
- * went (us, a line each): the writer's open, write and close; then how
- * long after that close the reader's open returned (less than 0: before
- * it), its first read, its read of the end of the file, and its close.
- * The clock is the machine's, so the two processes' times compare. */
+ * HANDOFF_PHASES=FILE writes, for each plain run (seq's too; not
+ * HANDOFF_SMALL's, one ioctl a side), where its time went (us, a line
+ * each): the writer's open, write and close; then how long after that
+ * close the reader's open returned (less than 0: before it), its first
+ * read, its read of the end of the file, and its close.  The clock is
+ * the machine's, so the two processes' times compare. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -108,7 +109,7 @@ static ssize_t small_get(int dfd, const char *key, char *buf)
 
 /* When each step of a run ended (CLOCK_MONOTONIC ns).  The reader's
  * close is the run's end; its other steps, like the writer's, are only for
- * HANDOFF_PHASES (and stay 0 for HANDOFF_SMALL's one ioctl a side). */
+ * HANDOFF_PHASES (unset by HANDOFF_SMALL's ioctls, which it skips). */
 struct stamps { long long opened, io, eof, closed; };
 
 /* The writer's create, write and close of path, each step's end in w
