@@ -105,17 +105,25 @@ static int handshake_client(struct xport *x, struct xport_conn *c, struct offer 
 }
 
 /* Waits until nobody else is connecting to p.  1: now we are (p->connecting
- * is ours to clear); 0: p is connected; -ESHUTDOWN: we are stopping. */
+ * is ours to clear); 0: p is connected; -ESHUTDOWN: we are stopping;
+ * -EHOSTDOWN: this thread is the one connecting, and the connection it
+ * made went while its peer_up asked p (a peer that drops a frame at once):
+ * waiting for ourselves would hang, and p never be connected to again. */
 static int connect_claim(struct xport *x, struct peer *p)
 {
 	int rc, joinable = 0;
 
 	pthread_mutex_lock(&x->lock);
+	if (p->connecting && pthread_equal(p->connector, pthread_self())) {
+		pthread_mutex_unlock(&x->lock);
+		return -EHOSTDOWN;
+	}
 	while (p->connecting && !x->stopping)
 		pthread_cond_wait(&x->cond, &x->lock);
 	rc = p->out ? 0 : x->stopping ? -ESHUTDOWN : 1;
 	if (rc == 1) {
 		p->connecting = 1;
+		p->connector = pthread_self();
 		joinable = p->rx_joinable;
 		p->rx_joinable = 0;
 	}
@@ -460,6 +468,7 @@ static void peer_relink(struct xport *x, int i)
 	unsigned turns = rdma_turns(x);
 	if (rd) {
 		p->connecting = 1;
+		p->connector = pthread_self();
 		sa = p->sa;
 		port = p->qp_port;
 		memcpy(token, p->qp_token, PROTO_TOKEN);

@@ -96,7 +96,10 @@ struct peer {
 	int unresolved;                 /* the last lookup failed: said once */
 	int config_differs;             /* its WELCOME's digest is not ours */
 	uint64_t looked_ns;             /* when (0: at the next dial, it went down) */
+	/* One connects to it at a time (connect_claim), the thread in
+	 * connector; peer_up runs in that thread before it lets go. */
 	int connecting;
+	pthread_t connector;
 	int dialing;                    /* a dialer thread connects to it */
 	uint32_t caps;
 	int xp;

@@ -230,4 +230,47 @@ ok "... removed again" wait_until 5 gone_on_b
 echo third >"$T/a/0/9/again"
 is "$(xattr size "$T/b/0/9/again")" 6 "... published again: so does b's getfattr"
 is "$(cat "$T/b/0/9/again")" third "... and b reads it"
+# --- b goes while a's new connection to it waits for its resync, and a
+# owes b a cleanup, which that resync's pay asks b for: the connection is
+# gone by then, and the pay's request, in the thread that made it, must
+# not wait for that thread to be done connecting to b.  It fails, and the
+# cleanup stays owed.  (It waited for itself: a never connected to b
+# again, and each request that would connect to b waited behind it for
+# good.  A fuzzer's bad frame, dropping such a connection, found it.)
+stop_node a
+stop_node b
+OMNIFS_TEST_PEER_UP_DELAY_MS=1500 start_node a "config=$T/omni.yaml,node=a,pool=host:64MiB"
+owed_b() { health a "[p['owed'] for p in d['peers'] if p['name'] == 'b'][0]"; }
+b_state() { health a "[p['state'] for p in d['peers'] if p['name'] == 'b'][0]"; }
+said_more() { [ "$(grep -c "$1" "$T/a.log")" -gt "$2" ]; }
+is "$(PYTHONPATH="$SRC/contrib/python" $SYSPY -c 'import omnifs, sys
+print(*omnifs.Mount(sys.argv[1]).cleanup("r5"))' "$T/a" 2>&1)" "0 1" \
+   "a cleanup on a while b is down: b missed it"
+is "$(owed_b)" 1 "... and is owed it"
+n0=$(grep -c "resync of b in" "$T/a.log")
+n1=$(grep -c "resync of b now" "$T/a.log")
+start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+ok "a's new connection to b waits for its resync" \
+	wait_until 10 said_more "resync of b in" "$n0"
+kill -9 "${NODE_PID[b]}"               # its connections close at once
+stop_node b
+b_down() { [ "$(b_state)" = down ]; }
+ok "... and goes with b meanwhile" wait_until 5 b_down
+ok "a's resync of b goes on, its pay finding b gone" \
+	wait_until 5 said_more "resync of b now" "$n1"
+last_line() { grep -n "$1" "$T/a.log" | tail -1 | cut -d: -f1; }
+ok "... after a saw b go" test "$(last_line "peer b .* down")" -lt "$(last_line "resync of b now")"
+is "$(timeout 10 $SYSPY -c 'import os, sys
+try:
+    os.stat(sys.argv[1] + "/0/9/nowhere")
+except OSError as e:
+    print(os.strerror(e.errno))' "$T/a" 2>&1 || echo "hung")" "No such file or directory" \
+   "a stat on a of an edge nobody hosts answers at once: ENOENT"
+is "$(timeout 10 ls "$T/a/0/9" 2>&1; echo "exit $?")" "exit 0" "... and so does an ls there"
+is "$(owed_b)" 1 "the cleanup is owed to b still"
+start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+b_up() { [ "$(b_state)" = up ]; }
+ok "b is back, and a connects to it again" wait_until 10 b_up
+paid_b() { [ "$(owed_b)" = 0 ]; }
+ok "... and tells it the cleanup" wait_until 10 paid_b
 done_testing
