@@ -8,6 +8,8 @@ SAN      ?=
 # prove shows each failing test's own line (its name, and pytest's reason
 # for a test of the Python package): CI's log keeps little more than that.
 PROVE_FLAGS ?= --failures
+# A bare `make` builds the programs: the CUDA rules below come first.
+.DEFAULT_GOAL := all
 
 # What a fresh Debian machine needs to build, run and test omnifs.
 DEB_PKGS := gcc make pkg-config libfuse3-dev fuse3 libxxhash-dev libyaml-dev \
