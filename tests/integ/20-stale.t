@@ -4,7 +4,8 @@
 # travel on two connections, and the listing may come second; nor one
 # this node removed itself.  And what an owner says on a new connection is
 # heard after all it said on its old one, which a slow node may still be
-# serving.
+# serving; a new connection that goes while it resyncs leaves what was
+# owed owed, and is made again.
 . "$(dirname "$0")/../lib.sh"
 
 loopback_cluster 4000 a b
