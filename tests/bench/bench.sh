@@ -12,6 +12,7 @@ BENCH_NAME=bench . "$(dirname "$0")/lib.sh"
 echo "omnifs bench on $(nproc) cores, $(uname -r), $(date -u +%F)"
 MEMCPY=$("$B/bench/memcpy" 1024)
 read -r WAKE_SAME WAKE_OTHER < <("$B/bench/wake" 5000)
+read -r CWAKE_SAME CWAKE_OTHER < <("$B/bench/wake" 300 2000)
 
 mkdir -p "$T/tmpfs" "$T/ceil" "$T/omni"
 mount -t tmpfs -o size=$((BIG_MIB + 64))m tmpfs "$T/tmpfs" && MNTS+=("$T/tmpfs")
@@ -36,6 +37,13 @@ printf '  %-34s %7.2f write %7.2f read\n' "FUSE ceiling, dd bs=1M, $BIG_MIB MiB"
 # cores in a VM whose idle vCPUs halt each one is a trip through the host.
 printf '  %-34s %7.1f us same core %s\n' "wake-up round trip, pipe" "$WAKE_SAME" \
 	"$(awk -v o="$WAKE_OTHER" 'BEGIN { if (o > 0) printf "%7.1f us across cores", o; else print "(one core)" }')"
+# The same after 2 ms asleep, as the cold hand-offs below: across cores
+# each of a round trip's two wake-ups then finds its core idle, and
+# (cold_wake) what one such wake-up costs more than one on the same core
+# is what a hand-off pays each time the kernel wakes a task on a core
+# other than the waker's; ceilingfs's one process seldom does.
+printf '  %-34s %7.1f us same core %s\n' "the same, each after 2 ms idle" "$CWAKE_SAME" \
+	"$(awk -v o="$CWAKE_OTHER" 'BEGIN { if (o > 0) printf "%7.1f us across cores", o; else print "(one core)" }')"
 printf '  %-34s %7.1f s after the mount (its warming, README "Mounting"; waited for), %s\n' \
 	"$((BIG_MIB * 2 + 256)) MiB pool warm" "$WARM1" "$(huge "$T/omni")"
 
@@ -103,6 +111,17 @@ phases() {
 	done
 }
 
+# cold_gap OMNIFS CEILING: the gap between two cold medians, counted in
+# cold wake-ups across cores (the ceilings' "after 2 ms idle" line): how
+# much of it the two processes of a hand-off, and the daemon's threads
+# between them, may owe to the cores they were woken on.
+cold_gap() {
+	awk -v a="$1" -v b="$2" -v s="$CWAKE_SAME" -v o="$CWAKE_OTHER" 'BEGIN {
+		w = (o - s) / 2
+		if (w > 0)
+			printf "  the gap, %.1f us, is %.1f cold wake-ups across cores (%.1f us each more than on one core)\n", a - b, (a - b) / w, w }'
+}
+
 # Cold: everything idle 2 ms before each write, as between real requests
 # (issue 21), against the same syscalls done one after the other, cold, on
 # the minimal FUSE filesystem.  The two take turns, 5 rounds of 100 each,
@@ -118,6 +137,7 @@ printf '4 KiB hand-off, cold (all idle 2 ms before each write; 5 rounds of 100, 
 printf '  ceilingfs create+write+close, open+read+close: median %.1f us   p99 %.1f us\n' "$FMED" "$FP99"
 printf '  omnifs: median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of the ceiling, %s round by round; p99 %s of the median; goals 1.3x, 3x)\n' \
 	"$CMED" "$CP90" "$CP99" "$(ratio "$CMED" "$FMED")" "$(round_ratio one)" "$(ratio "$CP99" "$CMED")"
+cold_gap "$CMED" "$FMED"
 phases one
 # Requests further apart leave colder caches, and each system call on the
 # path costs more (a getppid 1.2 us after 2 ms idle, 4.1 after 20 here):
@@ -208,6 +228,7 @@ printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of that ceilin
 	"$XCMED" "$XCP90" "$XCP99" \
 	"$(ratio "$XCMED" "$(awk -v a="$COLD_CEIL" -v b="$CRTT" 'BEGIN { print a + b + 50 }')")" \
 	"$(round_ratio x)" "$(ratio "$XCP99" "$XCMED")"
+cold_gap "$XCMED" "$(awk -v a="$COLD_CEIL" -v b="$CRTT" 'BEGIN { print a + b + 50 }')"
 phases x
 read -r SXMED _ SXP99 < <(pct "$T"/xs.o.*)
 read -r SXCEIL _ < <(pct "$T"/xs.c.*)

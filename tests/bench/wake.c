@@ -1,6 +1,10 @@
-/* wake N - what a wake-up costs on this machine: N round trips of one byte
- * over two pipes between two threads, both pinned to core 0, then pinned
- * to cores 0 and 1.  Prints the two medians in microseconds.
+/* wake N [IDLE_US] - what a wake-up costs on this machine: N round trips
+ * of one byte over two pipes between two threads, both pinned to core 0,
+ * then pinned to cores 0 and 1.  Prints the two medians in microseconds.
+ * With IDLE_US, each round trip comes after that long asleep, as a
+ * request does after a quiet spell (the cold hand-off's 2 ms): both cores
+ * have gone idle, and across cores each of its two wake-ups finds the
+ * other core so.
  *
  * Every FUSE request and every peer message wakes a sleeping thread; a
  * 4 KiB hand-off is a chain of about ten of them.  Across cores a wake-up
@@ -50,8 +54,9 @@ static int cmp_ll(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The median round trip to a thread pinned to core; -1 on failure. */
-static double round_trip(int n, int core)
+/* The median round trip to a thread pinned to core, each after idle_us
+ * asleep; -1 on failure. */
+static double round_trip(int n, int core, unsigned idle_us)
 {
 	struct pair p = { .core = core };
 	long long *lat = calloc((size_t)n, sizeof(*lat));
@@ -66,6 +71,8 @@ static double round_trip(int n, int core)
 	if (pthread_create(&t, NULL, echo, &p))
 		goto close_pong;
 	for (int i = 0; i < n; i++) {
+		if (idle_us)
+			usleep(idle_us);
 		long long t0 = now_ns();
 		if (write(p.ping[1], &c, 1) != 1 || read(p.pong[0], &c, 1) != 1)
 			goto join;
@@ -89,18 +96,27 @@ free_lat:
 	return med;
 }
 
+/* A whole non-negative decimal number, or -1. */
+static int number(const char *s)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	return end == s || *end || v < 0 || v > 100000000 ? -1 : (int)v;
+}
+
 int main(int argc, char **argv)
 {
-	int n = argc == 2 ? atoi(argv[1]) : 0;
+	int n = argc == 2 || argc == 3 ? number(argv[1]) : -1;
+	int idle = argc == 3 ? number(argv[2]) : 0;
 
-	if (n <= 0) {
+	if (n <= 0 || idle < 0) {
 		int help = argc == 2 && !strcmp(argv[1], "--help");
-		return fprintf(help ? stdout : stderr, "usage: wake N\n"), help ? 0 : 2;
+		return fprintf(help ? stdout : stderr, "usage: wake N [IDLE_US]\n"), help ? 0 : 2;
 	}
 	if (pin(0))
 		return perror("wake: sched_setaffinity"), 1;
-	double same = round_trip(n, 0);
-	double other = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? round_trip(n, 1) : -1;
+	double same = round_trip(n, 0, (unsigned)idle);
+	double other = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? round_trip(n, 1, (unsigned)idle) : -1;
 	if (same < 0)
 		return fprintf(stderr, "wake: pipe round trip failed\n"), 1;
 	printf("%.1f %.1f\n", same, other);
