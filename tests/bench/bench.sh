@@ -39,7 +39,7 @@ printf '  %-34s %7.1f us same core %s\n' "wake-up round trip, pipe" "$WAKE_SAME"
 	"$(awk -v o="$WAKE_OTHER" 'BEGIN { if (o > 0) printf "%7.1f us across cores", o; else print "(one core)" }')"
 # The same after 2 ms asleep, as the cold hand-offs below: across cores
 # each of a round trip's two wake-ups then finds its core idle, and
-# (cold_wake) what one such wake-up costs more than one on the same core
+# (cold_gap, below) what one such wake-up costs more than one on the same core
 # is what a hand-off pays each time the kernel wakes a task on a core
 # other than the waker's; ceilingfs's one process seldom does.
 printf '  %-34s %7.1f us same core %s\n' "the same, each after 2 ms idle" "$CWAKE_SAME" \
