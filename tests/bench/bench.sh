@@ -216,6 +216,7 @@ fusermount3 -u "$T/ceil"
 read -r XCMED XCP90 XCP99 < <(pct "$T"/x.o.*)
 read -r COLD_CEIL _ < <(pct "$T"/x.c.*)
 CRTT=$(median <"$T/x.rtt")
+XCEIL=$(awk -v a="$COLD_CEIL" -v b="$CRTT" 'BEGIN { print a + b + 50 }')
 printf '\n4 KiB hand-off, writer on a, reader waiting in open on b (1000 runs):\n'
 printf '  loopback TCP round trip, 32 B, two processes, just before: median %.1f us\n' "$RTT"
 printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median = %.1f TCP round trips, %.1f wake-up round trips across cores)\n' \
@@ -223,12 +224,12 @@ printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median = %.1f TCP round 
 	"$(awk -v a="$XMED" -v b="$WAKE_OTHER" 'BEGIN { print (b > 0 ? a / b : 0) }')"
 printf '4 KiB hand-off across the two, cold (all idle 2 ms before each write; 5 rounds of 100, each after an untimed one, with ceilingfs and a TCP round trip in turn):\n'
 printf '  loopback TCP round trip, cold: median %.1f us; ceiling = cold ceilingfs (%.1f) + it + 50 = %.1f us\n' \
-	"$CRTT" "$COLD_CEIL" "$(awk -v a="$COLD_CEIL" -v b="$CRTT" 'BEGIN { print a + b + 50 }')"
+	"$CRTT" "$COLD_CEIL" "$XCEIL"
 printf '  median %.1f us   p90 %.1f us   p99 %.1f us   (median %s of that ceiling, %s round by round; p99 %s of the median; goals 1x, 3x)\n' \
 	"$XCMED" "$XCP90" "$XCP99" \
-	"$(ratio "$XCMED" "$(awk -v a="$COLD_CEIL" -v b="$CRTT" 'BEGIN { print a + b + 50 }')")" \
+	"$(ratio "$XCMED" "$XCEIL")" \
 	"$(round_ratio x)" "$(ratio "$XCP99" "$XCMED")"
-cold_gap "$XCMED" "$(awk -v a="$COLD_CEIL" -v b="$CRTT" 'BEGIN { print a + b + 50 }')"
+cold_gap "$XCMED" "$XCEIL"
 phases x
 read -r SXMED _ SXP99 < <(pct "$T"/xs.o.*)
 read -r SXCEIL _ < <(pct "$T"/xs.c.*)
