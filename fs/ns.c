@@ -1731,6 +1731,13 @@ int ns_handle_is_writer(const struct ns_handle *h)
 	return h->write;
 }
 
+void ns_handle_append(struct ns *ns, struct ns_handle *h)
+{
+	pthread_mutex_lock(&ns->lock);
+	h->append = h->write;
+	pthread_mutex_unlock(&ns->lock);
+}
+
 void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer)
 {
 	pthread_mutex_lock(&ns->lock);
@@ -1793,10 +1800,12 @@ ssize_t ns_write(struct ns *ns, struct ns_handle *h, const void *buf,
 	struct ns_span sp[64];
 	int n, rc = 0;
 
-	if (off > UINT64_MAX / 2 || len > UINT64_MAX / 2 - off)
-		return -EFBIG;
 	pthread_mutex_lock(&ns->lock);
-	if (!h->write)
+	if (h->append)
+		off = o->size;
+	if (off > UINT64_MAX / 2 || len > UINT64_MAX / 2 - off)
+		rc = -EFBIG;
+	else if (!h->write)
 		rc = -EBADF;
 	else if (o->error)
 		rc = -o->error;

@@ -260,6 +260,11 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 /* A fresh waiter id, to register for interrupts before ns_open. */
 uint64_t ns_waiter_id(struct ns *ns);
 int ns_handle_is_writer(const struct ns_handle *h);
+/* A writer opened with O_APPEND: each write through h goes at its
+ * object's end, whatever offset it comes with.  The kernel appends at its
+ * own idea of the size, which for a name it kept after that name's object
+ * left is the old object's: `>>` of a consumed name wrote after a hole. */
+void ns_handle_append(struct ns *ns, struct ns_handle *h);
 /* The publish of h's object is claimed at peer first (hooks->claim), so
  * that peer's readers have it one message after the close, not three (an
  * O_EXCL existence check, its answer, then the announce).  For a writer

@@ -636,6 +636,8 @@ static void open_create(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 
 	if (rc)         /* ENOENT: gone meanwhile; the kernel looks again */
 		return (void)fuse_reply_err(req, rc == -ENOENT ? ESTALE : -rc);
+	if (fi->flags & O_APPEND)
+		ns_handle_append(ns, h);
 	fi->fh = (uintptr_t)h;
 	fi->direct_io = 1;
 	if (fuse_reply_open(req, fi))
@@ -716,6 +718,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	free(w);
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
+	if (fi->flags & O_APPEND)
+		ns_handle_append(fs->ns, h);    /* a second writer's */
 	fi->fh = (uintptr_t)h;
 	fi->direct_io = 1;
 	/* A reader's close has nothing to tell us: its complete read was
@@ -743,6 +747,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	rc = ns_create_key(fs->ns, parent, name, excl, ctx->uid, ctx->gid, &a, &h);
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
+	if (fi->flags & O_APPEND)
+		ns_handle_append(fs->ns, h);
 	e.ino = a.ino;
 	to_stat(&a, &e.attr);
 	fi->fh = (uintptr_t)h;

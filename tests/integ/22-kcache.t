@@ -42,6 +42,19 @@ rm "$E/r"
 printf 123456789 >"$E/r"
 is "$(size_of "$E/r")" 9 "rm, then the same name written again: nine"
 
+# --- appended to after its object left: only what was appended, no hole where
+# the old object's bytes were (the kernel appends at the size it kept) -------
+printf 0123456789 >"$E/ap"
+cat "$E/ap" >/dev/null                  # consumed; the kernel keeps the name
+printf more >>"$E/ap"
+is "$(size_of "$E/ap")" 4 "consumed, then >> of its name: four bytes"
+is "$(cat "$E/ap")" more "... which are what >> wrote"
+keep_put "$E/ap" "$T/five"
+rm "$E/ap"
+is "$(M=$T/s pyerr "f = open(M + '/0/1/ap', 'ab'); f.write(b'ab'); f.flush(); f.write(b'cd'); f.close()")" \
+	OK "removed, then open(..., 'ab') and two writes"
+is "$(cat "$E/ap")" abcd "... the new object holds them, in order"
+
 # fd7_reads FILE: "same" if descriptor 7, read to its end, holds FILE's bytes.
 fd7_reads() {
 	$SYSPY -c '

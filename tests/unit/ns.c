@@ -370,6 +370,27 @@ static void test_create_known(void)
 	ns_flush(ns, wake_h, NS_CLOSE_LAST, NULL);
 	ns_release(ns, wake_h);
 	is(ns_create_known(ns, 1u << 30, 0, 0, O_WRONLY, &w), -ENOENT, "an inode ns never gave: ENOENT");
+
+	/* O_APPEND: at the object's end, whatever offset the write says */
+	ns_create_key(ns, e, "ap", 1, 0, 0, &a, &w);
+	ns_create_known(ns, a.ino, 0, 0, O_WRONLY, &w2);
+	ns_handle_append(ns, w);
+	ns_handle_append(ns, w2);
+	ok(ns_write(ns, w, "abc", 3, 40) == 3 && ns_write(ns, w2, "de", 2, 0) == 2 &&
+	   ns_write(ns, w, "f", 1, 3) == 1, "appending writes, at offsets 40, 0, 3");
+	ns_flush(ns, w2, NS_CLOSE_DUP, NULL);
+	ns_release(ns, w2);
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
+	ns_release(ns, w);
+	ok(ns_getattr(ns, a.ino, &ka) == 0 && ka.size == 6, "... six bytes published, no hole");
+	struct iovec iov[4];
+	int niov;
+	ns_open(ns, a.ino, O_RDONLY, NULL, &r);
+	ok(ns_read(ns, r, 0, 16, iov, &niov, 4) == 6 && !memcmp(iov[0].iov_base, "abcdef", 6),
+	   "... in the order they came");
+	ns_flush(ns, r, NS_CLOSE_LAST, NULL);
+	ns_release(ns, r);
+	ns_forget(ns, a.ino, 1);
 	is(ns_create_known(ns, e, 0, 0, O_WRONLY, &w), -EISDIR, "an edge: EISDIR");
 	ns_forget(ns, ka.ino, 1);
 	ns_down(ns, pool);
