@@ -208,6 +208,21 @@ def test_numpy_arrays_of_every_shape_and_dtype(one, a):
     assert b.tobytes() == np.ascontiguousarray(a).tobytes()
 
 
+@pytest.mark.parametrize("v", [np.float32(3.5), np.int64(-5), np.bool_(True),
+                               np.datetime64("2026-12-05")],
+                         ids=["float32", "int64", "bool", "datetime64"])
+def test_numpy_scalars_alone_and_inside_plain_data(one, v):
+    """A numpy scalar (an argmax, a score) is no array, and msgpack packs
+    none: it comes back a numpy scalar of its type.  (Inside plain data
+    np.float64 and np.str_, a float and a str, go as those.)"""
+    for obj in (v, {"x": v, "l": [v]}):
+        k = rid()
+        assert one.put("0", "1", k, obj)[0]
+        got = one.get("0", "1", k)[0]
+        for g in ((got,) if obj is v else (got["x"], got["l"][0])):
+            assert type(g) is type(v) and g == v
+
+
 def test_an_array_of_python_objects_is_refused(one):
     assert one.put("0", "1", rid(), np.array([object()])) == (False, 0, None)
 

@@ -9,7 +9,8 @@ payload) and comes back as bytes.  Anything else gets a small header:
 
 (the JSON padded with spaces so that the body starts at a multiple of 64)
 JSON {"k": "numpy"|"torch", "d": dtype, "s": shape} before raw array bytes
-(numpy's dtype as numpy spells it, a structured one as its descr list);
+(numpy's dtype as numpy spells it, a structured one as its descr list;
+"n": 1 for a numpy scalar, np.int64(5), which comes back as one);
 {"k": "msgpack"} before plain data (dicts, lists, str, numbers, bytes,
 nested, and arrays and tensors inside them as msgpack extension 1, which
 holds such a header and bytes); {"k": "omni"} before vllm-omni's own
@@ -109,9 +110,11 @@ def encode(obj):
 
 
 def _is_array(obj):
+    """Arrays, tensors and numpy scalars (an argmax, a score: msgpack
+    packs none of them)."""
     torch, np = sys.modules.get("torch"), _numpy()
     return ((torch is not None and isinstance(obj, torch.Tensor)) or
-            (np is not None and isinstance(obj, np.ndarray)))
+            (np is not None and isinstance(obj, (np.ndarray, np.generic))))
 
 
 def _array(obj):
@@ -129,7 +132,10 @@ def _array(obj):
         raise TypeError("numpy arrays of Python objects are not sent raw")
     d = a.dtype.str if a.dtype.fields is None else np.lib.format.dtype_to_descr(a.dtype)
     raw = a.reshape(-1).view(np.uint8) if a.size else b""
-    return _framed({"k": "numpy", "d": d, "s": list(a.shape)}, memoryview(raw).cast("B"))
+    head = {"k": "numpy", "d": d, "s": list(a.shape)}
+    if isinstance(obj, np.generic):
+        head["n"] = 1
+    return _framed(head, memoryview(raw).cast("B"))
 
 
 EXT_ARRAY = 1       # msgpack extension: an array or tensor inside plain data
@@ -213,7 +219,8 @@ def _decode(buf):
         if np is None:
             raise ValueError("omnifs: a numpy array, and numpy is not installed")
         dt = _numpy_dtype(np, head["d"])
-        return np.frombuffer(body, dtype=dt).reshape(_shape(head, len(body), dt.itemsize))
+        a = np.frombuffer(body, dtype=dt).reshape(_shape(head, len(body), dt.itemsize))
+        return a[()] if head.get("n") == 1 and a.shape == () else a
     if k == "torch":
         torch = _torch()
         if torch is None:
