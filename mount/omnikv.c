@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../kvfmt/kvfmt.h"
 #include "omnikv.h"
@@ -28,28 +29,31 @@ struct file { uint8_t *p; uint64_t n; };
 
 #define VIEW_FILES_MAX 1024
 
-static int slurp(const char *path, struct file *f)
+int omnikv_slurp(const char *path, uint8_t **p, uint64_t *n)
 {
 	FILE *fp = fopen(path, "rb");
-	long n;
+	struct stat st;
+	long size = -1;
 
-	if (!fp || fseek(fp, 0, SEEK_END) || (n = ftell(fp)) < 0 || fseek(fp, 0, SEEK_SET)) {
-		fprintf(stderr, "omnikv: %s: %s\n", path, strerror(errno));
-		if (fp)
-			fclose(fp);
-		return -1;
-	}
-	f->n = (uint64_t)n;
-	f->p = malloc(f->n ? f->n : 1);
-	if (!f->p || fread(f->p, 1, f->n, fp) != f->n) {
-		fprintf(stderr, "omnikv: %s: cannot read\n", path);
+	*p = NULL;
+	/* A directory opens, and seeks to an end that is no size */
+	if (fp && !fstat(fileno(fp), &st) && S_ISDIR(st.st_mode))
+		errno = EISDIR;
+	else if (fp && !fseek(fp, 0, SEEK_END) && (size = ftell(fp)) >= 0 && fseek(fp, 0, SEEK_SET))
+		size = -1;
+	if (size >= 0 && (*p = malloc(size ? (size_t)size : 1)) &&
+	    fread(*p, 1, (size_t)size, fp) == (size_t)size) {
 		fclose(fp);
-		free(f->p);
-		f->p = NULL;
-		return -1;
+		*n = (uint64_t)size;
+		return 0;
 	}
-	fclose(fp);
-	return 0;
+	fprintf(stderr, "omnikv: %s: %s\n", path, size >= 0 && *p && !ferror(fp) ?
+		"shorter than its size says" : strerror(size >= 0 && !*p ? ENOMEM : errno));
+	if (fp)
+		fclose(fp);
+	free(*p);
+	*p = NULL;
+	return -1;
 }
 
 static int spit(const char *path, const uint8_t *p, uint64_t n)
@@ -79,7 +83,7 @@ static int load(const char *path, struct file *f, struct kv_info *kv)
 {
 	char err[160];
 
-	if (slurp(path, f))
+	if (omnikv_slurp(path, &f->p, &f->n))
 		return 2;
 	if (kv_parse(f->p, f->n, f->n, kv, err, sizeof(err))) {
 		fprintf(stderr, "omnikv: %s: %s\n", path, err);

@@ -47,17 +47,13 @@ static int npy_dtype(const char *d)
 
 static int npy_load(const char *path, struct npy *a)
 {
-	FILE *fp = fopen(path, "rb");
-	long size;
+	uint64_t size;
 
 	memset(a, 0, sizeof(*a));
-	if (!fp || fseek(fp, 0, SEEK_END) || (size = ftell(fp)) < 10 || fseek(fp, 0, SEEK_SET) ||
-	    !(a->buf = malloc((size_t)size + 1)) || fread(a->buf, 1, (size_t)size, fp) != (size_t)size) {
-		if (fp)
-			fclose(fp);
-		return npy_fail(path, errno ? strerror(errno) : "too short");
-	}
-	fclose(fp);
+	if (omnikv_slurp(path, &a->buf, &size))
+		return -1;
+	if (size < 12)
+		return npy_fail(path, "not a .npy file");
 	const uint8_t *b = a->buf;
 	if (memcmp(b, "\x93NUMPY", 6) || b[6] < 1 || b[6] > 3)
 		return npy_fail(path, "not a .npy file");

@@ -33,6 +33,8 @@ is "$("$K" inspect --json v.kv | $PY -c 'import json,sys; d=json.load(sys.stdin)
 "$K" verify bad.kv 2>/dev/null; is $? 1 "verify: a flipped bit, exit 1"
 "$K" verify plain 2>/dev/null; is $? 2 "verify: not KV, exit 2"
 "$K" inspect 2>/dev/null; is $? 2 "a usage error exits 2"
+"$K" inspect "$T" 2>"$T/err"; is $? 2 "inspect of a directory exits 2"
+is "$(cat "$T/err")" "omnikv: $T: Is a directory" "... and says why"
 "$K" bogus 2>"$T/err"; is $? 2 "an unknown command exits 2"
 is "$(head -1 "$T/err")" "omnikv: unknown command 'bogus'" "... and names it"
 
@@ -101,6 +103,8 @@ ok "pack of [blocks, 2, block, heads, dim]: the same payload" cmp want.kv p.b.kv
 is $? 1 "a block id past the cache: refused"
 "$K" pack --cache 2nbhd --blocks 4,1,3 --tokens 10 p.y k0.npy 2>/dev/null
 is $? 1 "an array of another layout: refused"
+"$K" pack --cache 2nbhd --blocks 4,1,3 --tokens 10 p.y "$T" 2>"$T/err"
+is "$?:$(cat "$T/err")" "1:omnikv: $T: Is a directory" "an array that is a directory: refused, and why"
 "$K" pack --cache kv --blocks 4,1,3 --tokens 10 --to vllm p.v k0.npy v0.npy k1.npy v1.npy
 ok "pack --to vllm writes a vllm-omni payload" sh -c "'$K' inspect p.v | grep -q vllm-omni"
 # Any request id, and every block id, reach vllm-omni's header as given.
