@@ -1738,6 +1738,19 @@ void ns_handle_append(struct ns *ns, struct ns_handle *h)
 	pthread_mutex_unlock(&ns->lock);
 }
 
+int ns_handle_writing_size(struct ns *ns, const struct ns_handle *h, uint64_t *size)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->lock);
+	if (h->write && h->obj->state == OS_WRITING) {
+		*size = h->obj->size;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
 void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer)
 {
 	pthread_mutex_lock(&ns->lock);

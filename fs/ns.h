@@ -265,6 +265,10 @@ int ns_handle_is_writer(const struct ns_handle *h);
  * own idea of the size, which for a name it kept after that name's object
  * left is the old object's: `>>` of a consumed name wrote after a hole. */
 void ns_handle_append(struct ns *ns, struct ns_handle *h);
+/* The size of the object writer h writes, for h's own file: the kernel
+ * asks through it for lseek's SEEK_END, where a C writer finds its end
+ * (others' stat says 0 until the publish).  -ENOENT if h writes nothing. */
+int ns_handle_writing_size(struct ns *ns, const struct ns_handle *h, uint64_t *size);
 /* The publish of h's object is claimed at peer first (hooks->claim), so
  * that peer's readers have it one message after the close, not three (an
  * O_EXCL existence check, its answer, then the announce).  For a writer

@@ -331,9 +331,12 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return (void)fuse_reply_err(req, -rc);
 	/* A view has no object: an open one says its size (fstat, and
 	 * lseek's SEEK_END, which asks first), another what it would read
-	 * to, where its shards' headers are here. */
+	 * to, where its shards' headers are here.  A writer's own file sees
+	 * what it wrote (SEEK_END gave 0, and the next write went there). */
 	if (fi && (fi->fh & FH_VIEW))
 		a.size = view_bytes((struct view *)(uintptr_t)(fi->fh & ~(uint64_t)FH_TAGS));
+	else if (fi && !(fi->fh & FH_TAGS))
+		ns_handle_writing_size(fs->ns, (struct ns_handle *)(uintptr_t)fi->fh, &a.size);
 	else if (a.bare)
 		view_size(&fs->venv, ino, &a.size);
 	to_stat(&a, &st);

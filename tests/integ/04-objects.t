@@ -31,6 +31,18 @@ exec 5>&-
 wait "$reader"
 is "$(cat "$T/atom.out")" "partial" "the waiting reader got every byte after close"
 
+# a writer that seeks to its end finds it there, and only it
+$PY -c "
+import os
+fd = os.open('$E/end', os.O_WRONLY | os.O_CREAT)
+os.write(fd, b'a' * 100)
+assert os.lseek(fd, 0, os.SEEK_END) == 100, os.lseek(fd, 0, os.SEEK_CUR)
+assert os.stat('$E/end').st_size == 0
+os.write(fd, b'z')
+os.close(fd)"
+is "$(stat -c %s "$E/end"):$(tail -c 1 "$E/end")" "101:z" \
+	"a writer's SEEK_END is what it wrote (others' stat: 0), and it writes on from there"
+
 # a shell redirection dup()s its fd and closes the first one early
 echo "via shell" >"$E/sh"
 is "$(cat "$E/sh")" "via shell" "echo > key publishes on the last close"
