@@ -39,11 +39,19 @@ def content(key):
 
 
 def write(path, data):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    """In MiB pieces, in one of three ways the key chooses: in order;
+    appending (O_APPEND: each write goes at the object's end as the daemon
+    knows it); or last piece first, each at its offset (holes, until the
+    first pieces come)."""
+    how = random.Random(os.path.basename(path) + "/how").choice(("order", "append", "reverse"))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                 (os.O_APPEND if how == "append" else 0), 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view[:1 << 20]):]
+        pieces = [(at, memoryview(data)[at:at + (1 << 20)]) for at in range(0, len(data), 1 << 20)]
+        for at, view in reversed(pieces) if how == "reverse" else pieces:
+            while view:
+                n = os.pwrite(fd, view, at) if how == "reverse" else os.write(fd, view)
+                view, at = view[n:], at + n
     finally:
         os.close(fd)            # publishes, or says why not
 
