@@ -48,7 +48,7 @@ int omnikv_slurp(const char *path, uint8_t **p, uint64_t *n)
 		return 0;
 	}
 	fprintf(stderr, "omnikv: %s: %s\n", path, size >= 0 && *p && !ferror(fp) ?
-		"shorter than its size says" : strerror(size >= 0 && !*p ? ENOMEM : errno));
+		"shorter than its size says" : strerror(errno));    /* malloc's: ENOMEM */
 	if (fp)
 		fclose(fp);
 	free(*p);

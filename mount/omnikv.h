@@ -14,12 +14,12 @@ int omnikv_pack(int argc, char **argv);
 /* cmd's usage, on stderr: 2, a bad command line's exit status. */
 int omnikv_usage(const char *cmd);
 
-/* s, the value of option opt, as a whole number in [lo, hi]: 0, or -1
- * having said on stderr what is wrong with it. */
 /* The whole of file path, in *p (malloc'd) and *n: 0, or -1 having said
  * on stderr why not (a directory, a file that shrank as it was read). */
 int omnikv_slurp(const char *path, uint8_t **p, uint64_t *n);
 
+/* s, the value of option opt, as a whole number in [lo, hi]: 0, or -1
+ * having said on stderr what is wrong with it. */
 int omnikv_number(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 
 #endif
