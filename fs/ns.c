@@ -1318,6 +1318,16 @@ static void node_free_tree(struct ns *ns, struct node *n)
 	free(n);
 }
 
+/* The hooks of an ns whose cluster went before it: a landing buffer was
+ * the transport's, which unmapped it as it went. */
+static void gone_buf_free(void *ctx, void *buf)
+{
+	(void)ctx;
+	(void)buf;
+}
+
+static const struct ns_hooks gone_hooks = { .buf_free = gone_buf_free };
+
 void ns_destroy(struct ns *ns)
 {
 	if (!ns)
@@ -1329,9 +1339,16 @@ void ns_destroy(struct ns *ns)
 			obj_put(ns, e->o);
 		free(e);
 	}
-	/* Handles the kernel never released (a lazy unmount, an abort). */
-	while (ns->handles.next != &ns->handles)
-		ns_release(ns, ns->handles.next);
+	/* Handles the kernel never released (a lazy unmount, an abort, a
+	 * stop while a writer is mid-write).  What the hooks reached (the
+	 * cluster) is gone: nothing is told to it, and a writer that never
+	 * closed publishes nothing, as a killed one. */
+	ns->set.hooks = &gone_hooks;
+	while (ns->handles.next != &ns->handles) {
+		struct ns_handle *h = ns->handles.next;
+		h->killed = 1;
+		ns_release(ns, h);
+	}
 	if (ns->root)
 		node_free_tree(ns, ns->root);
 	gone_fini(ns);

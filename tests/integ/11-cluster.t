@@ -584,4 +584,32 @@ is "$(cat "$T/slow7.out")" EIO "a stops sending mid-frame: the open fails with E
 ok "... within 10 s ($ms ms)" test "$ms" -lt 10000
 ok "a and b are up again" wait_until 15 all_up
 
+# --- a stopped (SIGTERM, as systemd stops it) while its writer is mid-write
+# and a reader on b waits for that key: the files its kernel left open are
+# dropped while its peers are still there to hear (it crashed in the
+# cluster's hooks after they were gone), and the writer's object, never
+# closed, is published nowhere.
+$SYSPY - "$T/a/0/1/midwrite" "$T/midwrite.wrote" <<'PYEOF' & wr=$!
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT)
+os.write(fd, b"x" * 1000)
+open(sys.argv[2], "w").close()
+time.sleep(30)                  # killed by the test long before
+PYEOF
+( timeout 20 cat "$T/b/0/1/midwrite" >"$T/midwrite.out" 2>/dev/null ) & mr=$!
+ok "a's writer is mid-write and a reader on b waits for its key" \
+	wait_until 5 sh -c "test -e '$T/midwrite.wrote' && grep -q '^waiters: 1$' '$T/b/.omni/stats'"
+pid=${NODE_PID[a]}
+kill -TERM "$pid"
+wait "$pid"
+is "$?" 0 "a, stopped so, exits with status 0"
+unset "NODE_PID[a]"
+kill "$wr" 2>/dev/null; wait "$wr" 2>/dev/null
+wait "$mr"
+is "$(wc -c <"$T/midwrite.out")" 0 "... b's reader got none of the unclosed bytes"
+node a
+ok "a is back" wait_until 10 all_up
+is "$(M=$T/b pyerr "os.setxattr(M, 'user.omni.wait_ms', b'500'); open(M + '/0/1/midwrite')")" ENOENT \
+   "... and the key is nowhere"
+
 tail -n 20 "$T/a.log" "$T/b.log" >&2; done_testing
