@@ -67,6 +67,34 @@ unset "NODE_PID[b]"
 ok "with b's daemon killed, a lets go of r (lease and windows) once b's connection ends" \
    wait_until 15 used_is a "$base"
 
+# --- the reader's node stopped mid-read (SIGTERM, as systemd stops it) ------------
+# Its file and its pulls still open, b exits cleanly (it crashed in the
+# cluster's hooks, freed before the files the kernel left were let go),
+# and a lets go of what b held.
+node b pool=host:64MiB
+ok "b is back, reading a by rdma" wait_until 20 peer_is b a rdma
+head -c 200M /dev/urandom >"$T/a/0/2/r2"
+rm -f "$T/held"
+$PY - "$T/b/0/2/r2" "$T" <<'PYEOF' &
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.read(fd, 16 << 20)
+open(sys.argv[2] + "/held", "w").close()
+time.sleep(60)
+PYEOF
+holder=$!
+disown "$holder"
+ok "a reader on b is 16 MiB into r2" wait_until 30 test -e "$T/held"
+ok "rm of r2 on a" rm "$T/a/0/2/r2"
+pid=${NODE_PID[b]}
+kill -TERM "$pid"
+wait_until 15 all_gone "$pid"
+wait "$pid"
+is "$?" 0 "b, stopped mid-read, exits with status 0"
+unset "NODE_PID[b]"
+kill -9 "$holder" 2>/dev/null
+ok "... and a lets go of r2" wait_until 15 used_is a "$base"
+
 # --- a chunk that fails its hash --------------------------------------------------
 stop_node c
 OMNIFS_TEST_CORRUPT=1 node c pool=host:64MiB
