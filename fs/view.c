@@ -56,6 +56,7 @@ struct view {
 	int reused;                      /* buf is a kept one: its gaps are not zero */
 	size_t bufsize;                 /* buf's own size, >= size */
 	struct job *opening;            /* an open to answer once its sources are held */
+	struct view *onext, *oprev;     /* in env.jobs->open, from its answer on */
 };
 
 /* What a view's name asks for, and which shards make it. */
@@ -758,11 +759,49 @@ void view_jobs_init(struct view_jobs *j)
 	pthread_cond_init(&j->cond, NULL);
 }
 
+/* An answered open's view is among the open ones until its close. */
+static void open_add(struct view *v)
+{
+	struct view_jobs *j = v->env.jobs;
+
+	if (!j)
+		return;
+	pthread_mutex_lock(&j->lock);
+	v->oprev = NULL;
+	v->onext = j->open;
+	if (j->open)
+		j->open->oprev = v;
+	j->open = v;
+	pthread_mutex_unlock(&j->lock);
+}
+
+static void open_del(struct view *v)
+{
+	struct view_jobs *j = v->env.jobs;
+
+	if (!j)
+		return;
+	pthread_mutex_lock(&j->lock);
+	if (v->oprev)
+		v->oprev->onext = v->onext;
+	else
+		j->open = v->onext;
+	if (v->onext)
+		v->onext->oprev = v->oprev;
+	pthread_mutex_unlock(&j->lock);
+}
+
 void view_jobs_drain(struct view_jobs *j, struct cluster *cl)
 {
 	pthread_mutex_lock(&j->lock);
 	while (j->n)
 		pthread_cond_wait(&j->cond, &j->lock);
+	while (j->open) {               /* their sources go back through cl */
+		struct view *v = j->open;
+		pthread_mutex_unlock(&j->lock);
+		view_close(v);
+		pthread_mutex_lock(&j->lock);
+	}
 	for (int i = 0; i < VIEW_KEEP_BUFS; i++)
 		if (j->kept[i].p)
 			buf_release(cl, j->kept[i].p);
@@ -791,6 +830,7 @@ static void job_answer(struct job *j, int rc)
 		pthread_mutex_lock(&j->v->lock);
 		j->v->refs++;
 		pthread_mutex_unlock(&j->v->lock);
+		open_add(j->v);
 	}
 	j->done(j->arg, rc, rc ? NULL : j->v);
 }
@@ -977,6 +1017,7 @@ void view_flush(struct view *v)
 
 void view_close(struct view *v)
 {
+	open_del(v);
 	view_flush(v);
 	view_put(v);
 }

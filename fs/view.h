@@ -22,7 +22,8 @@ struct cluster;
 struct stats;
 struct view;
 
-/* The view opens in flight, so that shutdown can wait for them; and the
+/* The view opens in flight, so that shutdown can wait for them; the views
+ * open, so that it can close those the kernel never will; and the
  * large buffers of views that closed, kept for the next (VIEW_KEEP_*):
  * a fresh one costs a page fault and a cleared page every 4 KiB, and
  * over RDMA a registration, more than the gather that fills it. */
@@ -33,12 +34,14 @@ struct view_jobs {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	unsigned n;
+	struct view *open;
 	struct { void *p; size_t size; } kept[VIEW_KEEP_BUFS];
 	size_t kept_bytes;
 };
 void view_jobs_init(struct view_jobs *j);
 /* Waits until every view open has been answered (call after ns_stop(),
- * which answers their waits, and before the cluster goes), then frees
+ * which answers their waits, and before the cluster goes), closes the
+ * views still open (the FUSE loop is over: nobody else will), then frees
  * the kept buffers (cl: what made them, or NULL). */
 void view_jobs_drain(struct view_jobs *j, struct cluster *cl);
 

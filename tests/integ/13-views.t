@@ -347,6 +347,28 @@ ok "5 s of views on w of shards on v that come and go ($out)" test $rc = 0
 rm -f "$T"/v/0/2/*
 vw_empty() { [ "$(health v "d['pool']['used']")" = 0 ] && [ "$(health w "d['pool']['used']")" = 0 ]; }
 ok "... and once the shards are removed both pools are empty" wait_until 10 vw_empty
+# w stopped (SIGTERM) with a view of v's shards open and part read: it
+# closes the view itself before its peers go (its sources back to v, its
+# buffers freed; under SAN=1 what it left would be reported, and its exit
+# status 1).
+"$B/tools/kvgen" shards 2 64 4 64 2 "$T/v/0/2/held" >/dev/null
+$SYSPY - "$T/w/0/2/held" "$T/held.ready" <<'PYEOF' & hr=$!
+import sys, time
+f = open(sys.argv[1], "rb")
+f.read(100)
+open(sys.argv[2], "w").close()
+time.sleep(30)                  # killed by the test long before
+PYEOF
+ok "a reader on w holds a view of v's shards, part read" wait_until 5 test -e "$T/held.ready"
+pid=${NODE_PID[w]}
+kill -TERM "$pid"
+wait "$pid"
+is "$?" 0 "w, stopped with the view open, exits with status 0"
+unset "NODE_PID[w]"
+kill "$hr" 2>/dev/null; wait "$hr" 2>/dev/null
+rm -f "$T"/v/0/2/held*
+v_empty() { [ "$(health v "d['pool']['used']")" = 0 ]; }
+ok "... and v's pool is empty once the shards are removed" wait_until 10 v_empty
 stop_node v
 stop_node w
 
