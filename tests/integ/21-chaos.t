@@ -1,10 +1,11 @@
 #!/bin/bash
 # 21-chaos.t - three nodes under writers and readers that check every
-# byte, while peers are killed and restarted, stopped and continued, and
-# strangers flood their ports (issue 20).  At the end: no wrong byte,
-# every key read or failed with an errno SPEC §9 documents, and failed
-# only where a fault explains it; every pool empty, and each daemon's
-# threads and descriptors back where they were.
+# byte, while peers are killed (SIGKILL, SIGTERM) and restarted, stopped
+# and continued, and strangers flood their ports (issue 20).  At the end:
+# no wrong byte, every key read or failed with an errno SPEC §9 documents,
+# and failed only where a fault explains it; every daemon that SIGTERM
+# stopped gone with status 0, every pool empty, and each daemon's threads
+# and descriptors back where they were.
 # CHAOS_SECS (default 30) sets how long the faults go on; `make soak`
 # runs it for SOAK_SECS with the fuzzers beside it.
 . "$(dirname "$0")/../lib.sh"
@@ -57,11 +58,11 @@ cont_all() {    # also a cleanup hook, which runs after stop_node forgot the pid
 }
 CLEANUP_HOOKS+=(cont_all)
 end=$(( $(date +%s) + SECS ))
-kills=0 stops=0 floods=0
+kills=0 terms=0 stops=0 floods=0 BADEXIT=
 while [ "$(date +%s)" -lt "$end" ]; do
 	n=$(printf 'a\nb\nc' | sed -n "$((RANDOM % 3 + 1))p")
 	t0=$(now)
-	case $((RANDOM % 4)) in
+	case $((RANDOM % 5)) in
 	0)      diag "kill -9 $n, restart"
 		disown "${NODE_PID[$n]}"   # no "Killed" from bash
 		kill -9 "${NODE_PID[$n]}"
@@ -71,6 +72,18 @@ while [ "$(date +%s)" -lt "$end" ]; do
 		baseline "$n"
 		echo "kill $n $t0 $(now)" >>"$T/faults"
 		kills=$((kills + 1)) ;;
+	4)      diag "SIGTERM $n (as systemd stops it), restart"
+		pid=${NODE_PID[$n]}
+		kill -TERM "$pid"
+		wait_until 15 all_gone "$pid"
+		wait "$pid" || BADEXIT+="$n:$? "
+		unset "NODE_PID[$n]"
+		stop_node "$n"
+		node "$n"
+		wait_until 10 all_up
+		baseline "$n"
+		echo "kill $n $t0 $(now)" >>"$T/faults"   # its objects go as a killed node's
+		terms=$((terms + 1)) ;;
 	1|2)    diag "stop $n for a while"
 		kill -STOP "${NODE_PID[$n]}"; STOPPED=$n
 		sleep $((RANDOM % 4 + 1))      # the fault's length, not a wait for anything
@@ -84,7 +97,8 @@ while [ "$(date +%s)" -lt "$end" ]; do
 	esac
 	working || workers        # a new round once the last one is done
 done
-diag "$kills kills, $stops stops, $floods floods; $ROUNDS rounds of workers"
+diag "$kills kills, $terms SIGTERMs, $stops stops, $floods floods; $ROUNDS rounds of workers"
+is "$BADEXIT" "" "every daemon stopped by SIGTERM under load exits with status 0"
 ok "every node is back up" wait_until 15 all_up
 idle() { ! working; }
 # Where each worker that is still running waits, and what the daemons'
