@@ -601,6 +601,7 @@ ok "a's writer is mid-write and a reader on b waits for its key" \
 	wait_until 5 sh -c "test -e '$T/midwrite.wrote' && grep -q '^waiters: 1$' '$T/b/.omni/stats'"
 pid=${NODE_PID[a]}
 kill -TERM "$pid"
+wait_until 15 all_gone "$pid" || kill -9 "$pid"
 wait "$pid"
 is "$?" 0 "a, stopped so, exits with status 0"
 unset "NODE_PID[a]"

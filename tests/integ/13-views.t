@@ -362,6 +362,7 @@ PYEOF
 ok "a reader on w holds a view of v's shards, part read" wait_until 5 test -e "$T/held.ready"
 pid=${NODE_PID[w]}
 kill -TERM "$pid"
+wait_until 15 all_gone "$pid" || kill -9 "$pid"
 wait "$pid"
 is "$?" 0 "w, stopped with the view open, exits with status 0"
 unset "NODE_PID[w]"

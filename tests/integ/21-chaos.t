@@ -75,7 +75,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
 	4)      diag "SIGTERM $n (as systemd stops it), restart"
 		pid=${NODE_PID[$n]}
 		kill -TERM "$pid"
-		wait_until 15 all_gone "$pid"
+		wait_until 15 all_gone "$pid" || kill -9 "$pid"
 		wait "$pid" || BADEXIT+="$n:$? "
 		unset "NODE_PID[$n]"
 		stop_node "$n"
