@@ -99,6 +99,18 @@ stop_node() {
 	fi
 }
 
+# term_node NAME: stops NAME's daemon as systemd does (SIGTERM; SIGKILL if
+# it is not gone within 15 s) and returns its exit status.
+term_node() {
+	local pid=${NODE_PID[$1]}
+	kill -TERM "$pid"
+	wait_until 15 all_gone "$pid" || kill -9 "$pid"
+	wait "$pid"
+	local rc=$?
+	unset "NODE_PID[$1]"
+	return $rc
+}
+
 # new_secret FILE: a fresh cluster secret, mode 600 as omnifs wants it.
 new_secret() { head -c 48 /dev/urandom | base64 >"$1" && chmod 600 "$1"; }
 

@@ -599,12 +599,8 @@ PYEOF
 ( timeout 20 cat "$T/b/0/1/midwrite" >"$T/midwrite.out" 2>/dev/null ) & mr=$!
 ok "a's writer is mid-write and a reader on b waits for its key" \
 	wait_until 5 sh -c "test -e '$T/midwrite.wrote' && grep -q '^waiters: 1$' '$T/b/.omni/stats'"
-pid=${NODE_PID[a]}
-kill -TERM "$pid"
-wait_until 15 all_gone "$pid" || kill -9 "$pid"
-wait "$pid"
+term_node a
 is "$?" 0 "a, stopped so, exits with status 0"
-unset "NODE_PID[a]"
 kill "$wr" 2>/dev/null; wait "$wr" 2>/dev/null
 wait "$mr"
 is "$(wc -c <"$T/midwrite.out")" 0 "... b's reader got none of the unclosed bytes"

@@ -360,12 +360,8 @@ open(sys.argv[2], "w").close()
 time.sleep(30)                  # killed by the test long before
 PYEOF
 ok "a reader on w holds a view of v's shards, part read" wait_until 5 test -e "$T/held.ready"
-pid=${NODE_PID[w]}
-kill -TERM "$pid"
-wait_until 15 all_gone "$pid" || kill -9 "$pid"
-wait "$pid"
+term_node w
 is "$?" 0 "w, stopped with the view open, exits with status 0"
-unset "NODE_PID[w]"
 kill "$hr" 2>/dev/null; wait "$hr" 2>/dev/null
 rm -f "$T"/v/0/2/held*
 v_empty() { [ "$(health v "d['pool']['used']")" = 0 ]; }

@@ -73,11 +73,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
 		echo "kill $n $t0 $(now)" >>"$T/faults"
 		kills=$((kills + 1)) ;;
 	4)      diag "SIGTERM $n (as systemd stops it), restart"
-		pid=${NODE_PID[$n]}
-		kill -TERM "$pid"
-		wait_until 15 all_gone "$pid" || kill -9 "$pid"
-		wait "$pid" || BADEXIT+="$n:$? "
-		unset "NODE_PID[$n]"
+		term_node "$n" || BADEXIT+="$n:$? "
 		stop_node "$n"
 		node "$n"
 		wait_until 10 all_up

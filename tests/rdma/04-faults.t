@@ -82,12 +82,8 @@ head -c 200M /dev/urandom >"$T/a/0/2/r2"
 hold_read "$T/b/0/2/r2"
 ok "a reader on b is 16 MiB into r2" wait_until 30 test -e "$T/held"
 ok "rm of r2 on a" rm "$T/a/0/2/r2"
-pid=${NODE_PID[b]}
-kill -TERM "$pid"
-wait_until 15 all_gone "$pid" || kill -9 "$pid"
-wait "$pid"
+term_node b
 is "$?" 0 "b, stopped mid-read, exits with status 0"
-unset "NODE_PID[b]"
 kill -9 "$holder" 2>/dev/null
 ok "... and a lets go of r2" wait_until 15 used_is a "$base"
 
