@@ -20,8 +20,15 @@ static const char *const dropped[] = {
 	"strictatime", "lazytime", "loop",
 };
 
+/* mount -o remount: omnifs takes its options once, at mount, and a
+ * second daemon on the same mount point is refused anyway; say what to
+ * do instead of that refusal. */
+static int remount;
+
 static int keep(const char *o)
 {
+	if (!strcmp(o, "remount"))
+		remount = 1;
 	if (!*o || !strncmp(o, "x-", 2) || !strncmp(o, "comment=", 8))
 		return 0;
 	for (size_t i = 0; i < sizeof(dropped) / sizeof(*dropped); i++)
@@ -92,6 +99,11 @@ int main(int argc, char **argv)
 		fprintf(help ? stdout : stderr, "usage: mount.omnifs omnifs MOUNTPOINT [-o OPTIONS]\n"
 			"  (mount(8)'s helper: runs omnifs MOUNTPOINT -o OPTIONS; see omnifs --help)\n");
 		return help ? 0 : 2;
+	}
+	if (remount) {
+		fprintf(stderr, "mount.omnifs: %s: remount is not supported; "
+			"umount it and mount it again with the new options\n", mnt);
+		return 2;
 	}
 	find_daemon(daemon, sizeof(daemon));
 	char *av[] = { daemon, (char *)mnt, opts[0] ? "-o" : NULL, opts, NULL };

@@ -25,6 +25,11 @@ ok "the helper mounts as mount(8) calls it, dropping fstab-only options" \
 	"$B/mount.omnifs" omnifs "$T/h" -o "rw,noauto,_netdev,x-systemd.automount,config=$T/c.yaml"
 ok "the helper's mount serves" sh -c "echo v >'$T/h/a/b/k' && [ \"\$(cat '$T/h/a/b/k')\" = v ] &&
 	grep -q '^pool: host:16MiB' '$T/h/.omni/config'"
+"$B/mount.omnifs" omnifs "$T/h" -o rw,remount,ro 2>"$T/err"
+is "$?" "2" "mount -o remount through the helper: exit 2"
+ok "... saying it is not supported" grep -q "remount is not supported" "$T/err"
+ok "... and the mount is as it was" sh -c "grep ' $T/h fuse.omnifs rw,' /proc/mounts &&
+	echo w >'$T/h/a/b/k2' && [ \"\$(cat '$T/h/a/b/k2')\" = w ]"
 ok "it unmounts" fusermount3 -u "$T/h"
 "$B/mount.omnifs" omnifs "$T/h" -o "config=$T/c.yaml,pool=host:1Q" 2>"$T/err"
 is "$?" "2" "a bad option through the helper: exit 2"
