@@ -39,6 +39,7 @@ struct cluster {
 	size_t npeers;
 	/* Stages hosted, per peer index, and by this node. */
 	struct { const char (*stages)[NAME_STAGE_MAX + 1]; size_t n; } *hosts, self;
+	size_t self_at;                 /* this node's place in the config */
 	/* Fault injection for the tests: OMNIFS_TEST_CORRUPT sends chunks with
 	 * a wrong hash; OMNIFS_TEST_SERVE_DELAY_MS slows serving per chunk
 	 * (OMNIFS_TEST_TRICKLE_MS, within each: the transport's). */
@@ -180,6 +181,19 @@ static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
 	m.u.obj.datalen = 0;
 	xport_send(cl->x, peer, &m);
 	return cluster_exists(cl, o->from, o->to, o->key) ? -EEXIST : rc;
+}
+
+/* Our claim of o was refused: another node's object of its name was
+ * there first.  A node that hosts <to> learns of objects by their
+ * announces, and refused that one's while ours was being written (ours
+ * wins here, remote_add): it asks for it now, or its readers would wait
+ * for an announce that came already.  Another node asks on lookup. */
+static void hook_outclaimed(void *ctx, const struct ns_objinfo *o)
+{
+	struct cluster *cl = ctx;
+
+	if (cluster_hosts(cl, o->to))
+		cluster_ask(cl, o->from, o->to, o->key, 0, NULL);
 }
 
 /* Every peer may have learnt of it (by asking), so every peer hears, but
@@ -518,6 +532,7 @@ static const char *hook_peer_name(void *ctx, int owner)
 static const struct ns_hooks hooks = {
 	.published = hook_published, .gone = hook_gone, .consumed = hook_consumed,
 	.claim = hook_claim,
+	.outclaimed = hook_outclaimed,
 	.fetch = hook_fetch, .remove = hook_remove, .peer_name = hook_peer_name,
 	.pull = hook_pull, .release = hook_release,
 	.buf_alloc = hook_buf_alloc, .buf_free = hook_buf_free,
@@ -1054,8 +1069,6 @@ int cluster_ask(struct cluster *cl, const char *from, const char *to,
 	return ask_all(cl, &m, base ? &list : NULL, ask_reply, NULL) ? 0 : -ENOENT;
 }
 
-/* A claim needs one answer for the cluster: with several hosts of <to>,
- * they would all have to agree. */
 /* A key that readers here wait for, on an edge into a stage we do not
  * host (the hosts hear of its publish, we do not): a peer that just came
  * up never heard them ask, and is asked now, to tell us when it comes. */
@@ -1072,18 +1085,36 @@ static void reask_one(void *arg, const char *from, const char *to, const char *k
 	xport_call(r->cl->x, r->peer, &m, ask_reply, &a);
 }
 
-int cluster_claimer(struct cluster *cl, const char *to)
+/* The node where the publishes on edges into stage to meet: the first
+ * node of the config that hosts to, which hears of every object on those
+ * edges; where none does, one node picked by the edge's name.  Every
+ * node that runs the same config picks the same.  A peer index, or
+ * npeers for this node. */
+static size_t arbiter(const struct cluster *cl, const char *from, const char *to)
 {
-	int peer = -1;
+	size_t nodes = cl->npeers + 1;
 
-	for (size_t i = 0; i < cl->npeers; i++) {
-		if (!stage_in(cl->hosts[i].stages, cl->hosts[i].n, to))
-			continue;
-		if (peer >= 0 || !xport_peer_up(cl->x, (int)i))
-			return -1;      /* two hosts must agree: EXISTS first */
-		peer = (int)i;
+	for (size_t at = 0; at < nodes; at++) {         /* config order */
+		if (at == cl->self_at) {
+			if (cluster_hosts(cl, to))
+				return cl->npeers;
+		} else {
+			size_t i = at < cl->self_at ? at : at - 1;
+			if (stage_in(cl->hosts[i].stages, cl->hosts[i].n, to))
+				return i;
+		}
 	}
-	return peer;
+	char edge[2 * NAME_STAGE_MAX + 2];
+	size_t at = XXH3_64bits(edge, (size_t)snprintf(edge, sizeof(edge), "%s/%s", from, to)) %
+		    nodes;
+	return at == cl->self_at ? cl->npeers : at < cl->self_at ? at : at - 1;
+}
+
+int cluster_claimer(struct cluster *cl, const char *from, const char *to)
+{
+	size_t at = arbiter(cl, from, to);
+
+	return at < cl->npeers && xport_peer_up(cl->x, (int)at) ? (int)at : -1;
 }
 
 /* The nodes that host <to> hear of every object published on the edge,
@@ -1374,6 +1405,7 @@ int cluster_create(struct cluster **out, const struct cluster_conf *c,
 	for (size_t i = 0; i < c->nnodes; i++) {
 		const struct cluster_node *n = &c->nodes[i];
 		if (!strcmp(n->name, c->self)) {
+			cl->self_at = i;
 			cl->self.stages = n->stages;
 			cl->self.n = n->nstages;
 			if (!listen || !*listen)

@@ -61,10 +61,11 @@ int cluster_ask(struct cluster *cl, const char *from, const char *to,
 /* Whether a node of the cluster knows from/to/key (for an O_EXCL create
  * on a node that does not host to): 1 or 0. */
 int cluster_exists(struct cluster *cl, const char *from, const char *to, const char *key);
-/* The one peer that hosts stage to, if it is up, for an O_EXCL put there
- * to claim its publish instead of asking first (ns_handle_claim); -1 where
- * no host or several do (they would have to agree), or it is down. */
-int cluster_claimer(struct cluster *cl, const char *to);
+/* The peer where a publish on from/to is claimed (ns_handle_claim): the
+ * node where all publishes on the edge meet (the first in the config that
+ * hosts to; where none does, one picked by the edge's name), if it is
+ * another node and up; else -1 (this node decides, or none can). */
+int cluster_claimer(struct cluster *cl, const char *from, const char *to);
 /* Brings all the peers own under from/to ("" for all) into ns. */
 void cluster_refresh(struct cluster *cl, const char *from, const char *to);
 /* rm of request id's objects on every node (ns_cleanup there), in one

@@ -983,7 +983,7 @@ static void obj_published(struct ns *ns, struct object *o, uint64_t h, uint64_t 
 static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 {
 	struct ns_event *c = NULL;      /* the claim, then the announce */
-	int claimed = 0, indexed = 0;
+	int claimed = 0, indexed = 0, refused = 0;
 
 	o->state = OS_PUBLISHING;       /* the hasher starts no new step */
 	while (o->hashing)
@@ -1014,7 +1014,7 @@ static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 	if (!hrc && c) {
 		int crc = obj_claim(ns, o, c, h);
 		claimed = crc == 0;
-		if (crc == -EEXIST)
+		if ((refused = crc == -EEXIST))
 			hrc = crc;      /* a node has one: nothing is left */
 	}
 	pthread_mutex_lock(&ns->lock);
@@ -1039,6 +1039,11 @@ static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 	}
 	if (indexed && o->state != OS_PUBLISHED)   /* only published ones stay */
 		htab_del(&ns->byoid, &o->byoid);
+	if (refused && ns->set.hooks->outclaimed) {     /* o is off its key now */
+		pthread_mutex_unlock(&ns->lock);
+		ns->set.hooks->outclaimed(ns->set.hctx, &c->info);
+		pthread_mutex_lock(&ns->lock);
+	}
 	ev_free(ns, c);
 	obj_put(ns, o);
 }
@@ -1774,6 +1779,14 @@ void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer)
 	if (h->write && ns->set.hooks && ns->set.hooks->claim && ns->set.hooks->published)
 		h->obj->claim = peer + 1;
 	pthread_mutex_unlock(&ns->lock);
+}
+
+int ns_handle_claims(struct ns *ns, const struct ns_handle *h)
+{
+	pthread_mutex_lock(&ns->lock);
+	int claims = h->write && h->obj->claim;
+	pthread_mutex_unlock(&ns->lock);
+	return claims;
 }
 
 int ns_handle_sole(struct ns *ns, const struct ns_handle *h)

@@ -93,6 +93,10 @@ struct ns_hooks {
 	 * has one (the writer's close fails, nothing is left); else: o is
 	 * published as if never claimed.  Called from the publishing thread. */
 	int (*claim)(void *ctx, int peer, const struct ns_objinfo *o);
+	/* A claim of o was refused (-EEXIST): o is gone, and the object
+	 * that was there first may be one this node refused to hear of
+	 * while o was being written.  Called from the publishing thread. */
+	void (*outclaimed)(void *ctx, const struct ns_objinfo *o);
 	/* Start bringing a remote object's bytes into dst; report through
 	 * ns_fetch_progress(token).  0, or -errno (nothing will be reported). */
 	int (*fetch)(void *ctx, int owner, uint64_t oid, uint64_t size,
@@ -269,11 +273,14 @@ void ns_handle_append(struct ns *ns, struct ns_handle *h);
  * asks through it for lseek's SEEK_END, where a C writer finds its end
  * (others' stat says 0 until the publish).  -ENOENT if h writes nothing. */
 int ns_handle_writing_size(struct ns *ns, const struct ns_handle *h, uint64_t *size);
-/* The publish of h's object is claimed at peer first (hooks->claim), so
- * that peer's readers have it one message after the close, not three (an
- * O_EXCL existence check, its answer, then the announce).  For a writer
- * that is its object's one writer, and whose create asked no one. */
+/* The publish of h's object is claimed at peer first (hooks->claim): the
+ * peer takes it unless a node has an object of its name, so that of two
+ * writers of one key on two nodes only one publishes, and the peer's
+ * readers have it as an announce would bring it. */
 void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer);
+/* Whether a publish through h (its close, or its release) waits for a
+ * claim's answer. */
+int ns_handle_claims(struct ns *ns, const struct ns_handle *h);
 /* A writer whose caller said it never duplicates its descriptor: its
  * close is its last (OMNIFS_PLACE_SOLE). */
 int ns_handle_sole(struct ns *ns, const struct ns_handle *h);
@@ -397,7 +404,8 @@ int ns_removexattr(struct ns *ns, uint64_t ino, const char *name);
 
 /* Another node published o, its owner says (in the order it says what it
  * has: after a GONE of o, o is back): it becomes visible here.  0; -EEXIST
- * if this node owns a key of that name; -EINVAL for a bad name.  Bytes
+ * if this node has published an object of that name, -EBUSY if it is
+ * writing one (either way ours stays); -EINVAL for a bad name.  Bytes
  * given in o->data are checked against o->xxh3. */
 int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *o);
 /* o came in the owner's answer to a lookup or a listing, which may arrive

@@ -440,7 +440,9 @@ static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int
 	if (excl && o && (o->owner != owner || o->oid != ri->oid)) {
 		rc = -EEXIST;           /* any other, in any state: as O_EXCL sees it */
 	} else if (o && o->owner < 0) {
-		rc = -EEXIST;           /* ours wins; the writer who lost finds out */
+		/* Ours stays.  One being written meets the other where the
+		 * edge's claims do (cluster_claimer): one of them loses there. */
+		rc = o->state == OS_PUBLISHED ? -EEXIST : -EBUSY;
 	} else if (o && o->owner == owner && o->oid == ri->oid) {
 		if (!answer)            /* the owner's own word on its connection */
 			o->gen = owner_gen(ns, owner);

@@ -174,23 +174,34 @@ int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait,
 }
 
 /* O_EXCL means "nowhere in the cluster": whether another node knows the
- * key (cluster_exists), unless announces of this edge come here anyway.
- * A put that writes and publishes in one request (a small PUT) need not
- * ask first where one peer hosts <to>: its publish is claimed there
- * instead (claim says which, else -1). */
-int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, int *claim)
+ * key (cluster_exists), unless announces of this edge come here anyway. */
+int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name)
 {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
 
-	if (claim)
-		*claim = -1;
 	if (!fs->cl || ns_dir_names(fs->ns, parent, from, to) != NK_EDGE ||
 	    cluster_hosts(fs->cl, to) || name_check_key(name))
 		return 0;
-	if (claim && (*claim = cluster_claimer(fs->cl, to)) >= 0)
-		return 0;
 	loop_step_aside();
 	return cluster_exists(fs->cl, from, to, name);
+}
+
+/* Where a key written here has its publish claimed (ns_handle_claim):
+ * the node where the edge's publishes meet (cluster_claimer), so that of
+ * two writers of one key on two nodes the second to get there fails its
+ * close with EEXIST, instead of each node keeping its own bytes under the
+ * name.  Its readers have the object one message after the close, as an
+ * announce would bring it.  -1 where that node is this one (claims meet
+ * here: ns refuses a peer's claim of a key written here) or is down (the
+ * publish is announced as it is). */
+int publish_claimer(struct fs *fs, fuse_ino_t parent, const char *name)
+{
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
+
+	if (!fs->cl || ns_dir_names(fs->ns, parent, from, to) != NK_EDGE ||
+	    name_check_key(name))
+		return -1;
+	return cluster_claimer(fs->cl, from, to);
 }
 
 /* A name that is a view of published shards resolves (stat, getfattr)
@@ -627,6 +638,20 @@ static void view_answer(void *arg, int err, struct view *v)
 	free(w);
 }
 
+/* The publish of what writer h writes on key ino is claimed where
+ * publish_claimer says (also by a writer that joins one being written:
+ * the claim is its object's). */
+static void claim_known(struct fs *fs, fuse_ino_t ino, struct ns_handle *h)
+{
+	char name[NAME_KEY_MAX + 1];
+	uint64_t parent;
+	int peer;
+
+	if (fs->cl && !ns_key_name(fs->ns, ino, &parent, name) &&
+	    (peer = publish_claimer(fs, parent, name)) >= 0)
+		ns_handle_claim(fs->ns, h, peer);
+}
+
 /* An O_CREAT open that found its name (op_lookup's NS_LOOKUP_KNOWN, or
  * an object being written): it creates as op_create would, but the
  * kernel has the inode already. */
@@ -639,6 +664,7 @@ static void open_create(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 
 	if (rc)         /* ENOENT: gone meanwhile; the kernel looks again */
 		return (void)fuse_reply_err(req, rc == -ENOENT ? ESTALE : -rc);
+	claim_known(fs_of(req), ino, h);
 	if (fi->flags & O_APPEND)
 		ns_handle_append(ns, h);
 	fi->fh = (uintptr_t)h;
@@ -742,14 +768,16 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fuse_entry_param e = { 0 };
 	struct ns_attr a;
 	struct ns_handle *h;
-	int rc, excl = !!(fi->flags & O_EXCL);
+	int rc, claim, excl = !!(fi->flags & O_EXCL);
 
 	(void)mode;
-	if (excl && exists_elsewhere(fs, parent, name, NULL))
+	if (excl && exists_elsewhere(fs, parent, name))
 		return (void)fuse_reply_err(req, EEXIST);
 	rc = ns_create_key(fs->ns, parent, name, excl, ctx->uid, ctx->gid, &a, &h);
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
+	if ((claim = publish_claimer(fs, parent, name)) >= 0)
+		ns_handle_claim(fs->ns, h, claim);
 	if (fi->flags & O_APPEND)
 		ns_handle_append(fs->ns, h);
 	e.ino = a.ino;
@@ -871,6 +899,8 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct ns *ns = fs_of(req)->ns;
 	struct ns_wakes readers = { 0 };
 	enum ns_close how = ns_handle_is_writer(h) ? writer_close(req, h) : NS_CLOSE_LAST;
+	if (how == NS_CLOSE_LAST && ns_handle_claims(ns, h))
+		loop_step_aside();      /* its publish waits for the claim's answer */
 	/* The writer first, then the readers its publish answered: woken
 	 * first, a reader's next request would wait for this thread to
 	 * answer the writer, and on a small machine it would stand between
@@ -887,7 +917,10 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	} else if (fi->fh & FH_VIEW) {
 		view_close((struct view *)(uintptr_t)(fi->fh & ~(uint64_t)FH_TAGS));
 	} else {
-		ns_release(fs_of(req)->ns, (struct ns_handle *)(uintptr_t)fi->fh);
+		struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
+		if (ns_handle_claims(fs_of(req)->ns, h))
+			loop_step_aside();      /* it may publish (a dup'd writer's) */
+		ns_release(fs_of(req)->ns, h);
 	}
 	fuse_reply_err(req, 0);
 }

@@ -710,6 +710,9 @@ int main(void)
 	ns_create_key(ns, e, "k2", 1, 0, 0, &ka2, &kw);
 	ns_forget(ns, ka2.ino, 1);
 	is(ns_remote_claim(ns, 0, &ci2), -EEXIST, "a claim of a key being written here: EEXIST");
+	is(ns_remote_add(ns, 0, &ci2), -EBUSY,
+	   "an announce of it: EBUSY (the claims decide), and ours stays");
+	is(ns_write(ns, kw, "w", 1, 0), 1, "... its writer writes on");
 	ns_flush(ns, kw, NS_CLOSE_KILLED, NULL);
 	ns_release(ns, kw);
 	ci2.key = "claimed";

@@ -1,0 +1,94 @@
+#!/bin/bash
+# 28-samekey.t - two writers of one key on two nodes, closing at once: one
+# publishes, the other's close fails with EEXIST, and every node reads the
+# one that won.  A node publishes by claiming the key where the edge's
+# publishes meet (the first node of the config that hosts the reading
+# stage; where none does, one picked by the edge's name): here four nodes,
+# a hosting 0, b and c both hosting 1 (b first), d hosting 2, and edges
+# into 1 (two hosts), 2 (one) and 9 (none).  Without the claims, both
+# closes succeeded and each node kept its own bytes under the name.
+. "$(dirname "$0")/../lib.sh"
+
+read -r -a ports < <(free_ports 4)
+new_secret "$T/secret"
+printf 'secret_file: %s\nwait_ms: 3000\nnodes:\n' "$T/secret" >"$T/omni.yaml"
+i=0
+for n in a:0 b:1 c:1 d:2; do
+	printf '  %s: { addr: 127.0.0.1:%s, stages: ["%s"] }\n' "${n%:*}" "${ports[$i]}" "${n#*:}" >>"$T/omni.yaml"
+	i=$((i + 1))
+done
+for n in a b c d; do start_node "$n" "config=$T/omni.yaml,node=$n,readers=0,pool=host:64M"; done
+up() { [ "$(health "$1" "sum(p['state'] == 'up' for p in d['peers'])")" = 3 ]; }
+all_up() { up a && up b && up c && up d; }
+ok "four nodes see each other" wait_until 15 all_up
+
+# race EDGE SIZE N WRITERS: N keys, each written by a process on each of
+# the two WRITERS nodes (plain O_CREAT, as a shell's > does) that close
+# together; prints a line per key that broke the rule, then "done N".
+race() {
+	$PY - "$T" "$@" <<'PYEOF'
+import os, sys, time
+T, edge, size, n, pair = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+
+def writer(node, path, go, out):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    os.write(fd, node.encode() * size)
+    os.read(go, 1)                      # both hold their bytes: close now
+    try:
+        os.close(fd)
+        os.write(out, b"%s ok\n" % node.encode())
+    except OSError as e:
+        os.write(out, b"%s %d\n" % (node.encode(), e.errno))
+    os._exit(0)
+
+bad = 0
+for i in range(n):
+    key = "%s%d_%d" % (pair, size, i)
+    go_r, go_w = os.pipe()
+    out_r, out_w = os.pipe()
+    kids = []
+    for node in pair:
+        pid = os.fork()
+        if pid == 0:
+            writer(node, "%s/%s/%s/%s" % (T, node, edge, key), go_r, out_w)
+        kids.append(pid)
+    time.sleep(0.05)
+    os.write(go_w, b"xx")
+    for pid in kids:
+        os.waitpid(pid, 0)
+    os.close(out_w)
+    said = sorted(tuple(l.split()) for l in os.read(out_r, 1000).decode().splitlines())
+    for fd in (out_r, go_r, go_w):
+        os.close(fd)
+    won = [node for node, what in said if what == "ok"]
+    lost = [node for node, what in said if what == "17"]     # EEXIST
+    seen = {}
+    for node in "abcd":
+        try:
+            with open("%s/%s/%s/%s" % (T, node, edge, key), "rb") as f:
+                seen[node] = f.read()
+        except OSError as e:
+            seen[node] = e.strerror
+    if (len(won), len(lost)) != (1, 1) or \
+       any(v != won[0].encode() * size for v in seen.values()):
+        bad += 1
+        print("# %s: closes %s, reads %s" % (key, said, {k: v[:1] for k, v in seen.items()}))
+print("done", n - bad)
+PYEOF
+}
+
+check() {  # check DESC EDGE SIZE N WRITERS
+	local desc=$1; shift
+	is "$(race "$@" | tee "$T/race.out" | tail -n 1)" "done $3" "$desc" || cat "$T/race.out"
+}
+check "edge into one host (d), writers on a and b: one close EEXIST, all read the other" \
+	0/2 100 10 ab
+check "... objects over 64 KiB (their bytes are pulled, not in the claim)" 0/2 200000 4 ab
+check "... a writer on the host itself against one elsewhere" 0/2 100 10 ad
+check "edge into two hosts (b first): writers on a and c" 0/1 100 10 ac
+check "... on the two hosts, c's loss seen by c (it asks for b's)" 0/1 100 10 bc
+check "edge into a stage no node hosts: writers on a and c" 0/9 100 10 ac
+is "$(stat_of a peer_claims)$(stat_of c peer_claims)" "00" \
+	"the claims went where the edges' publishes meet, not to a or c"
+
+done_testing
