@@ -184,16 +184,15 @@ static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
 }
 
 /* Our claim of o was refused: another node's object of its name was
- * there first.  A node that hosts <to> learns of objects by their
- * announces, and refused that one's while ours was being written (ours
- * wins here, remote_add): it asks for it now, or its readers would wait
- * for an announce that came already.  Another node asks on lookup. */
+ * there first.  Its announce may have come here already (to a host of
+ * <to>, or for a reader here that waits on the key), and was refused
+ * while ours was being written (ours stays, remote_add): asked for now,
+ * or the readers here would wait for an announce that came and went. */
 static void hook_outclaimed(void *ctx, const struct ns_objinfo *o)
 {
 	struct cluster *cl = ctx;
 
-	if (cluster_hosts(cl, o->to))
-		cluster_ask(cl, o->from, o->to, o->key, 0, NULL);
+	cluster_ask(cl, o->from, o->to, o->key, 0, NULL);
 }
 
 /* Every peer may have learnt of it (by asking), so every peer hears, but

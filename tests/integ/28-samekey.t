@@ -88,6 +88,36 @@ check "... a writer on the host itself against one elsewhere" 0/2 100 10 ad
 check "edge into two hosts (b first): writers on a and c" 0/1 100 10 ac
 check "... on the two hosts, c's loss seen by c (it asks for b's)" 0/1 100 10 bc
 check "edge into a stage no node hosts: writers on a and c" 0/9 100 10 ac
+# A reader waiting on the losing node: the winner's announce came to it
+# (for the reader) while its own writer's object was there, and was
+# refused; the lost claim has it ask again, and the reader gets b's
+# bytes, not ENOENT after wait_ms (3 s).
+is "$($PY - "$T" <<'PYEOF'
+import os, sys, threading, time
+T = sys.argv[1]
+got = {}
+def read():
+    with open(T + "/a/0/2/waited", "rb") as f:
+        got["r"] = f.read()
+    got["at"] = time.monotonic()
+r = threading.Thread(target=read)
+r.start()
+time.sleep(0.2)
+wa = os.open(T + "/a/0/2/waited", os.O_WRONLY | os.O_CREAT)
+os.write(wa, b"a")
+wb = os.open(T + "/b/0/2/waited", os.O_WRONLY | os.O_CREAT)
+os.write(wb, b"b")
+os.close(wb)
+time.sleep(0.1)
+try:
+    os.close(wa)
+    print("a's close published")
+except OSError as e:
+    t = time.monotonic()
+    r.join()
+    print(e.strerror, got["r"], got["at"] - t < 2)
+PYEOF
+)" "File exists b'b' True" "a reader on the losing node gets the winner's bytes at once"
 is "$(stat_of a peer_claims)$(stat_of c peer_claims)" "00" \
 	"the claims went where the edges' publishes meet, not to a or c"
 
