@@ -83,6 +83,12 @@ int cluster_hosts(const struct cluster *cl, const char *to)
 	return stage_in(cl->self.stages, cl->self.n, to);
 }
 
+int cluster_peer_hosts(const struct cluster *cl, int peer, const char *to)
+{
+	return peer >= 0 && (size_t)peer < cl->npeers &&
+	       stage_in(cl->hosts[peer].stages, cl->hosts[peer].n, to);
+}
+
 static void to_proto(const struct ns_objinfo *o, struct proto_obj *p)
 {
 	memset(p, 0, sizeof(*p));

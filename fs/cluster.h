@@ -51,6 +51,8 @@ void cluster_destroy(struct cluster *cl);
 
 /* Whether this node hosts stage to (its announces come unasked). */
 int cluster_hosts(const struct cluster *cl, const char *to);
+/* Whether peer hosts stage to. */
+int cluster_peer_hosts(const struct cluster *cl, int peer, const char *to);
 /* Asks the peers for from/to/key; those that lack it announce it when
  * published within subscribe_ms (0: don't).  Unless base is NULL, the
  * same round trip brings into ns what they own of the view base's shards

@@ -174,13 +174,23 @@ int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait,
 }
 
 /* O_EXCL means "nowhere in the cluster": whether another node knows the
- * key (cluster_exists), unless announces of this edge come here anyway. */
-int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name)
+ * key (cluster_exists), unless announces of this edge come here anyway.
+ * A put that writes and publishes in one request (a small PUT) is told
+ * where its publish is claimed (claim: publish_claimer's peer); where
+ * that peer hosts <to>, the claim is the question, and none is asked. */
+int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, int *claim)
 {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
 
+	if (claim)
+		*claim = -1;
 	if (!fs->cl || ns_dir_names(fs->ns, parent, from, to) != NK_EDGE ||
-	    cluster_hosts(fs->cl, to) || name_check_key(name))
+	    name_check_key(name))
+		return 0;
+	if (claim)
+		*claim = cluster_claimer(fs->cl, from, to);
+	if (cluster_hosts(fs->cl, to) ||
+	    (claim && *claim >= 0 && cluster_peer_hosts(fs->cl, *claim, to)))
 		return 0;
 	loop_step_aside();
 	return cluster_exists(fs->cl, from, to, name);
@@ -771,7 +781,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int rc, claim, excl = !!(fi->flags & O_EXCL);
 
 	(void)mode;
-	if (excl && exists_elsewhere(fs, parent, name))
+	if (excl && exists_elsewhere(fs, parent, name, NULL))
 		return (void)fuse_reply_err(req, EEXIST);
 	rc = ns_create_key(fs->ns, parent, name, excl, ctx->uid, ctx->gid, &a, &h);
 	if (rc)

@@ -329,8 +329,7 @@ static void small_put(fuse_req_t req, fuse_ino_t parent, const struct omnifs_sma
 
 	if (s->readers < -1)
 		return (void)fuse_reply_err(req, EINVAL);
-	/* As O_EXCL; a claim asks in the same message (publish_claimer). */
-	if ((claim = publish_claimer(fs, parent, key)) < 0 && exists_elsewhere(fs, parent, key))
+	if (exists_elsewhere(fs, parent, key, &claim))  /* as O_EXCL */
 		return (void)fuse_reply_err(req, EEXIST);
 	if ((rc = ns_create_key(fs->ns, parent, key, 1, ctx->uid, ctx->gid, &a, &h)))
 		return (void)fuse_reply_err(req, -rc);
