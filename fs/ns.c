@@ -1783,8 +1783,10 @@ void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer)
 
 int ns_handle_claims(struct ns *ns, const struct ns_handle *h)
 {
+	if (!h->write)          /* fixed at open: a reader's release asks no lock */
+		return 0;
 	pthread_mutex_lock(&ns->lock);
-	int claims = h->write && h->obj->claim;
+	int claims = h->obj->claim != 0;
 	pthread_mutex_unlock(&ns->lock);
 	return claims;
 }

@@ -23,15 +23,17 @@ all_up() { up a && up b && up c && up d; }
 ok "four nodes see each other" wait_until 15 all_up
 
 # race EDGE SIZE N WRITERS: N keys, each written by a process on each of
-# the two WRITERS nodes (plain O_CREAT, as a shell's > does) that close
-# together; prints a line per key that broke the rule, then "done N".
+# the two WRITERS nodes (plain O_CREAT, as a shell's > does; with EXCL=1,
+# O_EXCL: both opens find the key nowhere) that close together; prints a
+# line per key that broke the rule, then "done N".
 race() {
 	$PY - "$T" "$@" <<'PYEOF'
 import os, sys, time
 T, edge, size, n, pair = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+excl = os.O_EXCL if os.environ.get("EXCL") == "1" else 0
 
 def writer(node, path, go, out):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | excl)
     os.write(fd, node.encode() * size)
     os.read(go, 1)                      # both hold their bytes: close now
     try:
@@ -43,7 +45,7 @@ def writer(node, path, go, out):
 
 bad = 0
 for i in range(n):
-    key = "%s%d_%d" % (pair, size, i)
+    key = "%s%s%d_%d" % ("x" if excl else "", pair, size, i)
     go_r, go_w = os.pipe()
     out_r, out_w = os.pipe()
     kids = []
@@ -88,6 +90,7 @@ check "... a writer on the host itself against one elsewhere" 0/2 100 10 ad
 check "edge into two hosts (b first): writers on a and c" 0/1 100 10 ac
 check "... on the two hosts, c's loss seen by c (it asks for b's)" 0/1 100 10 bc
 check "edge into a stage no node hosts: writers on a and c" 0/9 100 10 ac
+EXCL=1 check "O_EXCL writers (SPEC 4.1: EEXIST if the key exists anywhere) on a and b" 0/2 100 10 ab
 # A reader waiting on the losing node: the winner's announce came to it
 # (for the reader) while its own writer's object was there, and was
 # refused; the lost claim has it ask again, and the reader gets b's
