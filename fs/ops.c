@@ -176,8 +176,9 @@ int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait,
 /* O_EXCL means "nowhere in the cluster": whether another node knows the
  * key (cluster_exists), unless announces of this edge come here anyway.
  * A put that writes and publishes in one request (a small PUT) is told
- * where its publish is claimed (claim: publish_claimer's peer); where
- * that peer hosts <to>, the claim is the question, and none is asked. */
+ * where its publish is claimed (claim: cluster_claimer's peer, or -1);
+ * where that peer hosts <to>, the claim is the question, and none is
+ * asked. */
 int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, int *claim)
 {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
@@ -196,22 +197,24 @@ int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, int *cl
 	return cluster_exists(fs->cl, from, to, name);
 }
 
-/* Where a key written here has its publish claimed (ns_handle_claim):
- * the node where the edge's publishes meet (cluster_claimer), so that of
- * two writers of one key on two nodes the second to get there fails its
+/* A writer's publish of key name is claimed (ns_handle_claim) at the
+ * node where the edge's publishes meet (cluster_claimer), so that of two
+ * writers of one key on two nodes the second to get there fails its
  * close with EEXIST, instead of each node keeping its own bytes under the
  * name.  Its readers have the object one message after the close, as an
- * announce would bring it.  -1 where that node is this one (claims meet
+ * announce would bring it.  Not where that node is this one (claims meet
  * here: ns refuses a peer's claim of a key written here) or is down (the
- * publish is announced as it is). */
-int publish_claimer(struct fs *fs, fuse_ino_t parent, const char *name)
+ * publish is announced as it is).  Also for a writer that joins one being
+ * written: the claim is its object's. */
+static void claim_publish(struct fs *fs, fuse_ino_t parent, const char *name,
+			  struct ns_handle *h)
 {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1];
+	int peer;
 
-	if (!fs->cl || ns_dir_names(fs->ns, parent, from, to) != NK_EDGE ||
-	    name_check_key(name))
-		return -1;
-	return cluster_claimer(fs->cl, from, to);
+	if (fs->cl && ns_dir_names(fs->ns, parent, from, to) == NK_EDGE &&
+	    !name_check_key(name) && (peer = cluster_claimer(fs->cl, from, to)) >= 0)
+		ns_handle_claim(fs->ns, h, peer);
 }
 
 /* A name that is a view of published shards resolves (stat, getfattr)
@@ -648,20 +651,6 @@ static void view_answer(void *arg, int err, struct view *v)
 	free(w);
 }
 
-/* The publish of what writer h writes on key ino is claimed where
- * publish_claimer says (also by a writer that joins one being written:
- * the claim is its object's). */
-static void claim_known(struct fs *fs, fuse_ino_t ino, struct ns_handle *h)
-{
-	char name[NAME_KEY_MAX + 1];
-	uint64_t parent;
-	int peer;
-
-	if (fs->cl && !ns_key_name(fs->ns, ino, &parent, name) &&
-	    (peer = publish_claimer(fs, parent, name)) >= 0)
-		ns_handle_claim(fs->ns, h, peer);
-}
-
 /* An O_CREAT open that found its name (op_lookup's NS_LOOKUP_KNOWN, or
  * an object being written): it creates as op_create would, but the
  * kernel has the inode already. */
@@ -670,11 +659,14 @@ static void open_create(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct ns *ns = fs_of(req)->ns;
 	struct ns_handle *h;
+	char name[NAME_KEY_MAX + 1];
+	uint64_t parent;
 	int rc = ns_create_known(ns, ino, ctx->uid, ctx->gid, fi->flags, &h);
 
 	if (rc)         /* ENOENT: gone meanwhile; the kernel looks again */
 		return (void)fuse_reply_err(req, rc == -ENOENT ? ESTALE : -rc);
-	claim_known(fs_of(req), ino, h);
+	if (!ns_key_name(ns, ino, &parent, name))
+		claim_publish(fs_of(req), parent, name, h);
 	if (fi->flags & O_APPEND)
 		ns_handle_append(ns, h);
 	fi->fh = (uintptr_t)h;
@@ -778,7 +770,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fuse_entry_param e = { 0 };
 	struct ns_attr a;
 	struct ns_handle *h;
-	int rc, claim, excl = !!(fi->flags & O_EXCL);
+	int rc, excl = !!(fi->flags & O_EXCL);
 
 	(void)mode;
 	if (excl && exists_elsewhere(fs, parent, name, NULL))
@@ -786,8 +778,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	rc = ns_create_key(fs->ns, parent, name, excl, ctx->uid, ctx->gid, &a, &h);
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
-	if ((claim = publish_claimer(fs, parent, name)) >= 0)
-		ns_handle_claim(fs->ns, h, claim);
+	claim_publish(fs, parent, name, h);
 	if (fi->flags & O_APPEND)
 		ns_handle_append(fs->ns, h);
 	e.ino = a.ino;

@@ -70,7 +70,6 @@ void dir_put(struct dir_snap *d);
 int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait,
 	      int64_t own_ms, int learn);
 int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, int *claim);
-int publish_claimer(struct fs *fs, fuse_ino_t parent, const char *name);
 void wait_interrupt(fuse_req_t req, void *data);        /* a wait's interrupt... */
 int wait_interrupted(struct ns_waiter *nw);             /* ... and its check */
 
