@@ -22,62 +22,8 @@ up() { [ "$(health "$1" "sum(p['state'] == 'up' for p in d['peers'])")" = 3 ]; }
 all_up() { up a && up b && up c && up d; }
 ok "four nodes see each other" wait_until 15 all_up
 
-# race EDGE SIZE N WRITERS: N keys, each written by a process on each of
-# the two WRITERS nodes (plain O_CREAT, as a shell's > does; with EXCL=1,
-# O_EXCL: both opens find the key nowhere) that close together; prints a
-# line per key that broke the rule, then "done N".
-race() {
-	$PY - "$T" "$@" <<'PYEOF'
-import os, sys, time
-T, edge, size, n, pair = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-excl = os.O_EXCL if os.environ.get("EXCL") == "1" else 0
-
-def writer(node, path, go, out):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | excl)
-    os.write(fd, node.encode() * size)
-    os.read(go, 1)                      # both hold their bytes: close now
-    try:
-        os.close(fd)
-        os.write(out, b"%s ok\n" % node.encode())
-    except OSError as e:
-        os.write(out, b"%s %d\n" % (node.encode(), e.errno))
-    os._exit(0)
-
-bad = 0
-for i in range(n):
-    key = "%s%s%d_%d" % ("x" if excl else "", pair, size, i)
-    go_r, go_w = os.pipe()
-    out_r, out_w = os.pipe()
-    kids = []
-    for node in pair:
-        pid = os.fork()
-        if pid == 0:
-            writer(node, "%s/%s/%s/%s" % (T, node, edge, key), go_r, out_w)
-        kids.append(pid)
-    time.sleep(0.05)
-    os.write(go_w, b"xx")
-    for pid in kids:
-        os.waitpid(pid, 0)
-    os.close(out_w)
-    said = sorted(tuple(l.split()) for l in os.read(out_r, 1000).decode().splitlines())
-    for fd in (out_r, go_r, go_w):
-        os.close(fd)
-    won = [node for node, what in said if what == "ok"]
-    lost = [node for node, what in said if what == "17"]     # EEXIST
-    seen = {}
-    for node in "abcd":
-        try:
-            with open("%s/%s/%s/%s" % (T, node, edge, key), "rb") as f:
-                seen[node] = f.read()
-        except OSError as e:
-            seen[node] = e.strerror
-    if (len(won), len(lost)) != (1, 1) or \
-       any(v != won[0].encode() * size for v in seen.values()):
-        bad += 1
-        print("# %s: closes %s, reads %s" % (key, said, {k: v[:1] for k, v in seen.items()}))
-print("done", n - bad)
-PYEOF
-}
+# race EDGE SIZE N WRITERS: tests/tools/samekey.py, readers on every node
+race() { $PY "$SRC/tests/tools/samekey.py" "$T" "$@" abcd; }
 
 check() {  # check DESC EDGE SIZE N WRITERS
 	local desc=$1; shift

@@ -31,59 +31,10 @@ is "$(( $(stat_of b bytes_pulled_rdma) - pulled ))" 4194304 "... by RDMA READ"
 is "$(stat_of b bytes_pulled_tcp)" 0 "... none of it over TCP"
 is "$(stat_of b peer_claims)" 1 "... the publish was claimed at b"
 
-race() {  # race WRITERS SIZE N: prints a line per key that broke the rule, then "done N"
-	$PY - "$T" "$@" <<'PYEOF'
-import os, sys, time
-T, pair, size, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-
-def writer(node, path, go, out):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
-    os.write(fd, node.encode() * size)
-    os.read(go, 1)
-    try:
-        os.close(fd)
-        os.write(out, b"%s ok\n" % node.encode())
-    except OSError as e:
-        os.write(out, b"%s %d\n" % (node.encode(), e.errno))
-    os._exit(0)
-
-bad = 0
-for i in range(n):
-    key = "%s%d_%d" % (pair, size, i)
-    go_r, go_w = os.pipe()
-    out_r, out_w = os.pipe()
-    kids = []
-    for node in pair:
-        pid = os.fork()
-        if pid == 0:
-            writer(node, "%s/%s/0/1/%s" % (T, node, key), go_r, out_w)
-        kids.append(pid)
-    time.sleep(0.2)
-    os.write(go_w, b"xx")
-    for pid in kids:
-        os.waitpid(pid, 0)
-    os.close(out_w)
-    said = sorted(tuple(l.split()) for l in os.read(out_r, 1000).decode().splitlines())
-    for fd in (out_r, go_r, go_w):
-        os.close(fd)
-    won = [node for node, what in said if what == "ok"]
-    lost = [node for node, what in said if what == "17"]
-    seen = {}
-    for node in "abc":
-        try:
-            with open("%s/%s/0/1/%s" % (T, node, key), "rb") as f:
-                seen[node] = f.read()
-        except OSError as e:
-            seen[node] = e.strerror
-    if (len(won), len(lost)) != (1, 1) or any(v != won[0].encode() * size for v in seen.values()):
-        bad += 1
-        print("# %s: closes %s, reads %s" % (key, said, {k: v[:1] for k, v in seen.items()}))
-print("done", n - bad)
-PYEOF
-}
-is "$(race ac 1048576 5 | tee "$T/race.out" | tail -n 1)" "done 5" \
+race() { $PY "$SRC/tests/tools/samekey.py" "$T" 0/1 "$@" abc; }  # race SIZE N WRITERS
+is "$(race 1048576 5 ac | tee "$T/race.out" | tail -n 1)" "done 5" \
    "writers on a and c of one 1 MiB key: one wins, every node READs its bytes" || cat "$T/race.out"
-is "$(race ab 1048576 5 | tee "$T/race.out" | tail -n 1)" "done 5" \
+is "$(race 1048576 5 ab | tee "$T/race.out" | tail -n 1)" "done 5" \
    "... a writer on the claim's node itself against one on a" || cat "$T/race.out"
 is "$(stat_of a bytes_pulled_tcp)$(stat_of b bytes_pulled_tcp)$(stat_of c bytes_pulled_tcp)" 000 \
    "no byte went over TCP"
