@@ -189,16 +189,17 @@ static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
 	return cluster_exists(cl, o->from, o->to, o->key) ? -EEXIST : rc;
 }
 
-/* Our claim of o was refused: another node's object of its name was
- * there first.  Its announce may have come here already (to a host of
- * <to>, or for a reader here that waits on the key), and was refused
- * while ours was being written (ours stays, remote_add): asked for now,
- * or the readers here would wait for an announce that came and went. */
-static void hook_outclaimed(void *ctx, const struct ns_objinfo *o)
+/* Our object of a key went unpublished (its claim refused, its writer
+ * killed, its close failed) after another node's was refused here while
+ * ours was being written (to a host of <to>, or for a reader here that
+ * waits on the key; ours stayed, remote_add), or while readers here wait
+ * for it: asked for now, or the readers would wait for an announce that
+ * came and went (a host, which asks nobody, would never have it), or, on
+ * a node that hosts no <to>, for one that nobody tells them of. */
+static void hook_reask(void *ctx, const char *from, const char *to, const char *key,
+		       unsigned wait_ms)
 {
-	struct cluster *cl = ctx;
-
-	cluster_ask(cl, o->from, o->to, o->key, 0, NULL);
+	cluster_ask(ctx, from, to, key, wait_ms, NULL);
 }
 
 /* Every peer may have learnt of it (by asking), so every peer hears, but
@@ -537,7 +538,7 @@ static const char *hook_peer_name(void *ctx, int owner)
 static const struct ns_hooks hooks = {
 	.published = hook_published, .gone = hook_gone, .consumed = hook_consumed,
 	.claim = hook_claim,
-	.outclaimed = hook_outclaimed,
+	.reask = hook_reask,
 	.fetch = hook_fetch, .remove = hook_remove, .peer_name = hook_peer_name,
 	.pull = hook_pull, .release = hook_release,
 	.buf_alloc = hook_buf_alloc, .buf_free = hook_buf_free,

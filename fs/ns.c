@@ -600,7 +600,8 @@ static struct ns_event *ev_new(struct ns *ns, int type, struct object *o)
 	/* A complete read of a record its owner's loss or reconnection took
 	 * off its key still counts there: the owner has the object. */
 	if (!hk || (!k && type != EV_CONSUMED) || (type == EV_PUBLISHED && !hk->published) ||
-	    (type == EV_GONE && !hk->gone) || (type == EV_CONSUMED && !hk->consumed))
+	    (type == EV_GONE && !hk->gone) || (type == EV_CONSUMED && !hk->consumed) ||
+	    (type == EV_REASK && !hk->reask))
 		return NULL;
 	int copy = type == EV_PUBLISHED && !ns->base && o->size <= NS_INLINE_MAX;
 	if (!(e = calloc(1, sizeof(*e) + (copy ? o->size : 0)))) {
@@ -725,6 +726,12 @@ void ns_wake(struct ns *ns, struct ns_wakes *wl)
 			w->done(w, w->wake_err, w->wake_h);
 		else
 			ns->set.wake(w, w->wake_err, w->wake_h);
+	}
+	while (wl->asks) {
+		struct ns_event *e = wl->asks;
+		wl->asks = e->next;
+		ns->set.hooks->reask(ns->set.hctx, e->from, e->to, e->key, e->wait_ms);
+		free(e);
 	}
 }
 
@@ -876,6 +883,26 @@ static void obj_abort(struct ns *ns, struct object *o)
 	o->state = OS_DEAD;
 }
 
+/* o, written here and never published, goes.  Where a peer's object of
+ * its name was refused meanwhile (o->refused), or readers wait for its
+ * key, the peers are asked for theirs once the lock is dropped (wl:
+ * hooks->reask). */
+static void obj_drop(struct ns *ns, struct object *o, struct ns_wakes *wl)
+{
+	uint64_t now = clock_mono_ns(), until = now;
+	struct ns_event *e;
+
+	for (struct ns_waiter *w = o->node ? o->node->waiters : NULL; w; w = w->next)
+		if (timer_queued(&w->timer) && w->timer.when > until)
+			until = w->timer.when;
+	if ((o->refused || until > now) && (e = ev_new(ns, EV_REASK, o))) {
+		e->wait_ms = until > now ? (unsigned)((until - now) / 1000000u) + 1 : 0;
+		e->next = wl->asks;
+		wl->asks = e;
+	}
+	obj_abort(ns, o);
+}
+
 /* Bytes of o for kvfmt, with ns unlocked: o's extents are final.  From a
  * pool the CPU cannot address they come through the thread's bounce. */
 struct obj_at { struct ns *ns; struct object *o; };
@@ -1018,8 +1045,9 @@ static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 			hrc = crc;      /* a node has one: nothing is left */
 	}
 	pthread_mutex_lock(&ns->lock);
-	if (hrc) {
-		obj_abort(ns, o);       /* no chunk table, a torn KV payload, claimed */
+	if (hrc) {      /* no chunk table, a torn KV payload, claimed */
+		o->refused |= refused;  /* the winner's announce may have been */
+		obj_drop(ns, o, wl);
 		o->error = -hrc;
 	} else if (o->state == OS_PUBLISHING && o->node) {     /* not removed meanwhile */
 		obj_published(ns, o, h, claimed ? c->info.published_ns : clock_wall_ns(), indexed);
@@ -1039,11 +1067,6 @@ static void obj_publish(struct ns *ns, struct object *o, struct ns_wakes *wl)
 	}
 	if (indexed && o->state != OS_PUBLISHED)   /* only published ones stay */
 		htab_del(&ns->byoid, &o->byoid);
-	if (refused && ns->set.hooks->outclaimed) {     /* o is off its key now */
-		pthread_mutex_unlock(&ns->lock);
-		ns->set.hooks->outclaimed(ns->set.hctx, &c->info);
-		pthread_mutex_lock(&ns->lock);
-	}
 	ev_free(ns, c);
 	obj_put(ns, o);
 }
@@ -1786,7 +1809,7 @@ int ns_handle_claims(struct ns *ns, const struct ns_handle *h)
 	if (!h->write)          /* fixed at open: a reader's release asks no lock */
 		return 0;
 	pthread_mutex_lock(&ns->lock);
-	int claims = h->obj->claim != 0;
+	int claims = h->obj->claim != 0 || h->obj->refused;
 	pthread_mutex_unlock(&ns->lock);
 	return claims;
 }
@@ -2020,7 +2043,7 @@ int ns_flush(struct ns *ns, struct ns_handle *h, enum ns_close how, struct ns_wa
 		rc = o->error ? -o->error : 0;
 	} else if (o->error) {
 		rc = -o->error;
-		obj_abort(ns, o);
+		obj_drop(ns, o, &wl);
 	} else if (o->writers_flushed == o->writers) {
 		obj_publish(ns, o, &wl);
 		rc = o->error ? -o->error : 0;
@@ -2062,7 +2085,7 @@ void ns_release(struct ns *ns, struct ns_handle *h)
 		/* The last reference is gone: a killed writer publishes
 		 * nothing; otherwise publish once every writer is done. */
 		if (o->state == OS_WRITING && (o->error || h->killed))
-			obj_abort(ns, o);
+			obj_drop(ns, o, &wl);
 		else if (o->state == OS_WRITING && o->writers_flushed == o->writers)
 			obj_publish(ns, o, &wl);
 	} else {

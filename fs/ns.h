@@ -93,10 +93,16 @@ struct ns_hooks {
 	 * has one (the writer's close fails, nothing is left); else: o is
 	 * published as if never claimed.  Called from the publishing thread. */
 	int (*claim)(void *ctx, int peer, const struct ns_objinfo *o);
-	/* A claim of o was refused (-EEXIST): o is gone, and the object
-	 * that was there first may be one this node refused to hear of
-	 * while o was being written.  Called from the publishing thread. */
-	void (*outclaimed)(void *ctx, const struct ns_objinfo *o);
+	/* An object of ours went unpublished (its claim was refused, its
+	 * writer was killed, its close failed) after a peer's object of its
+	 * name was refused here while ours was being written, or while
+	 * readers here wait for the key (they waited for ours, and asked
+	 * nobody): the peers are asked for theirs, and told to announce it
+	 * if it comes within wait_ms (0: no reader waits), or the readers
+	 * would wait for an announce that came and went, or never comes.
+	 * Called with ns unlocked, from the thread that dropped ours. */
+	void (*reask)(void *ctx, const char *from, const char *to, const char *key,
+		      unsigned wait_ms);
 	/* Start bringing a remote object's bytes into dst; report through
 	 * ns_fetch_progress(token).  0, or -errno (nothing will be reported). */
 	int (*fetch)(void *ctx, int owner, uint64_t oid, uint64_t size,
@@ -175,7 +181,12 @@ struct ns_waiter {
  * streamed reads (ns_stream.c) whose opens wait for their first pulls,
  * which ns_wake sends. */
 struct stream;
-struct ns_wakes { struct ns_waiter *head; int deliver; struct stream *pump; };
+struct ns_wakes {
+	struct ns_waiter *head;
+	int deliver;
+	struct stream *pump;
+	struct ns_event *asks;          /* hooks->reask, last: each a round trip */
+};
 void ns_wake(struct ns *ns, struct ns_wakes *wl);
 /* Delivers the news for the cluster that calls queued (ns_hooks'
  * published, gone and consumed), waiting for a thread delivering them.
@@ -278,8 +289,9 @@ int ns_handle_writing_size(struct ns *ns, const struct ns_handle *h, uint64_t *s
  * writers of one key on two nodes only one publishes, and the peer's
  * readers have it as an announce would bring it. */
 void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer);
-/* Whether a publish through h (its close, or its release) waits for a
- * claim's answer. */
+/* Whether a close or release through h may wait on the peers: for a
+ * claim's answer, or to ask for a peer's object of its name that was
+ * refused while h's was written (hooks->reask). */
 int ns_handle_claims(struct ns *ns, const struct ns_handle *h);
 /* A writer whose caller said it never duplicates its descriptor: its
  * close is its last (OMNIFS_PLACE_SOLE). */

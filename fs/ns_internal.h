@@ -60,6 +60,7 @@ struct object {
 	int owner;                      /* -1: ours */
 	uint32_t gen;                   /* its owner's generation when last told */
 	int claim;                      /* a peer index + 1: its publish is claimed there */
+	int refused;                    /* a peer's of its name was refused while written */
 	struct ns_asker asker;          /* a peer's REMOVE unlinked it: whose */
 	struct hlink byoid;
 	int fetch;
@@ -186,7 +187,7 @@ struct ns {
 
 /* Something the cluster must hear, queued under the lock and delivered
  * after it is dropped, in order. */
-enum { EV_PUBLISHED, EV_GONE, EV_CONSUMED };
+enum { EV_PUBLISHED, EV_GONE, EV_CONSUMED, EV_REASK };
 struct ns_event {
 	struct ns_event *next;
 	int type;
@@ -194,6 +195,7 @@ struct ns_event {
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
 	struct ns_objinfo info;
 	struct ns_cover cover;          /* EV_CONSUMED */
+	unsigned wait_ms;               /* EV_REASK: how long readers here still wait */
 	uint8_t copy[];                 /* info.data's bytes, from a pool the CPU cannot address */
 };
 

@@ -441,8 +441,11 @@ static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int
 		rc = -EEXIST;           /* any other, in any state: as O_EXCL sees it */
 	} else if (o && o->owner < 0) {
 		/* Ours stays.  One being written meets the other where the
-		 * edge's claims do (cluster_claimer): one of them loses there. */
+		 * edge's claims do (cluster_claimer): one of them loses there;
+		 * if ours goes unpublished, the peers are asked for theirs
+		 * (obj_drop).  Readers here wait for ours meanwhile. */
 		rc = o->state == OS_PUBLISHED ? -EEXIST : -EBUSY;
+		o->refused |= rc == -EBUSY;
 	} else if (o && o->owner == owner && o->oid == ri->oid) {
 		if (!answer)            /* the owner's own word on its connection */
 			o->gen = owner_gen(ns, owner);

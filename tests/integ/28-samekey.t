@@ -67,6 +67,78 @@ except OSError as e:
     print(e.strerror, got["r"], got["at"] - t < 2)
 PYEOF
 )" "File exists b'b' True" "a reader on the losing node gets the winner's bytes at once"
+# A writer that never publishes (killed, or its close fails) while
+# another node's object of its key is published or comes later: readers
+# on the writer's node get that object, waiting or not, instead of
+# ENOENT after wait_ms (3 s).  On c, a host of 1, a's announce was
+# refused while c's object was being written (and a host asks nobody);
+# on b, which hosts no 2, the readers waited for b's own object, and no
+# node was told that they wait.
+# unpublished W HOW P FIRST: W's writer holds key open; with FIRST=pub P
+# publishes it before W's writer is killed (HOW kill) or fails to close
+# (HOW enospc: it fills the 64 MiB pool), with FIRST=drop after; a reader
+# on W waits from before the drop, another opens after it all.  Prints
+# what the two read and whether the first got it within 2 s.
+unpublished() {
+	$PY - "$T" "$@" <<'PYEOF'
+import os, signal, sys, threading, time
+T, W, how, P, first = sys.argv[1:]
+edge = "0/1" if W == "c" else "0/2"
+key = "un%s%s%s" % (W, how, first)
+path = lambda n: "%s/%s/%s/%s" % (T, n, edge, key)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+ready_r, ready_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    fd = os.open(path(W), os.O_WRONLY | os.O_CREAT)
+    os.write(fd, W.encode())
+    os.write(ready_w, b"r")
+    signal.sigwait([signal.SIGUSR1])
+    try:
+        while True:
+            os.write(fd, bytes(1 << 20))
+    except OSError:
+        pass
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    os._exit(0)
+os.read(ready_r, 1)
+got = {}
+def read(name):
+    t = time.monotonic()
+    try:
+        with open(path(W), "rb") as f:
+            got[name] = f.read()
+    except OSError as e:
+        got[name] = e.strerror
+    got[name + "_s"] = time.monotonic() - t
+r = threading.Thread(target=read, args=("waiting",))
+r.start()
+def publish():
+    with open(path(P), "wb") as f:
+        f.write(P.encode())
+if first == "pub":
+    publish()
+time.sleep(0.2)
+os.kill(pid, signal.SIGKILL if how == "kill" else signal.SIGUSR1)
+os.waitpid(pid, 0)
+if first == "drop":
+    time.sleep(0.2)
+    publish()
+r.join()
+read("after")
+print(got["waiting"], got["after"], got["waiting_s"] < 2)
+PYEOF
+}
+is "$(unpublished c kill a pub)" "b'a' b'a' True" \
+   "a host's writer killed after another node's publish of its key: the host's readers get that one"
+is "$(unpublished c enospc a pub)" "b'a' b'a' True" "... its close failed (ENOSPC): the same"
+is "$(unpublished b kill c pub)" "b'c' b'c' True" \
+   "a writer killed on a node hosting no <to>, after another's publish: its node's readers get that one"
+is "$(unpublished b enospc c pub)" "b'c' b'c' True" "... its close failed: the same"
+is "$(unpublished b kill c drop)" "b'c' b'c' True" "... and one published after it went: the same"
 is "$(stat_of a peer_claims)$(stat_of c peer_claims)" "00" \
 	"the claims went where the edges' publishes meet, not to a or c"
 
