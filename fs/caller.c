@@ -20,6 +20,8 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -230,7 +232,20 @@ enum caller_state caller_state(pid_t tid)
 	return WIFSIGNALED((int)exit_code) ? CALLER_KILLED : CALLER_EXITING;
 }
 
-int caller_holds_fd(pid_t tid, const char *suffix)
+/* Whether descriptor name of the task's fd directory is the file dev:ino.
+ * AT_STATX_DONT_SYNC: a FUSE file's attributes as the kernel has them,
+ * without a GETATTR to its daemon, which may be this one, busy here. */
+static int fd_is(int dfd, const char *name, dev_t dev, ino_t ino)
+{
+	struct statx stx;
+
+	if (!dev)
+		return 1;
+	return !statx(dfd, name, AT_STATX_DONT_SYNC, STATX_INO, &stx) &&
+	       makedev(stx.stx_dev_major, stx.stx_dev_minor) == dev && stx.stx_ino == ino;
+}
+
+int caller_holds_fd(pid_t tid, const char *suffix, dev_t dev, ino_t ino)
 {
 	/* The listing goes to the stack.  opendir() mallocs 32 KiB, and in
 	 * one close of six that memory was new to the thread's heap, faulted
@@ -259,7 +274,8 @@ int caller_holds_fd(pid_t tid, const char *suffix)
 			if (de->d_name[0] == '.')
 				continue;
 			ssize_t n = readlinkat(dfd, de->d_name, link, sizeof(link) - 1);
-			found = n >= (ssize_t)slen && !memcmp(link + n - slen, suffix, slen);
+			found = n >= (ssize_t)slen && !memcmp(link + n - slen, suffix, slen) &&
+				fd_is(dfd, de->d_name, dev, ino);
 		}
 		if (found < 1)
 			got = getdents64(dfd, ents, sizeof(ents));

@@ -22,13 +22,18 @@ enum caller_intent {
 };
 
 enum caller_intent caller_intent(pid_t tid);
-/* 1 if the task still has a descriptor open on a file whose path ends in
- * suffix ("/from/to/key"): a dup()ed writer fd, as a shell's redirection
- * leaves, so this close is not the last one.  0 if it has others only;
- * -1 if it has none at all, as a task closing its files on the way out
- * has: only then is caller_state() worth asking.  -2 if its descriptors
- * cannot be read (pid 0: a task outside our pid namespace; no access). */
-int caller_holds_fd(pid_t tid, const char *suffix);
+/* 1 if the task still has a descriptor open on the file of device dev and
+ * inode ino, whose path ends in suffix ("/from/to/key"): a dup()ed writer
+ * fd, as a shell's redirection leaves, so this close is not the last one.
+ * (The path, as the task's mount namespace names it, picks the few worth
+ * a statx; a file elsewhere of that name, as cp's source in `cp
+ * /saved/0/1/k <mnt>/0/1/k`, or the same key on another node's mount, is
+ * not the object.)  0 if it has others only; -1 if it has none at all, as
+ * a task closing its files on the way out has: only then is
+ * caller_state() worth asking.  -2 if its descriptors cannot be read (pid
+ * 0: a task outside our pid namespace; no access).  dev 0: by the path
+ * alone. */
+int caller_holds_fd(pid_t tid, const char *suffix, dev_t dev, ino_t ino);
 enum caller_state { CALLER_ALIVE, CALLER_EXITING, CALLER_KILLED };
 /* Whether the task is exiting, and if so whether a signal killed it. */
 enum caller_state caller_state(pid_t tid);

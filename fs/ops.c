@@ -22,6 +22,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "caller.h"
@@ -860,7 +861,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 /* Whether a writer's close is its last one (README, "Publish"): unless
  * the writer said it never duplicates its descriptor, a look through the
  * caller's descriptors for another one. */
-static enum ns_close writer_close(fuse_req_t req, struct ns_handle *h)
+static enum ns_close writer_close(fuse_req_t req, fuse_ino_t ino, struct ns_handle *h)
 {
 	struct ns *ns = fs_of(req)->ns;
 	pid_t tid = fuse_req_ctx(req)->pid;
@@ -869,7 +870,7 @@ static enum ns_close writer_close(fuse_req_t req, struct ns_handle *h)
 
 	if (!ns_handle_sole(ns, h)) {
 		ns_handle_path(ns, h, path, sizeof(path));
-		held = caller_holds_fd(tid, path);
+		held = caller_holds_fd(tid, path, fs_of(req)->dev, (ino_t)ino);
 	}
 	/* Whether another descriptor is left we cannot tell: the publish
 	 * waits for the release, which comes when the last one anywhere
@@ -892,14 +893,13 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
 
-	(void)ino;
 	if (fi->fh & FH_VIEW)
 		view_flush((struct view *)(uintptr_t)(fi->fh & ~(uint64_t)FH_TAGS));
 	if (fi->fh & FH_TAGS)
 		return (void)fuse_reply_err(req, 0);
 	struct ns *ns = fs_of(req)->ns;
 	struct ns_wakes readers = { 0 };
-	enum ns_close how = ns_handle_is_writer(h) ? writer_close(req, h) : NS_CLOSE_LAST;
+	enum ns_close how = ns_handle_is_writer(h) ? writer_close(req, ino, h) : NS_CLOSE_LAST;
 	if (how == NS_CLOSE_LAST && ns_handle_claims(ns, h))
 		loop_step_aside();      /* its publish waits for the claim's answer */
 	/* The writer first, then the readers its publish answered: woken
@@ -1072,6 +1072,18 @@ static int64_t kernel_wait_cap_ms(void)
 	return (int64_t)(t - 2) * 1000;
 }
 
+/* The device number the kernel gave the mount at path, or 0 if it cannot
+ * be read.  AT_STATX_DONT_SYNC: nothing is asked of this daemon, which
+ * serves no request yet. */
+static dev_t mount_dev(const char *path)
+{
+	struct statx stx;
+
+	if (statx(AT_FDCWD, path, AT_STATX_DONT_SYNC, STATX_INO, &stx))
+		return 0;
+	return makedev(stx.stx_dev_major, stx.stx_dev_minor);
+}
+
 int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 {
 	struct fs *fs = calloc(1, sizeof(*fs));
@@ -1123,6 +1135,7 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 		goto remove_handlers;
 	}
 	fs->mounted = 1;
+	fs->dev = mount_dev(p->mountpoint);
 	if ((rc = ns_start(fs->ns)))
 		goto unmount;
 	if (fs->cl && (rc = cluster_start(fs->cl, fs->ns)))

@@ -30,6 +30,7 @@ struct fs {
 	struct { pthread_mutex_t lock; pid_t tid; uint64_t ino; } creating;
 	unsigned max_threads, spin_us;
 	int mounted;
+	dev_t dev;                      /* the mount's, for caller_holds_fd (0: unknown) */
 	atomic_int unseen_said;         /* caller_unseen's line is out */
 	int epochs;                     /* the kernel takes FUSE_NOTIFY_INC_EPOCH */
 	uint64_t cookie;                /* proves to a direct caller that it reads us */

@@ -63,6 +63,22 @@ os.close(dup)
 assert open(M + '/s/t/manyfd', 'rb').read() == b'many'")" "OK" \
 	"a dup found among 300 descriptors holds the publish until its own close"
 
+# cp holds its source open while it closes the copy: a source whose path
+# ends as the key's (/saved/s/t/cp1 for s/t/cp1) is not a dup of the
+# writer, and its close publishes, with the publish's answer: a KV
+# payload whose bytes fail its header (SPEC 4.2) makes cp fail with EIO.
+mkdir -p "$T/saved/s/t"
+echo copied >"$T/saved/s/t/cp1"
+cp "$T/saved/s/t/cp1" "$E/cp1"
+is "$(xattr state "$E/cp1") $(cat "$E/cp1")" "published copied" \
+	"cp of a file whose path ends as the key's: published when cp returns"
+$SYSPY -c "import sys; sys.path.insert(0, '$SRC/tests/py'); import kvpy
+b = bytearray(kvpy.native([bytes(64)] * 4, layers=2)); b[-1] ^= 1
+open('$T/saved/s/t/cp2', 'wb').write(b)"
+is "$(cp "$T/saved/s/t/cp2" "$E/cp2" 2>&1; echo "exit $?")" \
+	"cp: failed to close '$E/cp2': Input/output error
+exit 1" "... a torn KV payload's cp fails with EIO, and says so"
+
 # O_EXCL and immutability
 echo x >"$E/pub"
 is "$(pyerr "os.open(M + '/s/t/pub', os.O_CREAT | os.O_EXCL | os.O_WRONLY)")" "EEXIST" "O_EXCL on a published key: EEXIST"

@@ -37,10 +37,10 @@ static int intent_becomes(pid_t pid, enum caller_intent want)
 	return 0;
 }
 
-static int holds_becomes(pid_t pid, const char *suffix, int want)
+static int holds_becomes(pid_t pid, const char *suffix, dev_t dev, ino_t ino, int want)
 {
 	for (int i = 0; i < 5000; i++, nap_ms(1))
-		if (caller_holds_fd(pid, suffix) == want)
+		if (caller_holds_fd(pid, suffix, dev, ino) == want)
 			return 1;
 	return 0;
 }
@@ -93,7 +93,7 @@ static void one_task(void)
 	close(end);
 	waitpid(pid, NULL, 0);
 	is(caller_intent(pid), CALLER_UNKNOWN, "a task gone and reaped: unknown");
-	is(caller_holds_fd(pid, "/x"), -2, "its descriptors cannot be read");
+	is(caller_holds_fd(pid, "/x", 0, 0), -2, "its descriptors cannot be read");
 	close(go[0]);
 }
 
@@ -139,9 +139,16 @@ static void descriptors(void)
 	mkdir(path, 0700);
 	snprintf(path, sizeof(path), "%s/0/1", dir);
 	mkdir(path, 0700);
+	/* Another file of that name elsewhere, as cp's source is. */
+	char other[160];
+	struct stat st, ost;
+	snprintf(other, sizeof(other), "%s/0/key", dir);
 	snprintf(path, sizeof(path), "%s/0/1/key", dir);
-	if (pipe(go) || pipe(gone))
+	int ofd = open(other, O_CREAT | O_WRONLY, 0600), kfd = open(path, O_CREAT | O_WRONLY, 0600);
+	if (ofd < 0 || kfd < 0 || fstat(ofd, &ost) || fstat(kfd, &st) || pipe(go) || pipe(gone))
 		exit(1);
+	close(ofd);
+	close(kfd);
 	pid_t pid = child();
 	if (pid == 0) {
 		char c;
@@ -154,12 +161,19 @@ static void descriptors(void)
 		pause();                        /* until killed */
 		_exit(0);
 	}
-	ok(holds_becomes(pid, "/0/1/key", 1), "a task holding the key's descriptor holds it");
-	is(caller_holds_fd(pid, "/0/1/other"), 0, "not another key's");
+	ok(holds_becomes(pid, "/0/1/key", st.st_dev, st.st_ino, 1),
+	   "a task holding the key's descriptor holds it");
+	is(caller_holds_fd(pid, "/0/1/other", st.st_dev, st.st_ino), 0, "not another key's");
+	is(caller_holds_fd(pid, "/1/key", ost.st_dev, ost.st_ino), 0,
+	   "nor another file whose path ends the same (cp's source)");
+	is(caller_holds_fd(pid, "/1/key", st.st_dev + 1, st.st_ino), 0,
+	   "nor the same inode number on another device (another node's mount)");
+	is(caller_holds_fd(pid, "/0/1/key", 0, 0), 1, "device 0: by the path alone");
 	char c;
 	if (write(go[1], "c", 1) != 1 || read(gone[0], &c, 1) != 1)
 		exit(1);
-	is(caller_holds_fd(pid, "/0/1/key"), 0, "once it closed it, no more (the listing is new)");
+	is(caller_holds_fd(pid, "/0/1/key", st.st_dev, st.st_ino), 0,
+	   "once it closed it, no more (the listing is new)");
 	kill(pid, SIGKILL);
 	siginfo_t si;
 	waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT);      /* a zombie: /proc still there */
@@ -170,6 +184,7 @@ static void descriptors(void)
 	close(gone[0]);
 	close(gone[1]);
 	unlink(path);
+	unlink(other);
 }
 
 int main(void)
