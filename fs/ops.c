@@ -666,7 +666,7 @@ static void open_create(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 
 	if (rc)         /* ENOENT: gone meanwhile; the kernel looks again */
 		return (void)fuse_reply_err(req, rc == -ENOENT ? ESTALE : -rc);
-	if (!ns_key_name(ns, ino, &parent, name))
+	if (fs_of(req)->cl && !ns_key_name(ns, ino, &parent, name))     /* one node: no claims */
 		claim_publish(fs_of(req), parent, name, h);
 	if (fi->flags & O_APPEND)
 		ns_handle_append(ns, h);
