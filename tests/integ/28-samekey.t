@@ -99,7 +99,7 @@ if pid == 0:
     fd = os.open(path(W), os.O_WRONLY | os.O_CREAT)
     os.write(fd, torn if how == "torn" else W.encode())
     os.write(ready_w, b"r")
-    signal.sigwait([signal.SIGUSR1])
+    signal.sigtimedwait([signal.SIGUSR1], 30)  # bounded, should this script die
     try:
         os.close(fd)
     except OSError:
