@@ -105,6 +105,7 @@ static void to_proto(const struct ns_objinfo *o, struct proto_obj *p)
 	p->gid = o->gid;
 	p->kvhdr = o->kvhdr;
 	p->kvhdrlen = o->kvhdr ? o->kvhdr_len : 0;
+	p->excl = o->excl != 0;
 }
 
 static struct ns_objinfo from_proto(const struct proto_obj *p)
@@ -113,7 +114,7 @@ static struct ns_objinfo from_proto(const struct proto_obj *p)
 		.from = p->from, .to = p->to, .key = p->key, .oid = p->oid, .size = p->size,
 		.xxh3 = p->xxh3, .reads = p->reads, .published_ns = p->published_ns,
 		.readers = p->readers, .uid = p->uid, .gid = p->gid, .data = p->data,
-		.kvhdr = p->kvhdr, .kvhdr_len = p->kvhdrlen,
+		.kvhdr = p->kvhdr, .kvhdr_len = p->kvhdrlen, .excl = p->excl,
 	};
 }
 

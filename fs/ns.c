@@ -976,6 +976,7 @@ static int obj_claim(struct ns *ns, struct object *o, struct ns_event *c, uint64
 	c->info.published_ns = clock_wall_ns();
 	c->info.kvhdr = o->kvhdr;
 	c->info.kvhdr_len = o->kvhdr_len;
+	c->info.excl = o->claim_excl;
 	return ns->set.hooks->claim(ns->set.hctx, o->claim - 1, &c->info);
 }
 
@@ -1796,11 +1797,13 @@ int ns_handle_writing_size(struct ns *ns, const struct ns_handle *h, uint64_t *s
 	return rc;
 }
 
-void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer)
+void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer, int excl)
 {
 	pthread_mutex_lock(&ns->lock);
-	if (h->write && ns->set.hooks && ns->set.hooks->claim && ns->set.hooks->published)
+	if (h->write && ns->set.hooks && ns->set.hooks->claim && ns->set.hooks->published) {
 		h->obj->claim = peer + 1;
+		h->obj->claim_excl = excl;
+	}
 	pthread_mutex_unlock(&ns->lock);
 }
 

@@ -72,6 +72,9 @@ struct ns_objinfo {
 	uint32_t kvhdr_len;
 	int claimed;                    /* published: a peer index + 1 that took it
 					   by its claim already; 0: none */
+	int excl;                       /* a claim's: an O_EXCL put's, which an
+					   object being written refuses too; 0: a
+					   writer's close, which wins over one */
 	struct ns_asker asker;          /* gone: who asked for it (ns_remove_name) */
 };
 
@@ -287,8 +290,10 @@ int ns_handle_writing_size(struct ns *ns, const struct ns_handle *h, uint64_t *s
 /* The publish of h's object is claimed at peer first (hooks->claim): the
  * peer takes it unless a node has an object of its name, so that of two
  * writers of one key on two nodes only one publishes, and the peer's
- * readers have it as an announce would bring it. */
-void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer);
+ * readers have it as an announce would bring it.  excl: an O_EXCL put's,
+ * which one only being written refuses too (else that one loses: the
+ * first close wins). */
+void ns_handle_claim(struct ns *ns, struct ns_handle *h, int peer, int excl);
 /* Whether a close or release through h may wait on the peers: for a
  * claim's answer, or to ask for a peer's object of its name that was
  * refused while h's was written (hooks->reask). */
@@ -425,8 +430,10 @@ int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *o);
  * said gone lately. */
 int ns_remote_answer(struct ns *ns, int owner, const struct ns_objinfo *o);
 /* A peer's claim (hooks->claim on its side): ns_remote_add, unless the key
- * holds any other object, ours in any state or another node's: -EEXIST,
- * and nothing changes. */
+ * holds another node's object, or ours published or being published, or
+ * (o->excl: an O_EXCL put) ours being written: -EEXIST, and nothing
+ * changes.  Ours that a writer has not closed loses to a writer's close:
+ * its writes and close fail with EEXIST. */
 int ns_remote_claim(struct ns *ns, int owner, const struct ns_objinfo *o);
 /* The owner says its object oid, from/to/key, left (consumed, removed,
  * expired). */

@@ -60,6 +60,7 @@ struct object {
 	int owner;                      /* -1: ours */
 	uint32_t gen;                   /* its owner's generation when last told */
 	int claim;                      /* a peer index + 1: its publish is claimed there */
+	int claim_excl;                 /* ... as an O_EXCL put's (ns_objinfo's excl) */
 	int refused;                    /* a peer's of its name was refused while written */
 	struct ns_asker asker;          /* a peer's REMOVE unlinked it: whose */
 	struct hlink byoid;

@@ -416,6 +416,19 @@ static int gone_lately(const struct ns *ns, int owner, uint64_t oid, uint64_t no
 	return 0;
 }
 
+/* Whether a claim of owner's object ri loses to o, the key's object here:
+ * to any other node's, to ours once its writers have closed it, and, for
+ * an O_EXCL put's, to ours being written.  Ours that a writer holds open
+ * loses to a writer's close: the first close wins, so a writer that hangs
+ * here (a worker whose request was retried elsewhere) neither fails the
+ * retry's close nor, killed later, leaves the key published nowhere. */
+static int claim_loses(const struct object *o, int owner, const struct ns_objinfo *ri)
+{
+	if (o->owner >= 0)
+		return o->owner != owner || o->oid != ri->oid;
+	return o->state != OS_WRITING || ri->excl;
+}
+
 /* ns_remote_add, with excl ns_remote_claim, with answer ns_remote_answer. */
 static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int excl,
 		      int answer)
@@ -437,9 +450,9 @@ static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int
 	    (rc = node_resolve(ns, ed, ri->key, NS_LOOKUP_WAIT, &k)))
 		goto unlock;
 	struct object *o = k->obj;
-	if (excl && o && (o->owner != owner || o->oid != ri->oid)) {
-		rc = -EEXIST;           /* any other, in any state: as O_EXCL sees it */
-	} else if (o && o->owner < 0) {
+	if (excl && o && claim_loses(o, owner, ri)) {
+		rc = -EEXIST;           /* as O_EXCL sees it, or closed here first */
+	} else if (o && o->owner < 0 && !excl) {
 		/* Ours stays.  One being written meets the other where the
 		 * edge's claims do (cluster_claimer): one of them loses there;
 		 * if ours goes unpublished, the peers are asked for theirs
@@ -454,8 +467,13 @@ static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int
 		kvhdr_keep(o, ri);      /* it may have come by a listing, without */
 		inline_take(ns, o, ri); /* ... and without its bytes */
 	} else {
-		if (o)          /* replaced: k must outlive it (drop: frees it) */
+		if (o && o->owner < 0) {        /* being written: lost to the claim */
+			if (!o->error)
+				o->error = EEXIST;
+			obj_detach(ns, o, ST_ABORTED);
+		} else if (o) { /* replaced: k must outlive it (drop: frees it) */
 			obj_detach(ns, o, ST_NONE);
+		}
 		if (!(o = remote_new(ns, k, owner, ri))) {
 			rc = -ENOMEM;
 			goto drop;

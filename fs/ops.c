@@ -204,8 +204,9 @@ int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, int *cl
  * close with EEXIST, instead of each node keeping its own bytes under the
  * name.  Its readers have the object one message after the close, as an
  * announce would bring it.  Not where that node is this one (claims meet
- * here: ns refuses a peer's claim of a key written here) or is down (the
- * publish is announced as it is).  Also for a writer that joins one being
+ * here: a peer's claim of a key written here wins only until its writers
+ * close it, ns_remote_claim) or is down (the publish is announced as it
+ * is).  Also for a writer that joins one being
  * written: the claim is its object's. */
 static void claim_publish(struct fs *fs, fuse_ino_t parent, const char *name,
 			  struct ns_handle *h)
@@ -215,7 +216,7 @@ static void claim_publish(struct fs *fs, fuse_ino_t parent, const char *name,
 
 	if (fs->cl && ns_dir_names(fs->ns, parent, from, to) == NK_EDGE &&
 	    !name_check_key(name) && (peer = cluster_claimer(fs->cl, from, to)) >= 0)
-		ns_handle_claim(fs->ns, h, peer);
+		ns_handle_claim(fs->ns, h, peer, 0);
 }
 
 /* A name that is a view of published shards resolves (stat, getfattr)

@@ -335,7 +335,7 @@ static void small_put(fuse_req_t req, fuse_ino_t parent, const struct omnifs_sma
 		return (void)fuse_reply_err(req, -rc);
 	if (claim >= 0) {
 		loop_step_aside();      /* its publish waits for the host */
-		ns_handle_claim(fs->ns, h, claim);
+		ns_handle_claim(fs->ns, h, claim, 1);
 	}
 	if (s->readers >= 0)
 		rc = ns_setxattr(fs->ns, a.ino, "user.omni.readers", v,

@@ -215,8 +215,12 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		break;
 	case PT_PING: case PT_PONG: case PT_REDIAL:
 		break;
-	case PT_ANNOUNCE: case PT_OBJECT: case PT_CLAIM:
+	case PT_ANNOUNCE: case PT_OBJECT:
 		put_obj(&w, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
+		break;
+	case PT_CLAIM:
+		put_obj(&w, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
+		put_le(&w, m->u.obj.excl, 1);
 		break;
 	case PT_GONE: case PT_LOOKUP: case PT_EXISTS:
 		put_obj(&w, &m->u.obj, 0);
@@ -428,8 +432,14 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		break;
 	case PT_PING: case PT_PONG: case PT_REDIAL:
 		break;
-	case PT_ANNOUNCE: case PT_OBJECT: case PT_CLAIM:
+	case PT_ANNOUNCE: case PT_OBJECT:
 		get_obj(&r, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
+		break;
+	case PT_CLAIM:
+		get_obj(&r, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
+		m->u.obj.excl = (uint8_t)get_le(&r, 1);
+		if (m->u.obj.excl > 1)
+			r.err = 1;
 		break;
 	case PT_GONE: case PT_LOOKUP: case PT_EXISTS:
 		get_obj(&r, &m->u.obj, 0);

@@ -21,7 +21,7 @@
 #define PROTO_NAME_MAX   64             /* a stage name (SPEC §3) */
 #define PROTO_KEY_MAX    255            /* a key */
 #define PROTO_MAGIC      0x4d4fu
-#define PROTO_VERSION    13             /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
+#define PROTO_VERSION    14             /* 2: PULL's lease, RELEASE; 3: RDMA, GRANT;
 					   4: OBJECT carries a small object's bytes;
 					   5: CLEANUP; 6: EXISTS; 7: CLAIM; 8: GONE of
 					   all ends a resync: what a new connection
@@ -32,7 +32,7 @@
 					   filled a step at a time); 11: LIST's
 					   view base; 12: REMOVE's heard; 13:
 					   WELCOME's digest of the cluster's
-					   config */
+					   config; 14: CLAIM's excl */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -88,9 +88,12 @@ enum proto_type {
 	PT_CLEANED,     /* reply: how many it removed */
 	PT_EXISTS,      /* request: names; whether the receiver knows of an object
 			   of that name, any node's; reply STATUS (0 or ENOENT) */
-	PT_CLAIM,       /* request: an ANNOUNCE that the receiver takes only if it
-			   knows of no other object of that name, any node's, as
-			   one step; reply STATUS (0, or EEXIST: nothing taken) */
+	PT_CLAIM,       /* request: an ANNOUNCE, then u8 excl, that the receiver
+			   takes only if it knows of no other object of that
+			   name, any node's, as one step, but for one of its own
+			   that a writer has not closed, which loses to it unless
+			   excl (an O_EXCL put); reply STATUS (0, or EEXIST:
+			   nothing taken) */
 	PT_ACKS,        /* reply: the reqids of requests acted on (REMOVE, CONSUMED),
 			   up to PROTO_ACKS_MAX in one frame, sent once the
 			   requests pause */
@@ -122,6 +125,7 @@ struct proto_obj {
 	 * many of its frames, when it asked; conn 0: not said (an owed
 	 * REMOVE, said again later). */
 	uint64_t heard_conn, heard;
+	uint8_t excl;                   /* CLAIM: an O_EXCL put's (0 or 1) */
 };
 
 #define PROTO_LIST_MAX 512              /* entries per LISTING frame */

@@ -67,6 +67,55 @@ except OSError as e:
     print(e.strerror, got["r"], got["at"] - t < 2)
 PYEOF
 )" "File exists b'b' True" "a reader on the losing node gets the winner's bytes at once"
+# The first close wins, also over a writer on the claims' node (d, the
+# host of 2) that has not closed: a worker hung there with its key open,
+# whose request was retried on a.  a's close publishes; the hung writer's
+# writes and close fail with EEXIST, and every node reads a's, also once
+# the hung one is killed (before, a's close failed with EEXIST, and the
+# key was published nowhere once the hung writer died).
+is "$($PY - "$T" <<'PYEOF'
+import os, sys
+T = sys.argv[1]
+path = lambda n: "%s/%s/0/2/hung" % (T, n)
+hung = os.open(path("d"), os.O_WRONLY | os.O_CREAT)
+os.write(hung, b"d")
+out = []
+with open(path("a"), "wb") as f:
+    f.write(b"a")
+out.append("a ok")
+for what in (lambda: os.write(hung, b"d"), lambda: os.close(hung)):
+    try:
+        what()
+        out.append("d ok")
+    except OSError as e:
+        out.append(e.strerror)
+for n in "abcd":
+    with open(path(n), "rb") as f:
+        out.append(f.read().decode())
+print(" ".join(out))
+PYEOF
+)" "a ok File exists File exists a a a a" \
+	"a hung writer on the claims' node loses to a close elsewhere: the first close wins"
+# A small put is an O_EXCL create: one being written anywhere refuses it.
+is "$($PY - "$T" "$SRC/contrib/python" <<'PYEOF'
+import os, sys
+T = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import omnifs
+hung = os.open(T + "/d/0/2/hung2", os.O_WRONLY | os.O_CREAT)
+try:
+    m = omnifs.Mount(T + "/a")
+    assert m._small_put("0", "2", b"hung2", [memoryview(b"a")], 1, None), "not a small put"
+    print("put ok")
+except OSError as e:
+    print(e.strerror)
+os.write(hung, b"d")
+os.close(hung)
+with open(T + "/b/0/2/hung2", "rb") as f:
+    print(f.read().decode())
+PYEOF
+)" "File exists
+d" "... but a small put (O_EXCL) loses to it, and the writer there publishes"
 # A writer that never publishes (killed, or its close fails) while
 # another node's object of its key is published or comes later: readers
 # on the writer's node get that object, waiting or not, instead of

@@ -166,6 +166,8 @@ static int build(uint8_t *body, size_t cap, uint8_t *type, uint8_t *scratch)
 		fill_obj(&m.u.obj, scratch);
 		if (m.type == PT_LOOKUP && rnd(2))
 			m.u.obj.size = rnd(4000000);    /* subscribe for that many ms */
+		if (m.type == PT_CLAIM)         /* a close's, or an O_EXCL put's */
+			m.u.obj.excl = (uint8_t)rnd(2);
 		break;
 	case PT_CONSUMED:
 		m.u.consumed.oid = rnd(4) ? oid : pick_u64(oid);

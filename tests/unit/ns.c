@@ -137,7 +137,7 @@ static int claimed_put(struct ns *ns, uint64_t e, const char *key)
 		return rc;
 	ns_forget(ns, a.ino, 1);
 	ns_write(ns, w, "abc", 3, 0);
-	ns_handle_claim(ns, w, 2);
+	ns_handle_claim(ns, w, 2, 1);
 	rc = ns_flush(ns, w, NS_CLOSE_LAST, NULL);
 	ns_release(ns, w);
 	return rc;
@@ -174,7 +174,8 @@ static void test_claims(void)
 	is(claimed_put(ns, e, "c1"), 0, "a claim the peer takes: the close publishes");
 	ok(claims == 1 && claim_peer == 2 && !strcmp(claim_key, "c1") &&
 	   claim_info.size == 3 && claim_info.xxh3 == XXH3_64bits("abc", 3) &&
-	   claim_info.readers == 1 && claim_info.owner == -1 && claim_bytes_ok,
+	   claim_info.readers == 1 && claim_info.owner == -1 && claim_bytes_ok &&
+	   claim_info.excl == 1,
 	   "... having asked the peer named, with the bytes, checksum and readers");
 	is(claimed_as, 3, "... and announced to all but that peer");
 	ok(ns_lookup(ns, e, "c1", 0, &a) == 0 && a.size == 3, "... here, published");
@@ -709,12 +710,27 @@ int main(void)
 	struct ns_attr ka2;
 	ns_create_key(ns, e, "k2", 1, 0, 0, &ka2, &kw);
 	ns_forget(ns, ka2.ino, 1);
-	is(ns_remote_claim(ns, 0, &ci2), -EEXIST, "a claim of a key being written here: EEXIST");
+	ci2.oid = 79;
+	ci2.excl = 1;
+	is(ns_remote_claim(ns, 0, &ci2), -EEXIST,
+	   "an O_EXCL put's claim of a key being written here: EEXIST");
+	ci2.excl = 0;
 	is(ns_remote_add(ns, 0, &ci2), -EBUSY,
 	   "an announce of it: EBUSY (the claims decide), and ours stays");
 	is(ns_write(ns, kw, "w", 1, 0), 1, "... its writer writes on");
-	ns_flush(ns, kw, NS_CLOSE_KILLED, NULL);
+	uint64_t aborted = stat_get(&st, ST_ABORTED);
+	is(ns_remote_claim(ns, 0, &ci2), 0,
+	   "a writer's close's claim of it: taken, the first close wins");
+	is(ns_write(ns, kw, "w", 1, 1), -EEXIST, "... ours lost: its writes fail with EEXIST");
+	is(ns_flush(ns, kw, NS_CLOSE_LAST, NULL), -EEXIST, "... and so does its close");
 	ns_release(ns, kw);
+	is(stat_get(&st, ST_ABORTED), aborted + 1, "... counted as aborted");
+	ns_lookup(ns, e, "k2", 0, &ka2);
+	ok(ka2.size == 3 && ns_open(ns, ka2.ino, O_RDONLY | NS_OPEN_HERE, NULL, &r) == 0,
+	   "... the key holds the claim's object, its bytes here");
+	ns_release(ns, r);
+	ns_forget(ns, ka2.ino, 1);
+	ci2.oid = 77;
 	ci2.key = "claimed";
 	ci2.oid = 81;
 	struct ns_attr cw;

@@ -167,6 +167,13 @@ static void test_messages(void)
 	   r.u.obj.xxh3 == 0x1234 && r.u.obj.datalen == 5 && !memcmp(r.u.obj.data, "bytes", 5),
 	   "CLAIM carries an announce: names, ids and the small object's bytes");
 	is(strcmp(proto_type_name(PT_CLAIM), "CLAIM"), 0, "... and is named");
+	ok(r.u.obj.excl == 0, "... a writer's close's, which wins over one not closed");
+	cl.u.obj.excl = 1;
+	len = roundtrip(&cl, &r);
+	ok(len > 0 && r.u.obj.excl == 1, "... or an O_EXCL put's, in its last byte");
+	buf[len - 1] = 2;
+	is(proto_decode(PT_CLAIM, buf, (size_t)len, &r), -EPROTO, "... which is 0 or 1: else refused");
+	is(proto_decode(PT_CLAIM, buf, (size_t)len - 1, &r), -EPROTO, "... and never left out");
 	struct proto_msg rm = { .type = PT_REMOVE };
 	strcpy(rm.u.obj.from, "0");
 	strcpy(rm.u.obj.to, "1");
