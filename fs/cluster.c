@@ -106,6 +106,7 @@ static void to_proto(const struct ns_objinfo *o, struct proto_obj *p)
 	p->kvhdr = o->kvhdr;
 	p->kvhdrlen = o->kvhdr ? o->kvhdr_len : 0;
 	p->excl = o->excl != 0;
+	p->decided = o->decided != 0;
 }
 
 static struct ns_objinfo from_proto(const struct proto_obj *p)
@@ -115,16 +116,24 @@ static struct ns_objinfo from_proto(const struct proto_obj *p)
 		.xxh3 = p->xxh3, .reads = p->reads, .published_ns = p->published_ns,
 		.readers = p->readers, .uid = p->uid, .gid = p->gid, .data = p->data,
 		.kvhdr = p->kvhdr, .kvhdr_len = p->kvhdrlen, .excl = p->excl,
+		.decided = p->decided,
 	};
 }
 
 /* ---------------------------------------------------------------- ns hooks */
 
+static size_t arbiter(const struct cluster *cl, const char *from, const char *to);
+
+/* o, ours, to peer.  Decided where it was claimed, or where claims meet
+ * (arbiter): a writer there of its key that had not closed lost to it,
+ * and one on the peer loses too, or the peer's readers would wait for
+ * bytes that can never be published while every other node has these. */
 static void announce_to(struct cluster *cl, int peer, const struct ns_objinfo *o)
 {
 	struct proto_msg m = { .type = PT_ANNOUNCE };
 
 	to_proto(o, &m.u.obj);
+	m.u.obj.decided = o->claimed || arbiter(cl, o->from, o->to) == cl->npeers;
 	if (o->data) {
 		m.u.obj.data = o->data;
 		m.u.obj.datalen = (uint32_t)o->size;

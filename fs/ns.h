@@ -75,6 +75,10 @@ struct ns_objinfo {
 	int excl;                       /* a claim's: an O_EXCL put's, which an
 					   object being written refuses too; 0: a
 					   writer's close, which wins over one */
+	int decided;                    /* an announce's: its publish was decided
+					   where the edge's claims meet (claimed
+					   there, or made there): one being
+					   written here loses to it */
 	struct ns_asker asker;          /* gone: who asked for it (ns_remove_name) */
 };
 
@@ -422,8 +426,9 @@ int ns_removexattr(struct ns *ns, uint64_t ino, const char *name);
 /* Another node published o, its owner says (in the order it says what it
  * has: after a GONE of o, o is back): it becomes visible here.  0; -EEXIST
  * if this node has published an object of that name, -EBUSY if it is
- * writing one (either way ours stays); -EINVAL for a bad name.  Bytes
- * given in o->data are checked against o->xxh3. */
+ * writing one (either way ours stays); -EINVAL for a bad name.  But ours
+ * that a writer has not closed loses to o->decided (its writes and close
+ * fail with EEXIST).  Bytes given in o->data are checked against o->xxh3. */
 int ns_remote_add(struct ns *ns, int owner, const struct ns_objinfo *o);
 /* o came in the owner's answer to a lookup or a listing, which may arrive
  * after the owner's GONE of it: ns_remote_add, or -ENOENT for an object

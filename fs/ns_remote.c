@@ -416,17 +416,18 @@ static int gone_lately(const struct ns *ns, int owner, uint64_t oid, uint64_t no
 	return 0;
 }
 
-/* Whether a claim of owner's object ri loses to o, the key's object here:
- * to any other node's, to ours once its writers have closed it, and, for
- * an O_EXCL put's, to ours being written.  Ours that a writer holds open
- * loses to a writer's close: the first close wins, so a writer that hangs
- * here (a worker whose request was retried elsewhere) neither fails the
- * retry's close nor, killed later, leaves the key published nowhere. */
-static int claim_loses(const struct object *o, int owner, const struct ns_objinfo *ri)
+/* Whether ours, o, loses to a peer's object ri of its key, by ri's claim
+ * (claim) or announce.  Ours that a writer holds open loses to a writer's
+ * close decided where the edge's claims meet: the first close wins, so a
+ * writer that hangs (a worker whose request was retried elsewhere) neither
+ * fails the retry's close nor, killed later, leaves the key published
+ * nowhere, nor has its node's readers wait for it.  An O_EXCL put's claim
+ * loses to ours, as O_EXCL sees any object; ours closed wins (its claim
+ * is on its way), and an undecided announce (the node where claims meet
+ * was down) leaves it to the claims, or to the first heard. */
+static int ours_loses(const struct object *o, const struct ns_objinfo *ri, int claim)
 {
-	if (o->owner >= 0)
-		return o->owner != owner || o->oid != ri->oid;
-	return o->state != OS_WRITING || ri->excl;
+	return o->state == OS_WRITING && (claim ? !ri->excl : ri->decided);
 }
 
 /* ns_remote_add, with excl ns_remote_claim, with answer ns_remote_answer. */
@@ -450,15 +451,15 @@ static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int
 	    (rc = node_resolve(ns, ed, ri->key, NS_LOOKUP_WAIT, &k)))
 		goto unlock;
 	struct object *o = k->obj;
-	if (excl && o && claim_loses(o, owner, ri)) {
-		rc = -EEXIST;           /* as O_EXCL sees it, or closed here first */
-	} else if (o && o->owner < 0 && !excl) {
+	if (o && o->owner < 0 && !ours_loses(o, ri, excl)) {
 		/* Ours stays.  One being written meets the other where the
 		 * edge's claims do (cluster_claimer): one of them loses there;
 		 * if ours goes unpublished, the peers are asked for theirs
 		 * (obj_drop).  Readers here wait for ours meanwhile. */
-		rc = o->state == OS_PUBLISHED ? -EEXIST : -EBUSY;
+		rc = o->state == OS_PUBLISHED || excl ? -EEXIST : -EBUSY;
 		o->refused |= rc == -EBUSY;
+	} else if (excl && o && o->owner >= 0 && (o->owner != owner || o->oid != ri->oid)) {
+		rc = -EEXIST;           /* another node's: as O_EXCL sees it */
 	} else if (o && o->owner == owner && o->oid == ri->oid) {
 		if (!answer)            /* the owner's own word on its connection */
 			o->gen = owner_gen(ns, owner);
@@ -467,7 +468,7 @@ static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int
 		kvhdr_keep(o, ri);      /* it may have come by a listing, without */
 		inline_take(ns, o, ri); /* ... and without its bytes */
 	} else {
-		if (o && o->owner < 0) {        /* being written: lost to the claim */
+		if (o && o->owner < 0) {        /* being written: lost (ours_loses) */
 			if (!o->error)
 				o->error = EEXIST;
 			obj_detach(ns, o, ST_ABORTED);

@@ -67,6 +67,16 @@ static uint64_t get_le(struct rd *r, int n)
 	return v;
 }
 
+/* A byte that says yes (1) or no (0), and nothing else. */
+static uint8_t get_flag(struct rd *r)
+{
+	uint64_t v = get_le(r, 1);
+
+	if (v > 1)
+		r->err = 1;
+	return (uint8_t)v;
+}
+
 /* A name of 1..max bytes without '/' or NUL; empty allowed if may_empty. */
 static void get_str(struct rd *r, char *out, size_t max, int lenbytes, int may_empty)
 {
@@ -215,12 +225,12 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 		break;
 	case PT_PING: case PT_PONG: case PT_REDIAL:
 		break;
-	case PT_ANNOUNCE: case PT_OBJECT:
+	case PT_OBJECT:
 		put_obj(&w, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
 		break;
-	case PT_CLAIM:
+	case PT_ANNOUNCE: case PT_CLAIM:
 		put_obj(&w, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
-		put_le(&w, m->u.obj.excl, 1);
+		put_le(&w, m->type == PT_CLAIM ? m->u.obj.excl : m->u.obj.decided, 1);
 		break;
 	case PT_GONE: case PT_LOOKUP: case PT_EXISTS:
 		put_obj(&w, &m->u.obj, 0);
@@ -432,14 +442,15 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		break;
 	case PT_PING: case PT_PONG: case PT_REDIAL:
 		break;
-	case PT_ANNOUNCE: case PT_OBJECT:
+	case PT_OBJECT:
 		get_obj(&r, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
 		break;
-	case PT_CLAIM:
+	case PT_ANNOUNCE: case PT_CLAIM:
 		get_obj(&r, &m->u.obj, OBJ_DATA | OBJ_KVHDR);
-		m->u.obj.excl = (uint8_t)get_le(&r, 1);
-		if (m->u.obj.excl > 1)
-			r.err = 1;
+		if (type == PT_CLAIM)
+			m->u.obj.excl = get_flag(&r);
+		else
+			m->u.obj.decided = get_flag(&r);
 		break;
 	case PT_GONE: case PT_LOOKUP: case PT_EXISTS:
 		get_obj(&r, &m->u.obj, 0);

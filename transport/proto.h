@@ -32,7 +32,8 @@
 					   filled a step at a time); 11: LIST's
 					   view base; 12: REMOVE's heard; 13:
 					   WELCOME's digest of the cluster's
-					   config; 14: CLAIM's excl */
+					   config; 14: CLAIM's excl,
+					   ANNOUNCE's decided */
 #define PROTO_HDR        16
 #define PROTO_CHUNK      (1u << 20)     /* data bytes per DATA frame, and per chunk hash */
 #define PROTO_MAX_BODY   (PROTO_CHUNK + 64)
@@ -60,7 +61,10 @@ enum proto_type {
 	PT_WELCOME,     /* server: name, caps, mac */
 	PT_PING,
 	PT_PONG,
-	PT_ANNOUNCE,    /* one-way: an object published (object) */
+	PT_ANNOUNCE,    /* one-way: an object published (object), then u8
+			   decided: 1 if where the edge's claims meet (claimed
+			   there, or published there), and the receiver's own
+			   object that a writer has not closed loses to it */
 	PT_GONE,        /* one-way: an object left (object: names and oid); oid 0:
 			   the sender's resync on this connection is over */
 	PT_CONSUMED,    /* oid delivered on the sender (whole, or heads of it) by its
@@ -126,6 +130,7 @@ struct proto_obj {
 	 * REMOVE, said again later). */
 	uint64_t heard_conn, heard;
 	uint8_t excl;                   /* CLAIM: an O_EXCL put's (0 or 1) */
+	uint8_t decided;                /* ANNOUNCE: decided where claims meet (0 or 1) */
 };
 
 #define PROTO_LIST_MAX 512              /* entries per LISTING frame */

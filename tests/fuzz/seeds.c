@@ -43,6 +43,7 @@ int main(int argc, char **argv)
 			if (t == PT_ANNOUNCE || t == PT_CLAIM) {
 				m.u.obj.data = (const uint8_t *)"hi";
 				m.u.obj.datalen = 2;
+				m.u.obj.decided = t == PT_ANNOUNCE;     /* their last byte */
 			}
 			if (t == PT_REMOVE) {   /* and how far its sender heard */
 				m.u.obj.heard_conn = 0x1234;

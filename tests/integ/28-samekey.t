@@ -67,35 +67,67 @@ except OSError as e:
     print(e.strerror, got["r"], got["at"] - t < 2)
 PYEOF
 )" "File exists b'b' True" "a reader on the losing node gets the winner's bytes at once"
-# The first close wins, also over a writer on the claims' node (d, the
-# host of 2) that has not closed: a worker hung there with its key open,
-# whose request was retried on a.  a's close publishes; the hung writer's
-# writes and close fail with EEXIST, and every node reads a's, also once
-# the hung one is killed (before, a's close failed with EEXIST, and the
-# key was published nowhere once the hung writer died).
-is "$($PY - "$T" <<'PYEOF'
-import os, sys
-T = sys.argv[1]
-path = lambda n: "%s/%s/0/2/hung" % (T, n)
-hung = os.open(path("d"), os.O_WRONLY | os.O_CREAT)
-os.write(hung, b"d")
+# The first close wins, also over a writer that has not closed: a worker
+# hung with its key open, whose request was retried on another node.
+# hung W P EDGE: W's writer holds a key open, a reader on W waits for it,
+# and P writes and closes it.  Prints P's close, the hung writer's next
+# write and close, what W's reader got (and whether before that close,
+# within 2 s), then
+# what each node reads.  P's close publishes, the hung writer's writes
+# and close fail with EEXIST, and every node reads P's bytes at once.
+# Before, on the node where the claims meet (d, the host of 2) P's close
+# failed with EEXIST, and the key was published nowhere once the hung
+# writer was killed; on another host (c; b hosts 1 first) the reader
+# waited for the hung writer, and got ENOENT after wait_ms (3 s).
+hung() {
+	$PY - "$T" "$@" <<'PYEOF'
+import os, sys, threading, time
+T, W, P, edge = sys.argv[1:]
+path = lambda n: "%s/%s/%s/hung%s%s" % (T, n, edge, W, P)
+hung = os.open(path(W), os.O_WRONLY | os.O_CREAT)
+os.write(hung, W.encode())
+got = {}
+def read():
+    try:
+        with open(path(W), "rb") as f:
+            got["r"] = f.read().decode()
+    except OSError as e:
+        got["r"] = e.strerror
+r = threading.Thread(target=read)
+r.start()
+time.sleep(0.2)
 out = []
-with open(path("a"), "wb") as f:
-    f.write(b"a")
-out.append("a ok")
-for what in (lambda: os.write(hung, b"d"), lambda: os.close(hung)):
+def step(what):
     try:
         what()
-        out.append("d ok")
+        out.append("ok")
     except OSError as e:
         out.append(e.strerror)
+def publish():
+    with open(path(P), "wb") as f:
+        f.write(P.encode())
+step(publish)
+step(lambda: os.write(hung, W.encode()))
+r.join(2)                       # the reader has P's before the hung one goes
+fast = not r.is_alive()
+step(lambda: os.close(hung))
+r.join()
+out += [got["r"], str(fast)]
 for n in "abcd":
-    with open(path(n), "rb") as f:
-        out.append(f.read().decode())
+    try:
+        with open(path(n), "rb") as f:
+            out.append(f.read().decode())
+    except OSError as e:
+        out.append(e.strerror)
 print(" ".join(out))
 PYEOF
-)" "a ok File exists File exists a a a a" \
-	"a hung writer on the claims' node loses to a close elsewhere: the first close wins"
+}
+is "$(hung d a 0/2)" "ok File exists File exists a True a a a a" \
+	"a hung writer where the claims meet loses to a close elsewhere: the first close wins"
+is "$(hung c a 0/1)" "ok File exists File exists a True a a a a" \
+	"... one on another host of <to>: it loses to the announce, and its reader has the winner"
+is "$(hung c b 0/1)" "ok File exists File exists b True b b b b" \
+	"... and to a close on the node where the claims meet"
 # A small put is an O_EXCL create: one being written anywhere refuses it.
 is "$($PY - "$T" "$SRC/contrib/python" <<'PYEOF'
 import os, sys

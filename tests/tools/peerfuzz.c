@@ -168,6 +168,8 @@ static int build(uint8_t *body, size_t cap, uint8_t *type, uint8_t *scratch)
 			m.u.obj.size = rnd(4000000);    /* subscribe for that many ms */
 		if (m.type == PT_CLAIM)         /* a close's, or an O_EXCL put's */
 			m.u.obj.excl = (uint8_t)rnd(2);
+		if (m.type == PT_ANNOUNCE)      /* decided where claims meet, or not */
+			m.u.obj.decided = (uint8_t)rnd(2);
 		break;
 	case PT_CONSUMED:
 		m.u.consumed.oid = rnd(4) ? oid : pick_u64(oid);

@@ -730,6 +730,17 @@ int main(void)
 	   "... the key holds the claim's object, its bytes here");
 	ns_release(ns, r);
 	ns_forget(ns, ka2.ino, 1);
+	ci2.key = "k3";
+	ci2.oid = 78;
+	ns_create_key(ns, e, "k3", 1, 0, 0, &ka2, &kw);
+	ns_forget(ns, ka2.ino, 1);
+	ci2.decided = 1;
+	is(ns_remote_add(ns, 0, &ci2), 0,
+	   "an announce decided where claims meet, of a key being written here: taken");
+	ci2.decided = 0;
+	is(ns_write(ns, kw, "w", 1, 0), -EEXIST, "... ours lost: its writes fail with EEXIST");
+	is(ns_flush(ns, kw, NS_CLOSE_LAST, NULL), -EEXIST, "... and so does its close");
+	ns_release(ns, kw);
 	ci2.oid = 77;
 	ci2.key = "claimed";
 	ci2.oid = 81;

@@ -174,6 +174,17 @@ static void test_messages(void)
 	buf[len - 1] = 2;
 	is(proto_decode(PT_CLAIM, buf, (size_t)len, &r), -EPROTO, "... which is 0 or 1: else refused");
 	is(proto_decode(PT_CLAIM, buf, (size_t)len - 1, &r), -EPROTO, "... and never left out");
+	cl.type = PT_ANNOUNCE;
+	cl.u.obj.excl = 0;
+	cl.u.obj.decided = 1;
+	len = roundtrip(&cl, &r);
+	ok(len > 0 && r.u.obj.decided == 1 && !r.u.obj.excl && r.u.obj.datalen == 5,
+	   "an ANNOUNCE says whether it was decided where claims meet, in its last byte");
+	buf[len - 1] = 2;
+	is(proto_decode(PT_ANNOUNCE, buf, (size_t)len, &r), -EPROTO, "... which is 0 or 1");
+	cl.type = PT_OBJECT;
+	len = roundtrip(&cl, &r);
+	ok(len > 0 && !r.u.obj.decided, "an OBJECT (an answer) has no such byte");
 	struct proto_msg rm = { .type = PT_REMOVE };
 	strcpy(rm.u.obj.from, "0");
 	strcpy(rm.u.obj.to, "1");
