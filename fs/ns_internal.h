@@ -65,6 +65,7 @@ struct object {
 	struct ns_asker asker;          /* a peer's REMOVE unlinked it: whose */
 	struct hlink byoid;
 	int fetch;
+	int nofit;                      /* its copy did not fit the pool: streamed */
 	uint64_t have;
 	unsigned fetch_gen;
 	uint8_t *stage;                 /* a fetch's bytes on their way to a device pool */
@@ -313,8 +314,9 @@ int replica_evict(struct ns *ns, const struct object *keep, uint64_t need);
 
 /* --------------------------------------------------------- ns_stream.c */
 
-/* A reader's handle on an object larger than NS_STREAM_MIN from another
- * node (obj_streamed) reads it through a window (see there). */
+/* A reader's handle on an object from another node larger than
+ * NS_STREAM_MIN, or whose copy did not fit this node's pool (obj_streamed),
+ * reads it through a window (see there). */
 int obj_streamed(const struct object *o);
 int stream_wanted(const struct ns_handle *h);
 /* A reader's handle on streamed o and its window, for the open w, which

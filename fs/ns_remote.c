@@ -119,21 +119,28 @@ int replica_evict(struct ns *ns, const struct object *keep, uint64_t need)
  * the last byte is in.  A fetch that fails fails its readers with EIO; the
  * next open starts another (fetch_gen tells the two apart). */
 
-/* A fetch that cannot start: its waiters hear why, and a copy that did
- * not get all its bytes gives back those it got. */
+/* A fetch that cannot start: a copy that did not get all its bytes gives
+ * back those it got.  One that does not fit the pool (held by objects and
+ * copies in use) is streamed to each of its readers instead, as a large
+ * one is: a read is not refused for room that a copy only would take.
+ * Otherwise its waiters hear why. */
 static void fetch_refused(struct ns *ns, struct object *o, int rc)
 {
 	struct ns_wakes wl = { 0 };
 
 	if (o->refs == 1)
 		replica_drop(ns, o);
-	if (rc == -ENOSPC)
-		fprintf(stderr, "omnifs: cannot read %s/%s/%s here: its %" PRIu64 " bytes do not "
-			"fit this node's pool (%" PRIu64 " free, counting unused copies)\n",
-			o->node->parent->parent->name, o->node->parent->name, o->node->name,
-			o->size, replica_room(ns, o));
-	wake_key(ns, o->node, rc, &wl);
-	stat_add(ns->st, ST_ERRORS, 1);
+	if (rc == -ENOSPC) {
+		fprintf(stderr, "omnifs: %s/%s/%s: its %" PRIu64 " bytes do not fit this "
+			"node's pool (%" PRIu64 " free, counting unused copies): streamed to "
+			"its readers\n", o->node->parent->parent->name, o->node->parent->name,
+			o->node->name, o->size, replica_room(ns, o));
+		o->nofit = 1;
+		wake_readers(ns, o->node, &wl);
+	} else {
+		wake_key(ns, o->node, rc, &wl);
+		stat_add(ns->st, ST_ERRORS, 1);
+	}
 	pthread_mutex_unlock(&ns->lock);
 	ns_wake(ns, &wl);      /* answered with the lock dropped */
 	pthread_mutex_lock(&ns->lock);

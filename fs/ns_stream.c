@@ -2,9 +2,11 @@
  *
  * Copying a large object whole into this node's pool costs a trip through
  * memory for every byte (stored, then read again by the reader's read) and
- * room it may not have.  A reader's handle on one larger than NS_STREAM_MIN
- * instead gets a window of STREAM_SLOTS slots of STREAM_SLOT bytes in the
- * pool: each slot pulls one aligned piece ahead of the reader, its bytes
+ * room it may not have.  A reader's handle on one larger than NS_STREAM_MIN,
+ * or on one whose copy did not fit (o->nofit: a pool held by objects in
+ * use), instead gets a window of up to STREAM_SLOTS slots of STREAM_SLOT
+ * bytes in the pool, fewer where the pool is short (one pulls a piece at
+ * a time): each slot pulls one aligned piece ahead of the reader, its bytes
  * are received straight into it and stay in cache until the read hands
  * them on, and a slot the reader has left behind pulls the next piece.
  * Nothing of the object stays here after the read.
@@ -49,9 +51,9 @@ struct slot {
 
 struct stream {
 	struct ns *ns;
-	int owner;
+	int owner, nslots;
 	uint64_t oid, size, lease;
-	uint64_t poff;                  /* the window's place in the pool */
+	uint64_t poff, plen;            /* the window's place in the pool */
 	uint8_t *mem;                   /* ... its bytes: there, or in host memory when
 					 * the CPU cannot address the pool */
 	uint64_t pos;                   /* where the latest read began */
@@ -65,7 +67,20 @@ struct stream {
 
 int obj_streamed(const struct object *o)
 {
-	return o->owner >= 0 && o->size > NS_STREAM_MIN;
+	return o->owner >= 0 && (o->size > NS_STREAM_MIN || o->nofit);
+}
+
+/* A window in the pool: all of it, if need be with unused copies dropped;
+ * else as many slots as the pool has room for, one at least. */
+static int window_alloc(struct ns *ns, uint64_t *off, uint64_t *len)
+{
+	int rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, off, len);
+
+	if (rc == -ENOSPC && replica_evict(ns, NULL, STREAM_WINDOW))
+		rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, off, len);
+	if (rc == -ENOSPC)
+		rc = pool_alloc(ns->pool, STREAM_SLOT, STREAM_WINDOW, off, len);
+	return rc;
 }
 
 int stream_wanted(const struct ns_handle *h)
@@ -76,7 +91,7 @@ int stream_wanted(const struct ns_handle *h)
 static int stream_new(struct ns *ns, struct object *o, struct stream **out)
 {
 	struct stream *s = calloc(1, sizeof(*s));
-	uint64_t poff = 0, got;
+	uint64_t poff = 0, plen = STREAM_WINDOW;
 	int rc;
 
 	if (!s)
@@ -86,9 +101,7 @@ static int stream_new(struct ns *ns, struct object *o, struct stream **out)
 	uint8_t *mem = ns->base ? NULL : land_alloc(ns, STREAM_WINDOW);
 	rc = ns->base || mem ? 0 : -ENOMEM;
 	if (!rc && ns->base) {
-		rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, &poff, &got);
-		if (rc == -ENOSPC && replica_evict(ns, NULL, STREAM_WINDOW))
-			rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, &poff, &got);
+		rc = window_alloc(ns, &poff, &plen);
 		mem = ns->base + poff;
 	}
 	if (rc) {
@@ -96,7 +109,8 @@ static int stream_new(struct ns *ns, struct object *o, struct stream **out)
 		return rc;
 	}
 	*s = (struct stream){ .ns = ns, .owner = o->owner, .oid = o->oid, .size = o->size,
-			      .lease = ns_lease_id(ns), .poff = poff, .mem = mem, .refs = 1 };
+			      .lease = ns_lease_id(ns), .poff = poff, .plen = plen, .mem = mem,
+			      .nslots = (int)(plen / STREAM_SLOT), .refs = 1 };
 	for (int i = 0; i < STREAM_SLOTS; i++)
 		s->slot[i].s = s;
 	*out = s;
@@ -108,7 +122,7 @@ static void stream_put(struct stream *s)
 	if (--s->refs)
 		return;
 	if (s->ns->base)
-		pool_free(s->ns->pool, s->poff, STREAM_WINDOW);
+		pool_free(s->ns->pool, s->poff, s->plen);
 	else
 		land_free(s->ns, s->mem);
 	free(s);
@@ -130,7 +144,7 @@ static uint8_t *slot_mem(const struct slot *sl)
 
 static struct slot *slot_at(struct stream *s, uint64_t x)
 {
-	for (int i = 0; i < STREAM_SLOTS; i++) {
+	for (int i = 0; i < s->nslots; i++) {
 		struct slot *sl = &s->slot[i];
 		if (sl->state != SL_FREE && x >= sl->start && x - sl->start < sl->len)
 			return sl;
@@ -138,21 +152,25 @@ static struct slot *slot_at(struct stream *s, uint64_t x)
 	return NULL;
 }
 
-/* The window: STREAM_SLOTS pieces from the one the latest read began in. */
+/* The window: nslots pieces from the one the latest read began in. */
 static uint64_t window_base(const struct stream *s)
 {
 	return s->pos / STREAM_SLOT * STREAM_SLOT;
 }
 
+static uint64_t window_stop(const struct stream *s)
+{
+	return window_base(s) + (uint64_t)s->nslots * STREAM_SLOT;
+}
+
 /* Frees the slots whose pieces the reader has left behind or jumped past. */
 static void stream_recycle(struct stream *s)
 {
-	uint64_t base = window_base(s);
+	uint64_t base = window_base(s), end = window_stop(s);
 
-	for (int i = 0; i < STREAM_SLOTS; i++) {
+	for (int i = 0; i < s->nslots; i++) {
 		struct slot *sl = &s->slot[i];
-		if (sl->state == SL_DONE &&
-		    (sl->start + sl->len <= base || sl->start >= base + STREAM_WINDOW))
+		if (sl->state == SL_DONE && (sl->start + sl->len <= base || sl->start >= end))
 			sl->state = SL_FREE;
 	}
 }
@@ -161,12 +179,12 @@ static void stream_recycle(struct stream *s)
 static struct slot *stream_gap(struct stream *s, uint64_t *piece)
 {
 	struct slot *free = NULL;
-	uint64_t base = window_base(s);
+	uint64_t end = window_stop(s);
 
-	for (int i = 0; i < STREAM_SLOTS && !free; i++)
+	for (int i = 0; i < s->nslots && !free; i++)
 		if (s->slot[i].state == SL_FREE)
 			free = &s->slot[i];
-	for (uint64_t x = base; free && x < base + STREAM_WINDOW && x < s->size; x += STREAM_SLOT)
+	for (uint64_t x = window_base(s); free && x < end && x < s->size; x += STREAM_SLOT)
 		if (!slot_at(s, x)) {
 			*piece = x;
 			return free;

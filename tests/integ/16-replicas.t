@@ -1,9 +1,10 @@
 #!/bin/bash
 # 16-replicas.t - a reader's node keeps a copy of what it pulled in its own
 # pool.  Copies nobody uses make room for other reads and for writes there,
-# least recently opened first; copies in use stay; a read that cannot fit
-# fails at once with ENOSPC and leaves the pool as it was; an object larger
-# than the pool streams through it (SPEC §4, §8).
+# least recently opened first; copies in use stay; an object whose copy
+# cannot fit streams through a window of the pool, as one larger than the
+# pool does, and leaves the pool as it was; one whose window cannot fit
+# either fails at once with ENOSPC (SPEC §4, §8).
 . "$(dirname "$0")/../lib.sh"
 
 read -r PA PB < <(free_ports 2)
@@ -72,11 +73,16 @@ release() { touch "$T/go"; wait "$HOLDER"; rm -f "$T/held" "$T/go"; }
 
 hold k2 k1 >"$T/held.out"
 ok "a reader holds k2 and k1 open mid-read" wait_until 10 test -e "$T/held"
-is "$(M=$T/b pyerr "open(M + '/0/1/k3', 'rb').read()")" ENOSPC \
-   "k3, with both copies in use, does not fit: ENOSPC"
-ok "... b's log says why, in one line" grep -q "cannot read 0/1/k3 here: its 41943040 bytes do not fit this node's pool" "$T/b.log"
+head -c 40M /dev/urandom >"$T/k4"
+cp "$T/k4" "$T/a/0/1/k4"
+pulled=$(pulled_mib)
+ok "k4, with both copies in use, does not fit: it streams through the 16 MiB free" \
+	cmp "$T/k4" "$T/b/0/1/k4"
+ok "... b's log says why, in one line" grep -q "0/1/k4: its 41943040 bytes do not fit this node's pool (16777216 free, counting unused copies): streamed to its readers" "$T/b.log"
 is "$(stat_of b evicted)" 2 "... and no copy in use was dropped for it"
-is "$(used_b)" 80 "... nor did its failed try keep any of the pool"
+is "$(used_b)" 80 "... nor does it keep any of the pool"
+ok "k4 reads so again" cmp "$T/k4" "$T/b/0/1/k4"
+is "$(pulled_mib)" $((pulled + 80)) "... pulled each time: nothing of it stays"
 release
 is "$(cat "$T/held.out" | tr '\n' ' ')" "k2 same k1 same " "the held readers read their copies whole and right"
 ok "k3 reads once they are closed" cmp "$T/k3" "$T/b/0/1/k3"
@@ -103,5 +109,18 @@ ok "... and reads it back" cmp "$T/mine" "$T/b/1/2/mine"
 is "$(stat_of b evicted)" $((evicted + 2)) "... the two copies made room"
 is "$(stat_of b aborted)" 0 "... and nothing was aborted"
 is "$(copies_b)" 0 "... and b's pool holds no copies now"
+
+# --- a pool held by objects of its own -------------------------------------------
+free_b() { health b "d['pool']['free'] >> 20"; }
+is "$(free_b)" 6 "b's pool has 6 MiB free"
+ok "a large object streams through a window of what is free" cmp "$T/big" "$T/b/0/1/big"
+ok "... as does one whose copy cannot fit" cmp "$T/k1" "$T/b/0/1/k1"
+is "$(free_b)" 6 "... and they leave the pool as it was"
+head -c 5M /dev/urandom >"$T/mine2"
+ok "b writes 5 MiB more of its own" cp "$T/mine2" "$T/b/1/2/mine2"
+is "$(M=$T/b pyerr "open(M + '/0/1/k2', 'rb').read()")" ENOSPC \
+	"an object whose window cannot fit either: ENOSPC, at once"
+is "$(stat_of b aborted)" 0 "... and nothing of b's own was dropped for it"
+ok "... once b's own object goes, it streams" sh -c "rm '$T/b/1/2/mine2' && cmp '$T/k2' '$T/b/0/1/k2'"
 
 done_testing
