@@ -5,8 +5,8 @@
  * room it may not have.  A reader's handle on one larger than NS_STREAM_MIN,
  * or on one whose copy did not fit (o->nofit: a pool held by objects in
  * use), instead gets a window of up to STREAM_SLOTS slots of STREAM_SLOT
- * bytes in the pool, fewer where the pool is short (one pulls a piece at
- * a time): each slot pulls one aligned piece ahead of the reader, its bytes
+ * bytes in the pool, down to STREAM_SLOTS_MIN where the pool is short:
+ * each slot pulls one aligned piece ahead of the reader, its bytes
  * are received straight into it and stay in cache until the read hands
  * them on, and a slot the reader has left behind pulls the next piece.
  * Nothing of the object stays here after the read.
@@ -37,6 +37,7 @@
 
 #define STREAM_SLOT (2u << 20)          /* whole hashed chunks (NS_CHUNK) */
 #define STREAM_SLOTS 4
+#define STREAM_SLOTS_MIN 2              /* a read of a piece's length may span two */
 #define STREAM_WINDOW ((uint64_t)STREAM_SLOTS * STREAM_SLOT)
 _Static_assert(STREAM_SLOT % NS_CHUNK == 0, "the owner sends its kept chunk hashes");
 _Static_assert(STREAM_WINDOW < NS_STREAM_MIN, "a streamed object is larger than its window");
@@ -71,7 +72,7 @@ int obj_streamed(const struct object *o)
 }
 
 /* A window in the pool: all of it, if need be with unused copies dropped;
- * else as many slots as the pool has room for, one at least. */
+ * else as many slots as the pool has room for, STREAM_SLOTS_MIN at least. */
 static int window_alloc(struct ns *ns, uint64_t *off, uint64_t *len)
 {
 	int rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, off, len);
@@ -79,7 +80,7 @@ static int window_alloc(struct ns *ns, uint64_t *off, uint64_t *len)
 	if (rc == -ENOSPC && replica_evict(ns, NULL, STREAM_WINDOW))
 		rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, off, len);
 	if (rc == -ENOSPC)
-		rc = pool_alloc(ns->pool, STREAM_SLOT, STREAM_WINDOW, off, len);
+		rc = pool_alloc(ns->pool, STREAM_SLOTS_MIN * STREAM_SLOT, STREAM_WINDOW, off, len);
 	return rc;
 }
 
