@@ -105,8 +105,7 @@ static void to_proto(const struct ns_objinfo *o, struct proto_obj *p)
 	p->gid = o->gid;
 	p->kvhdr = o->kvhdr;
 	p->kvhdrlen = o->kvhdr ? o->kvhdr_len : 0;
-	p->excl = o->excl != 0;
-	p->decided = o->decided != 0;
+	p->excl = o->excl != 0;         /* a claim's; an announce's decided: announce_to */
 }
 
 static struct ns_objinfo from_proto(const struct proto_obj *p)

@@ -206,8 +206,8 @@ int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, int *cl
  * announce would bring it.  Not where that node is this one (claims meet
  * here: a peer's claim of a key written here wins only until its writers
  * close it, ns_remote_claim) or is down (the publish is announced as it
- * is).  Also for a writer that joins one being
- * written: the claim is its object's. */
+ * is).  Also for a writer that joins one being written: the claim is its
+ * object's. */
 static void claim_publish(struct fs *fs, fuse_ino_t parent, const char *name,
 			  struct ns_handle *h)
 {

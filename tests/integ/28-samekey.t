@@ -72,8 +72,7 @@ PYEOF
 # hung W P EDGE: W's writer holds a key open, a reader on W waits for it,
 # and P writes and closes it.  Prints P's close, the hung writer's next
 # write and close, what W's reader got (and whether before that close,
-# within 2 s), then
-# what each node reads.  P's close publishes, the hung writer's writes
+# within 2 s), then what each node reads.  P's close publishes, the hung writer's writes
 # and close fail with EEXIST, and every node reads P's bytes at once.
 # Before, on the node where the claims meet (d, the host of 2) P's close
 # failed with EEXIST, and the key was published nowhere once the hung
