@@ -244,8 +244,10 @@ static void node_attr(struct ns *ns, const struct node *n, struct ns_attr *a)
 			a->size = n->obj->size;
 			a->mtime_ns = n->obj->published_ns;
 			a->stable = 1;
-		} else {        /* no reader sees any of it before publish */
-			a->mode = S_IFREG | 0644;
+		} else {        /* only its writers hold it before publish: */
+			a->mode = S_IFREG | 0644;       /* fstat sees what */
+			if (n->obj->state == OS_WRITING)  /* they wrote */
+				a->size = n->obj->size;
 		}
 		break;
 	}

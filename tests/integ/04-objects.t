@@ -22,7 +22,7 @@ exec 5>"$E/atom"
 printf 'part' >&5
 ok "an object being written is not listed" sh -c "! ls '$E' | grep -q atom"
 is "$(xattr state "$E/atom")" "writing" "its state is 'writing'"
-is "$(stat -c %s "$E/atom")" "0" "its size reads 0 before publish"
+is "$(stat -c %s:%a "$E/atom")" "4:644" "its stat: what was written so far, mode 0644 (0444 once published)"
 ( cat "$E/atom" >"$T/atom.out" ) &
 reader=$!
 ok "a reader waits for it" wait_until 5 grep -q "^waiters: 1$" "$M/.omni/stats"
@@ -31,17 +31,24 @@ exec 5>&-
 wait "$reader"
 is "$(cat "$T/atom.out")" "partial" "the waiting reader got every byte after close"
 
-# a writer that seeks to its end finds it there, and only it
-$PY -c "
-import os
+# a writer that seeks to its end finds it there, and fstat says so: the
+# kernel asks fstat without the file (Python's mmap, numpy's memmap and
+# HDF5 size a file by it; it said 0 before the publish)
+is "$(pyerr "
 fd = os.open('$E/end', os.O_WRONLY | os.O_CREAT)
 os.write(fd, b'a' * 100)
 assert os.lseek(fd, 0, os.SEEK_END) == 100, os.lseek(fd, 0, os.SEEK_CUR)
-assert os.stat('$E/end').st_size == 0
+assert os.fstat(fd).st_size == 100, os.fstat(fd).st_size
+assert os.stat('$E/end').st_size == 100, os.stat('$E/end').st_size
+os.pwrite(fd, b'h', 4999)
+assert os.fstat(fd).st_size == 5000, os.fstat(fd).st_size
+os.ftruncate(fd, 100)
+assert os.fstat(fd).st_size == 100, os.fstat(fd).st_size
+os.lseek(fd, 0, os.SEEK_END)
 os.write(fd, b'z')
-os.close(fd)"
-is "$(stat -c %s "$E/end"):$(tail -c 1 "$E/end")" "101:z" \
-	"a writer's SEEK_END is what it wrote (others' stat: 0), and it writes on from there"
+assert os.fstat(fd).st_size == 101, os.fstat(fd).st_size
+os.close(fd)")" "OK" "a writer's fstat, stat and SEEK_END: what it wrote, holes and ftruncate too"
+is "$(stat -c %s "$E/end"):$(tail -c 1 "$E/end")" "101:z" "... and it writes on from its end"
 
 # a shell redirection dup()s its fd and closes the first one early
 echo "via shell" >"$E/sh"
@@ -174,7 +181,14 @@ is "$(cat "$E/tr")" "short" "O_TRUNC by the second writer applies; last close pu
 # What the file API does beyond read and write (README, "Objects").
 echo mapped >"$E/mm"
 is "$(pyerr "import mmap; mmap.mmap(os.open(M + '/s/t/mm', os.O_RDONLY), 0, prot=mmap.PROT_READ)")" \
-   ENODEV "mmap: ENODEV (bytes come by read, checked)"
+   ENODEV "a shared mmap: ENODEV (numpy's mmap_mode='r')"
+head -c 3000001 /dev/urandom >"$T/mp"
+cp "$T/mp" "$E/mp"
+is "$(pyerr "
+import hashlib, mmap
+m = mmap.mmap(os.open(M + '/s/t/mp', os.O_RDONLY), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+print(hashlib.sha256(m).hexdigest())")" "$(sha256sum <"$T/mp" | cut -d' ' -f1)
+OK" "a private mmap reads the object's bytes (numpy's mmap_mode='c', torch.load's mmap)"
 mode=$(stat -c %a "$E/mm") mtime=$(stat -c %Y "$E/mm")
 ok "chmod, chown and utimes succeed (cp -p, rsync --inplace)" \
 	$PY -c "import os; p='$E/mm'; os.chmod(p, 0o600); os.chown(p, 0, 0); os.utime(p, (1, 1))"
