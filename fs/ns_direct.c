@@ -123,6 +123,8 @@ int ns_direct_window(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t 
 		rc = -EBADF;
 	else if (!h->stream)
 		rc = -EOPNOTSUPP;       /* not streamed: WHERE, or read(2) */
+	else if (!stream_in_pool(ns, h->stream))
+		rc = -EOPNOTSUPP;       /* beside a full pool: read(2) */
 	else if (off > o->size)
 		rc = -EINVAL;
 	if (!rc)

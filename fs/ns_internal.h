@@ -182,6 +182,7 @@ struct ns {
 	struct htab gone_byoid;
 	pthread_cond_t fcond;           /* a fetch moved on */
 	struct object *lru_head, *lru_tail;     /* least recently opened first */
+	uint64_t outside;               /* streams' windows beside a full pool (ns_stream.c) */
 	_Atomic uint64_t next_lease;    /* ns_lease_id() */
 	pthread_mutex_t ev_lock;        /* one thread delivers events at a time */
 	struct ns_event *ev_head, *ev_tail;
@@ -330,8 +331,10 @@ void stream_pump_all(struct ns *ns, struct stream *list);       /* unlocked: ns_
 ssize_t stream_read(struct ns *ns, struct stream *s, uint64_t off, size_t len,
 		    struct iovec *iov, int *niov);
 void stream_done(struct ns *ns, struct stream *s);
+/* Whether the window is in the pool, where a process can copy from. */
+int stream_in_pool(const struct ns *ns, const struct stream *s);
 /* As stream_read, for a process that copies out of the pool itself (a
- * host pool's window only): once want bytes from off (at least 1, fewer
+ * window in the pool only): once want bytes from off (at least 1, fewer
  * where their slot ends) have landed, their pool offset and how many have
  * landed there in a row; the turn stays until stream_done(). */
 ssize_t stream_window(struct ns *ns, struct stream *s, uint64_t off, uint64_t want,

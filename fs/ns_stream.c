@@ -5,7 +5,11 @@
  * room it may not have.  A reader's handle on one larger than NS_STREAM_MIN,
  * or on one whose copy did not fit (o->nofit: a pool held by objects in
  * use), instead gets a window of up to STREAM_SLOTS slots of STREAM_SLOT
- * bytes in the pool, down to STREAM_SLOTS_MIN where the pool is short:
+ * bytes in the pool, down to STREAM_SLOTS_MIN where the pool is short,
+ * and that many beside it where the pool has no room at all (its objects
+ * all in use, waiting for readers elsewhere that a read here must not wait
+ * for), up to OUTSIDE_SHARE of the pool's size in all, so that a full pool
+ * bounds what its streams take beside it too:
  * each slot pulls one aligned piece ahead of the reader, its bytes
  * are received straight into it and stay in cache until the read hands
  * them on, and a slot the reader has left behind pulls the next piece.
@@ -39,6 +43,8 @@
 #define STREAM_SLOTS 4
 #define STREAM_SLOTS_MIN 2              /* a read of a piece's length may span two */
 #define STREAM_WINDOW ((uint64_t)STREAM_SLOTS * STREAM_SLOT)
+#define STREAM_WINDOW_MIN ((uint64_t)STREAM_SLOTS_MIN * STREAM_SLOT)
+#define OUTSIDE_SHARE 4                 /* windows beside the pool: pool_size / this */
 _Static_assert(STREAM_SLOT % NS_CHUNK == 0, "the owner sends its kept chunk hashes");
 _Static_assert(STREAM_WINDOW < NS_STREAM_MIN, "a streamed object is larger than its window");
 
@@ -56,7 +62,8 @@ struct stream {
 	uint64_t oid, size, lease;
 	uint64_t poff, plen;            /* the window's place in the pool */
 	uint8_t *mem;                   /* ... its bytes: there, or in host memory when
-					 * the CPU cannot address the pool */
+					 * the CPU cannot address the pool or is full */
+	int outside;                    /* in host memory beside a full pool (ns->outside) */
 	uint64_t pos;                   /* where the latest read began */
 	unsigned refs;                  /* the handle's, and each pull's in flight */
 	int reading;                    /* a read's turn: stream_read..stream_done */
@@ -80,7 +87,34 @@ static int window_alloc(struct ns *ns, uint64_t *off, uint64_t *len)
 	if (rc == -ENOSPC && replica_evict(ns, NULL, STREAM_WINDOW))
 		rc = pool_alloc(ns->pool, STREAM_WINDOW, STREAM_WINDOW, off, len);
 	if (rc == -ENOSPC)
-		rc = pool_alloc(ns->pool, STREAM_SLOTS_MIN * STREAM_SLOT, STREAM_WINDOW, off, len);
+		rc = pool_alloc(ns->pool, STREAM_WINDOW_MIN, STREAM_WINDOW, off, len);
+	return rc;
+}
+
+/* Where the window's bytes go: the pool, or host memory (land_alloc: a
+ * device pool's windows, and a full pool's up to its share).  0 or -errno,
+ * *outside set for the latter kind. */
+static int window_take(struct ns *ns, uint8_t **mem, uint64_t *poff, uint64_t *plen,
+		       int *outside)
+{
+	int rc = ns->base ? window_alloc(ns, poff, plen) : 0;
+
+	*outside = 0;
+	if (!rc && ns->base) {
+		*mem = ns->base + *poff;
+		return 0;
+	}
+	if (rc == -ENOSPC && ns->outside + STREAM_WINDOW_MIN <= ns->pool_size / OUTSIDE_SHARE) {
+		*outside = 1;
+		*plen = STREAM_WINDOW_MIN;
+		rc = 0;
+	}
+	if (!rc && !(*mem = land_alloc(ns, *plen)))
+		rc = -ENOMEM;
+	if (!rc && *outside) {
+		ns->outside += *plen;
+		stat_add(ns->st, ST_WINDOWS_OUTSIDE, 1);
+	}
 	return rc;
 }
 
@@ -93,25 +127,20 @@ static int stream_new(struct ns *ns, struct object *o, struct stream **out)
 {
 	struct stream *s = calloc(1, sizeof(*s));
 	uint64_t poff = 0, plen = STREAM_WINDOW;
-	int rc;
+	uint8_t *mem = NULL;
+	int outside, rc;
 
 	if (!s)
 		return -ENOMEM;
 	/* A window passes bytes on to the reader's reads: it stays in host
 	 * memory, which a device pool is not. */
-	uint8_t *mem = ns->base ? NULL : land_alloc(ns, STREAM_WINDOW);
-	rc = ns->base || mem ? 0 : -ENOMEM;
-	if (!rc && ns->base) {
-		rc = window_alloc(ns, &poff, &plen);
-		mem = ns->base + poff;
-	}
-	if (rc) {
+	if ((rc = window_take(ns, &mem, &poff, &plen, &outside))) {
 		free(s);
 		return rc;
 	}
 	*s = (struct stream){ .ns = ns, .owner = o->owner, .oid = o->oid, .size = o->size,
 			      .lease = ns_lease_id(ns), .poff = poff, .plen = plen, .mem = mem,
-			      .nslots = (int)(plen / STREAM_SLOT), .refs = 1 };
+			      .outside = outside, .nslots = (int)(plen / STREAM_SLOT), .refs = 1 };
 	for (int i = 0; i < STREAM_SLOTS; i++)
 		s->slot[i].s = s;
 	*out = s;
@@ -122,7 +151,9 @@ static void stream_put(struct stream *s)
 {
 	if (--s->refs)
 		return;
-	if (s->ns->base)
+	if (s->outside)
+		s->ns->outside -= s->plen;
+	if (s->ns->base && !s->outside)
 		pool_free(s->ns->pool, s->poff, s->plen);
 	else
 		land_free(s->ns, s->mem);
@@ -385,6 +416,11 @@ ssize_t stream_window(struct ns *ns, struct stream *s, uint64_t off, uint64_t wa
 		return rc;
 	*poff = (uint64_t)(slot_mem(a) - ns->base) + (off - a->start);
 	return (ssize_t)(a->start + a->have - off);
+}
+
+int stream_in_pool(const struct ns *ns, const struct stream *s)
+{
+	return ns->base && !s->outside;
 }
 
 int stream_reading(const struct stream *s)

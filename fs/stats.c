@@ -59,6 +59,8 @@ static const struct {
 		"Streamed objects a process on this node copied out of its window itself (OMNIFS_IOC_WINDOW)", 0 },
 	[ST_HASHED_BY_SUMS] = { "hashed_by_sums",
 		"Objects hashed at publish from sums the GPU took of their blocks (GPU pools)", 0 },
+	[ST_WINDOWS_OUTSIDE] = { "windows_outside_pool",
+		"Streamed reads whose window the full pool had no room for, taken from host memory beside it", 0 },
 };
 
 static const char *hist_name[H__COUNT] = {

@@ -4,7 +4,8 @@
 # least recently opened first; copies in use stay; an object whose copy
 # cannot fit streams through a window of the pool, as one larger than the
 # pool does, and leaves the pool as it was; one whose window cannot fit
-# either fails at once with ENOSPC (SPEC §4, §8).
+# either takes it beside the pool, up to a quarter of the pool's size, and
+# fails at once with ENOSPC beyond (SPEC §4, §8).
 . "$(dirname "$0")/../lib.sh"
 
 read -r PA PB < <(free_ports 2)
@@ -118,9 +119,27 @@ ok "... as does one whose copy cannot fit" cmp "$T/k1" "$T/b/0/1/k1"
 is "$(free_b)" 6 "... and they leave the pool as it was"
 head -c 3M /dev/urandom >"$T/mine2"
 ok "b writes 3 MiB more of its own" cp "$T/mine2" "$T/b/1/2/mine2"
-is "$(M=$T/b pyerr "open(M + '/0/1/k2', 'rb').read()")" ENOSPC \
-	"an object whose window of two pieces cannot fit either: ENOSPC, at once"
-is "$(stat_of b aborted)" 0 "... and nothing of b's own was dropped for it"
+# No room for a window of two pieces: up to a quarter of the pool's size
+# (24 MiB, six windows of 4 MiB) is taken beside it, then ENOSPC.
+ok "an object whose window of two pieces cannot fit reads through one beside the pool" \
+	cmp "$T/k2" "$T/b/0/1/k2"
+is "$(stat_of b windows_outside_pool)" 1 "... which .omni/stats counts (windows_outside_pool)"
+is "$(PYTHONPATH="$SRC/contrib/python" $SYSPY -c 'import sys, omnifs
+sys.stdout.buffer.write(omnifs.Mount(sys.argv[1]).get("0", "1", "k2", timeout=5))' "$T/b" | cmp - "$T/k2" && echo same)" \
+	same "... and omnifs.Mount.get, which reads it (no window in the pool to copy out of)"
+is "$(M=$T/b pyerr "
+fs = []
+try:
+    while len(fs) < 8:
+        fs.append(open(M + '/0/1/k2', 'rb', buffering=0))
+        assert fs[-1].read(1)
+finally:
+    print(len(fs))
+    [f.close() for f in fs]")" "6
+ENOSPC" "six readers at once have their windows beside it, a seventh ENOSPC, at once"
+is "$(stat_of b aborted)" 0 "... and nothing of b's own was dropped for them"
+ok "... which give them back: it reads again" cmp "$T/k2" "$T/b/0/1/k2"
+is "$(free_b)" 3 "... and b's pool is as it was"
 rm "$T/b/1/2/mine2"
 head -c 2M /dev/urandom >"$T/mine2"
 cp "$T/mine2" "$T/b/1/2/mine2"

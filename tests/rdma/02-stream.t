@@ -1,8 +1,9 @@
 #!/bin/bash
 # 02-stream.t - a large object streams by RDMA through the reader's small
 # window (fs/ns_stream.c): 1 GiB read right on a node whose pool is 40 MiB,
-# reads that jump about, and an rm on the owner mid-read that does not cut
-# the read short, since the lease (and its windows) keep the object.
+# reads that jump about, an rm on the owner mid-read that does not cut
+# the read short, since the lease (and its windows) keep the object, and a
+# window beside a pool that its own objects fill.
 . "$(dirname "$0")/lib.sh"
 
 cluster a:'"0"' b:'"1", "2"' <<EOF
@@ -165,6 +166,15 @@ wait_until 120 all_gone "$holder" || kill -9 "$holder"
 wait "$holder"
 is "$(cat "$T/held.out")" same "the reader reads the rest, right, after the rm"
 ok "a lets go of r once the reader closes (its lease's windows too)" wait_until 10 used_is a 0
+# A pool full of b's own objects: the window is host memory beside it,
+# registered for the READs as the pool is.
+head -c 38M /dev/urandom >"$T/mine"
+ok "b fills its 40 MiB pool with 38 MiB of its own" cp "$T/mine" "$T/b/1/2/mine"
+pattern 100 "$T/a/0/2/beside"
+r0=$(stat_of b bytes_pulled_rdma)
+is "$(check "$T/b/0/2/beside" 100)" same "... a's 100 MiB object reads right through a window beside it"
+is "$(stat_of b windows_outside_pool)" 1 "... which .omni/stats counts"
+is "$(stat_of b bytes_pulled_rdma)" $((r0 + (100 << 20))) "... its bytes READ into it by RDMA"
 is "$(stat_of b bytes_pulled_tcp)" 0 "still no byte over TCP"
 is "$(stat_of b rdma_errors)" 0 "no RDMA error all along"
 done_testing
