@@ -244,9 +244,9 @@ static void node_attr(struct ns *ns, const struct node *n, struct ns_attr *a)
 			a->size = n->obj->size;
 			a->mtime_ns = n->obj->published_ns;
 			a->stable = 1;
-		} else {        /* only its writers hold it before publish: */
-			a->mode = S_IFREG | 0644;       /* fstat sees what */
-			if (n->obj->state == OS_WRITING)  /* they wrote */
+		} else {        /* a writer's fstat sees what it wrote */
+			a->mode = S_IFREG | 0644;
+			if (n->obj->state != OS_DEAD)
 				a->size = n->obj->size;
 		}
 		break;

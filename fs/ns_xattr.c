@@ -62,7 +62,7 @@ static int xattr_value(struct ns *ns, const struct object *o, const char *name,
 	if (!strcmp(name, XA "state"))
 		return snprintf(v, vlen, "%s", state_name[o->state]);
 	if (!strcmp(name, XA "size"))
-		return snprintf(v, vlen, "%" PRIu64, pub ? o->size : 0);
+		return snprintf(v, vlen, "%" PRIu64, o->state != OS_DEAD ? o->size : 0);
 	if (!strcmp(name, XA "readers"))
 		return snprintf(v, vlen, "%" PRId64,
 				o->readers >= 0 ? o->readers :

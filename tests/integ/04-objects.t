@@ -17,11 +17,13 @@ d = open('$E/ooo', 'rb').read()
 assert len(d) == 305000 and d[:1000] == b'A' * 1000
 assert d[1000:300000] == bytes(299000) and d[300000:] == b'B' * 5000"
 
-# publish is atomic: nothing is visible before the last close
+# publish is atomic: nothing is listed or read before the last close (its
+# node sees how far the writer is: stat, user.omni.size)
 exec 5>"$E/atom"
 printf 'part' >&5
 ok "an object being written is not listed" sh -c "! ls '$E' | grep -q atom"
 is "$(xattr state "$E/atom")" "writing" "its state is 'writing'"
+is "$(xattr size "$E/atom")" 4 "... its user.omni.size what was written so far"
 is "$(stat -c %s:%a "$E/atom")" "4:644" "its stat: what was written so far, mode 0644 (0444 once published)"
 ( cat "$E/atom" >"$T/atom.out" ) &
 reader=$!
