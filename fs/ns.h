@@ -515,6 +515,9 @@ void ns_counts(struct ns *ns, uint64_t *objects, uint64_t *inflight);
 /* Pool bytes that hold copies of other nodes' objects (dropped when the
  * pool is short and nothing uses them). */
 uint64_t ns_copy_bytes(struct ns *ns);
+/* Host memory beside a full host pool that streams' windows hold now (up
+ * to a quarter of the pool's size). */
+uint64_t ns_outside_bytes(struct ns *ns);
 int ns_transfers(struct ns *ns, struct ns_xfer **out, size_t *n);
 /* ---- rank-shard views (fs/view.c) ---- */
 

@@ -418,6 +418,14 @@ ssize_t stream_window(struct ns *ns, struct stream *s, uint64_t off, uint64_t wa
 	return (ssize_t)(a->start + a->have - off);
 }
 
+uint64_t ns_outside_bytes(struct ns *ns)
+{
+	pthread_mutex_lock(&ns->lock);
+	uint64_t n = ns->outside;
+	pthread_mutex_unlock(&ns->lock);
+	return n;
+}
+
 int stream_in_pool(const struct ns *ns, const struct stream *s)
 {
 	return ns->base && !s->outside;

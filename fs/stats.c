@@ -149,6 +149,7 @@ char *stats_render_prometheus(const struct stats *s, const struct stats_gauges *
 	prom_gauge(f, "pool_size_bytes", "Size of the memory pool", g->pool_size);
 	prom_gauge(f, "pool_used_bytes", "Bytes of the pool in use", g->pool_used);
 	prom_gauge(f, "pool_copies_bytes", "Bytes of the pool holding copies of other nodes' objects", g->pool_copies);
+	prom_gauge(f, "pool_outside_bytes", "Host memory beside the full pool that streamed reads' windows hold", g->pool_outside);
 	prom_gauge(f, "inflight", "Transfers in flight", g->inflight);
 	for (int h = 0; h < H__COUNT; h++)
 		prom_hist(f, s, h);

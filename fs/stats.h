@@ -51,7 +51,7 @@ void stats_observe(struct stats *s, enum hist_id h, uint64_t ns);
 
 /* Gauges that live elsewhere, passed in when rendering. */
 struct stats_gauges {
-	uint64_t objects, pool_size, pool_used, pool_copies, inflight;
+	uint64_t objects, pool_size, pool_used, pool_copies, pool_outside, inflight;
 };
 
 /* Render into a malloc'd buffer; NULL on out-of-memory. */

@@ -60,6 +60,7 @@ static char *render_health(const struct vfile_ctx *c)
 	json_object_object_add(pool, "free", json_object_new_uint64(u.free));
 	json_object_object_add(pool, "largest_free", json_object_new_uint64(u.largest_free));
 	json_object_object_add(pool, "copies", json_object_new_uint64(ns_copy_bytes(c->ns)));
+	json_object_object_add(pool, "outside", json_object_new_uint64(ns_outside_bytes(c->ns)));
 	json_object_object_add(pool, "locked", json_object_new_boolean(u.locked));
 	if (pool_cpu(c->pool)) {
 		json_object_object_add(pool, "shared", json_object_new_boolean(u.shared));
@@ -145,6 +146,7 @@ char *vfile_render(const struct vfile_ctx *c, const char *name, size_t *len)
 		g.pool_size = u.size;
 		g.pool_used = u.used;
 		g.pool_copies = ns_copy_bytes(c->ns);
+		g.pool_outside = ns_outside_bytes(c->ns);
 		s = stats_render_prometheus(c->st, &g);
 	} else if (!strcmp(name, "transfers")) {
 		s = render_transfers(c);

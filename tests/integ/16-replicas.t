@@ -128,16 +128,18 @@ is "$(PYTHONPATH="$SRC/contrib/python" $SYSPY -c 'import sys, omnifs
 sys.stdout.buffer.write(omnifs.Mount(sys.argv[1]).get("0", "1", "k2", timeout=5))' "$T/b" | cmp - "$T/k2" && echo same)" \
 	same "... and omnifs.Mount.get, which reads it (no window in the pool to copy out of)"
 is "$(M=$T/b pyerr "
+import json
 fs = []
 try:
     while len(fs) < 8:
         fs.append(open(M + '/0/1/k2', 'rb', buffering=0))
         assert fs[-1].read(1)
 finally:
-    print(len(fs))
-    [f.close() for f in fs]")" "6
-ENOSPC" "six readers at once have their windows beside it, a seventh ENOSPC, at once"
+    print(len(fs), json.load(open(M + '/.omni/health'))['pool']['outside'] >> 20)
+    [f.close() for f in fs]")" "6 24
+ENOSPC" "six readers at once have their windows beside it (health: 24 MiB outside), a seventh ENOSPC, at once"
 is "$(stat_of b aborted)" 0 "... and nothing of b's own was dropped for them"
+is "$(health b "d['pool']['outside']")" 0 "... their closes give the memory back"
 ok "... which give them back: it reads again" cmp "$T/k2" "$T/b/0/1/k2"
 is "$(free_b)" 3 "... and b's pool is as it was"
 rm "$T/b/1/2/mine2"
@@ -160,5 +162,18 @@ print("same" if got == want else "differs")
 PYEOF
 timeout 60 tail --pid=$! -f /dev/null
 is "$(cat "$T/across.out")" same "... with 4 MiB free it streams through two pieces, reads across them too"
+
+# A window beside the pool is given back when its owner dies mid-read.
+head -c 2M /dev/urandom >"$T/mine3"
+cp "$T/mine3" "$T/b/1/2/mine3"
+cat >"$T/cut.sh" <<EOF
+$PY -c "import json; print(json.load(open('$T/b/.omni/health'))['pool']['outside'] >> 20)" >"$T/outside.out"
+kill -9 ${NODE_PID[a]}
+EOF
+disown "${NODE_PID[a]}"    # killed by cut.sh: no "Killed" from bash
+res=$(read_cut "$T/b/0/1/k3" bash "$T/cut.sh")
+is "$(cat "$T/outside.out")" 4 "a read with 2 MiB free in b's pool holds a 4 MiB window beside it"
+is "$res" "Input/output error 1" "... its owner killed mid-read: EIO within 10 s"
+is "$(health b "d['pool']['outside']")" 0 "... and the window is given back"
 
 done_testing
