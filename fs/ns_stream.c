@@ -232,8 +232,10 @@ int stream_open(struct ns *ns, struct object *o, struct ns_waiter *w, struct ns_
 
 	if (!w)
 		return -ENOENT;         /* an open that may not wait */
-	if ((rc = stream_new(ns, o, &s)))
+	if ((rc = stream_new(ns, o, &s))) {
+		stat_add(ns->st, ST_ERRORS, 1);
 		return rc;
+	}
 	if (!(s->h = handle_new(ns, o, 0))) {
 		stream_close(s, &owner, &lease);        /* it pulled nothing yet */
 		return -ENOMEM;
