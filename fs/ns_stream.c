@@ -8,8 +8,8 @@
  * bytes in the pool, down to STREAM_SLOTS_MIN where the pool is short,
  * and that many beside it where the pool has no room at all (its objects
  * all in use, waiting for readers elsewhere that a read here must not wait
- * for), up to OUTSIDE_SHARE of the pool's size in all, so that a full pool
- * bounds what its streams take beside it too:
+ * for), up to a quarter of the pool's size in all (OUTSIDE_SHARE), so that
+ * the pool's size bounds what its streams take beside it too:
  * each slot pulls one aligned piece ahead of the reader, its bytes
  * are received straight into it and stay in cache until the read hands
  * them on, and a slot the reader has left behind pulls the next piece.
