@@ -183,6 +183,7 @@ struct ns {
 	pthread_cond_t fcond;           /* a fetch moved on */
 	struct object *lru_head, *lru_tail;     /* least recently opened first */
 	uint64_t outside;               /* streams' windows beside a full pool (ns_stream.c) */
+	uint64_t nowindow_said_ns;      /* when the log last said a read had none */
 	_Atomic uint64_t next_lease;    /* ns_lease_id() */
 	pthread_mutex_t ev_lock;        /* one thread delivers events at a time */
 	struct ns_event *ev_head, *ev_tail;

@@ -34,6 +34,8 @@
 #include "ns_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "../transport/clock.h"
@@ -45,6 +47,7 @@
 #define STREAM_WINDOW ((uint64_t)STREAM_SLOTS * STREAM_SLOT)
 #define STREAM_WINDOW_MIN ((uint64_t)STREAM_SLOTS_MIN * STREAM_SLOT)
 #define OUTSIDE_SHARE 4                 /* windows beside the pool: pool_size / this */
+#define NOWINDOW_SAY_NS (10ull * 1000000000)
 _Static_assert(STREAM_SLOT % NS_CHUNK == 0, "the owner sends its kept chunk hashes");
 _Static_assert(STREAM_WINDOW < NS_STREAM_MIN, "a streamed object is larger than its window");
 
@@ -224,6 +227,21 @@ static struct slot *stream_gap(struct stream *s, uint64_t *piece)
 	return NULL;
 }
 
+/* Why a read is refused, in the log: once in NOWINDOW_SAY_NS, as many
+ * readers at once may be. */
+static void nowindow_say(struct ns *ns, const struct object *o)
+{
+	uint64_t now = clock_mono_ns();
+
+	if (ns->nowindow_said_ns && now - ns->nowindow_said_ns < NOWINDOW_SAY_NS)
+		return;
+	ns->nowindow_said_ns = now;
+	fprintf(stderr, "omnifs: %s/%s/%s: no room for a window to stream it to a reader, "
+		"in the pool or beside it (%" PRIu64 " bytes beside it, a quarter of the "
+		"pool's size): ENOSPC\n", o->node->parent->parent->name,
+		o->node->parent->name, o->node->name, ns->outside);
+}
+
 int stream_open(struct ns *ns, struct object *o, struct ns_waiter *w, struct ns_wakes *wl)
 {
 	struct stream *s = NULL;       /* set by stream_new (some gcc -O levels cannot tell) */
@@ -234,6 +252,8 @@ int stream_open(struct ns *ns, struct object *o, struct ns_waiter *w, struct ns_
 		return -ENOENT;         /* an open that may not wait */
 	if ((rc = stream_new(ns, o, &s))) {
 		stat_add(ns->st, ST_ERRORS, 1);
+		if (rc == -ENOSPC)
+			nowindow_say(ns, o);
 		return rc;
 	}
 	if (!(s->h = handle_new(ns, o, 0))) {

@@ -140,6 +140,7 @@ finally:
 ENOSPC" "six readers at once have their windows beside it (health: 24 MiB outside), a seventh ENOSPC, at once"
 is "$(stat_of b aborted)" 0 "... and nothing of b's own was dropped for them"
 is "$(stat_of b errors)" 1 "... the seventh is counted in errors"
+ok "... and b's log says why, in one line" grep -q "0/1/k2: no room for a window to stream it to a reader, in the pool or beside it (25165824 bytes beside it, a quarter of the pool's size): ENOSPC" "$T/b.log"
 is "$(health b "d['pool']['outside']")" 0 "... their closes give the memory back"
 ok "... which give them back: it reads again" cmp "$T/k2" "$T/b/0/1/k2"
 is "$(free_b)" 3 "... and b's pool is as it was"
