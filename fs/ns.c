@@ -268,6 +268,8 @@ void obj_put(struct ns *ns, struct object *o)
 	replica_forget(ns, o);
 	for (unsigned i = 0; i < o->next; i++)
 		pool_free(ns->pool, o->ext[i].off, o->ext[i].len);
+	if (o->next)
+		window_room(ns);
 	if (o->hs)
 		XXH3_freeState(o->hs);
 	if (o->cs)
@@ -473,6 +475,7 @@ static void obj_shrink(struct ns *ns, struct object *o, uint64_t keep)
 			e->len = need;
 		}
 	}
+	window_room(ns);
 }
 
 /* The extent holding logical offset off. */
@@ -756,6 +759,74 @@ static void waiter_dequeue(struct ns *ns, struct ns_waiter *w)
 		node_maybe_free(ns, key);
 }
 
+/* When w's wait on n ends; 0 if it may not wait at all. */
+static int waiter_deadline(struct ns *ns, struct node *n, struct ns_waiter *w, int fetch,
+			   uint64_t *deadline)
+{
+	struct ns_policy p = policy_of(ns, n->parent);
+
+	if (!w)
+		return 0;
+	if (w->wait_ms > 0)
+		p.wait_ms = w->wait_ms;         /* the opener armed its own (callwait.h) */
+	if (fetch && p.wait_ms <= 0)
+		p.wait_ms = FETCH_WAIT_MS;      /* published: waits for its bytes */
+	if (p.wait_ms <= 0)
+		return 0;
+	w->capped = ns->set.max_wait_ms > 0 && p.wait_ms > ns->set.max_wait_ms;
+	w->cut = 0;
+	if (w->capped)
+		p.wait_ms = ns->set.max_wait_ms;
+	*deadline = clock_mono_ns() + (uint64_t)p.wait_ms * 1000000u;
+	return 1;
+}
+
+/* Queues w on n until deadline (counted in waits if fresh). */
+static int waiter_enqueue(struct ns *ns, struct node *n, struct ns_waiter *w, int flags,
+			  uint64_t deadline, int fresh)
+{
+	w->type = T_WAITER;
+	w->ino = n->ino;
+	w->flags = flags;
+	w->prev = NULL;
+	w->next = n->waiters;
+	if (n->waiters)
+		n->waiters->prev = w;
+	n->waiters = w;
+	htab_add(&ns->waiters, &w->byid, w->id);
+	w->timer.idx = TIMER_IDLE;
+	if (timerq_add(&ns->tq, &w->timer, deadline)) {
+		n->waiters = w->next;
+		if (w->next)
+			w->next->prev = NULL;
+		htab_del(&ns->waiters, &w->byid);
+		return -ENOMEM;
+	}
+	stat_add(ns->st, ST_WAITERS, 1);
+	if (fresh)
+		stat_add(ns->st, ST_WAITS, 1);
+	if (w->interrupted && w->interrupted(w)) {
+		waiter_dequeue(ns, w);
+		return -EINTR;
+	}
+	if (timerq_peek(&ns->tq) == &w->timer)
+		pthread_cond_signal(&ns->cond);
+	return -EINPROGRESS;
+}
+
+/* Queues an open on key n until it is published, or (fetch) until a
+ * remote object's first bytes are here. */
+static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int fetch,
+			int flags)
+{
+	uint64_t deadline;
+
+	if (!waiter_deadline(ns, n, w, fetch, &deadline))
+		return -ENOENT;         /* an open that may not wait */
+	w->window = 0;
+	return waiter_enqueue(ns, n, w, flags, deadline, 1);
+}
+
 void handle_unseen(struct ns_handle *h)
 {
 	if (!h->write && !h->unseen) {
@@ -794,21 +865,121 @@ struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
 	return h;
 }
 
+/* A reader's open of key's streamed object: answered by its window's
+ * first pull (stream_open), or, where no window has room in the pool or
+ * beside it, queued on the key again until room comes back (window_retry)
+ * or its deadline passes (then ENOSPC): a read waits for memory that other
+ * reads are sure to give back rather than fail.  A first wait's deadline
+ * is the edge's wait_ms (or the opener's own) from now. */
+static int window_open(struct ns *ns, struct node *key, struct ns_waiter *w, int flags,
+		       const uint64_t *deadline, struct ns_wakes *wl)
+{
+	uint64_t until;
+	int rc = stream_open(ns, key->obj, w, wl);
+
+	if (rc != -ENOSPC)
+		return rc;
+	if (deadline)
+		until = *deadline;
+	else if (!waiter_deadline(ns, key, w, 0, &until)) {
+		stream_refused(ns, key->obj);
+		return -ENOSPC;
+	}
+	w->window = 1;
+	ns->window_waiting = 1;
+	return waiter_enqueue(ns, key, w, flags, until, !deadline);
+}
+
+/* Under the lock: pool room or a window came back.  Opens waiting for a
+ * window try again on the deadline thread, which answers them. */
+void window_room(struct ns *ns)
+{
+	if (ns->window_waiting && !ns->window_retry) {
+		ns->window_retry = 1;
+		pthread_cond_signal(&ns->cond);
+	}
+}
+
+static int by_deadline(const void *a, const void *b)
+{
+	uint64_t x = (*(struct ns_waiter *const *)a)->timer.when;
+	uint64_t y = (*(struct ns_waiter *const *)b)->timer.when;
+
+	return (x > y) - (x < y);
+}
+
+/* The *n opens waiting for a window, earliest deadline (about: longest
+ * waiting) first, in a NULL-ended array; NULL when there are none or no
+ * memory (the next room retries).  Collected first: one queued again may
+ * land in a bucket not yet seen. */
+static struct ns_waiter **window_waiters(struct ns *ns, size_t *n)
+{
+	struct ns_waiter *list = NULL, **v;
+
+	for (size_t i = 0; i < ns->waiters.nb; i++)
+		for (struct hlink *l = ns->waiters.b[i]; l; l = l->next) {
+			struct ns_waiter *w = (struct ns_waiter *)
+				((char *)l - offsetof(struct ns_waiter, byid));
+			if (w->window) {
+				w->wnext = list;
+				list = w;
+				++*n;
+			}
+		}
+	if (!*n || !(v = malloc((*n + 1) * sizeof(*v))))
+		return NULL;
+	for (size_t i = 0; list; list = list->wnext)
+		v[i++] = list;
+	v[*n] = NULL;
+	qsort(v, *n, sizeof(*v), by_deadline);
+	return v;
+}
+
+/* The deadline thread's, for window_room(): each open waiting for a
+ * window tries again, longest waiting first; one that still finds no room
+ * waits on until its deadline. */
+static void window_retry(struct ns *ns, struct ns_wakes *wl)
+{
+	size_t n = 0;
+	struct ns_waiter **v = window_waiters(ns, &n);
+
+	ns->window_retry = 0;
+	ns->window_waiting = n > 0;
+	for (struct ns_waiter **p = v; p && *p; p++) {
+		struct ns_waiter *w = *p;
+		struct node *key = node_by_ino(ns, w->ino);
+		uint64_t deadline = w->timer.when;
+		int flags = w->flags;
+		if (!key || !key->obj || key->obj->state != OS_PUBLISHED || !obj_streamed(key->obj)) {
+			w->window = 0;  /* a new object of its key's: waits for it */
+			continue;
+		}
+		waiter_dequeue(ns, w);  /* (the key stays: it has an object) */
+		int rc = window_open(ns, key, w, flags, &deadline, wl);
+		if (rc != -EINPROGRESS)
+			wake_push(wl, w, rc, NULL);
+	}
+	free(v);
+}
+
 /* Answers the opens waiting on a key: with a handle on its object, or
  * with err.  A reader of a streamed object is answered later, by its
- * window's first pull (stream_open). */
+ * window's first pull (window_open).  The queue is taken whole first: an
+ * open with no room for a window joins the key's queue again. */
 void wake_key(struct ns *ns, struct node *key, int err, struct ns_wakes *wl)
 {
-	while (key->waiters) {
-		struct ns_waiter *w = key->waiters;
-		key->waiters = w->next;         /* the key stays: it has an object */
-		if (key->waiters)
-			key->waiters->prev = NULL;
+	struct ns_waiter *list = key->waiters;
+
+	key->waiters = NULL;            /* the key stays: it has an object */
+	while (list) {
+		struct ns_waiter *w = list;
+		list = w->next;
 		htab_del(&ns->waiters, &w->byid);
 		timerq_del(&ns->tq, &w->timer);
 		stat_sub(ns->st, ST_WAITERS, 1);
 		if (!err && obj_streamed(key->obj) && !(w->flags & (NS_OPEN_SOURCE | NS_OPEN_HERE))) {
-			int rc = stream_open(ns, key->obj, w, wl);
+			uint64_t deadline = w->timer.when;
+			int rc = window_open(ns, key, w, w->flags, &deadline, wl);
 			if (rc != -EINPROGRESS)
 				wake_push(wl, w, rc, NULL);
 			continue;
@@ -1161,6 +1332,19 @@ static int waiter_fetching(struct ns *ns, struct ns_waiter *w, uint64_t now)
 	return 1;
 }
 
+/* An open that waited for room for a window until its deadline. */
+static void window_expired(struct ns *ns, struct ns_waiter *w, struct ns_wakes *wl)
+{
+	struct node *key = node_by_ino(ns, w->ino);
+
+	if (key && key->obj)
+		stream_refused(ns, key->obj);
+	else
+		stat_add(ns->st, ST_ERRORS, 1);
+	waiter_dequeue(ns, w);
+	wake_push(wl, w, -ENOSPC, NULL);
+}
+
 static void expire_due(struct ns *ns, uint64_t now, struct ns_wakes *wl)
 {
 	struct timer *t;
@@ -1171,6 +1355,10 @@ static void expire_due(struct ns *ns, uint64_t now, struct ns_wakes *wl)
 			struct ns_waiter *w = (struct ns_waiter *)t;
 			if (waiter_fetching(ns, w, now))
 				continue;
+			if (w->window) {
+				window_expired(ns, w, wl);
+				continue;
+			}
 			waiter_dequeue(ns, w);
 			stat_add(ns->st, ST_WAIT_TIMEOUTS, 1);
 			stat_add(ns->st, ST_ERRORS, 1);
@@ -1196,17 +1384,19 @@ static void *deadline_thread(void *arg)
 		struct ns_wakes wl = { 0 };
 		struct timer *t = timerq_peek(&ns->tq);
 		uint64_t now = clock_mono_ns();
-		if (!t) {
+		if (ns->window_retry) {
+			window_retry(ns, &wl);
+		} else if (!t) {
 			pthread_cond_wait(&ns->cond, &ns->lock);
 			continue;
-		}
-		if (t->when > now) {
+		} else if (t->when > now) {
 			struct timespec ts = { (time_t)(t->when / 1000000000u),
 					       (long)(t->when % 1000000000u) };
 			pthread_cond_timedwait(&ns->cond, &ns->lock, &ts);
 			continue;
+		} else {
+			expire_due(ns, now, &wl);
 		}
-		expire_due(ns, now, &wl);
 		ns_unlock(ns);
 		ns_wake(ns, &wl);
 		pthread_mutex_lock(&ns->lock);
@@ -1656,53 +1846,6 @@ int ns_create_known(struct ns *ns, uint64_t ino, uint32_t uid, uint32_t gid, int
 	return rc;
 }
 
-/* Queues an open on key n until it is published, or (fetch) until a
- * remote object's first bytes are here. */
-static int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int fetch,
-			int flags)
-{
-	struct ns_policy p = policy_of(ns, n->parent);
-
-	if (!w)
-		return -ENOENT;         /* an open that may not wait */
-	if (w->wait_ms > 0)
-		p.wait_ms = w->wait_ms;         /* the opener armed its own (callwait.h) */
-	if (fetch && p.wait_ms <= 0)
-		p.wait_ms = FETCH_WAIT_MS;      /* published: waits for its bytes */
-	if (p.wait_ms <= 0)
-		return -ENOENT;
-	w->capped = ns->set.max_wait_ms > 0 && p.wait_ms > ns->set.max_wait_ms;
-	w->cut = 0;
-	if (w->capped)
-		p.wait_ms = ns->set.max_wait_ms;
-	w->type = T_WAITER;
-	w->ino = n->ino;
-	w->flags = flags;
-	w->prev = NULL;
-	w->next = n->waiters;
-	if (n->waiters)
-		n->waiters->prev = w;
-	n->waiters = w;
-	htab_add(&ns->waiters, &w->byid, w->id);
-	w->timer.idx = TIMER_IDLE;
-	if (timerq_add(&ns->tq, &w->timer, clock_mono_ns() + (uint64_t)p.wait_ms * 1000000u)) {
-		n->waiters = w->next;
-		if (w->next)
-			w->next->prev = NULL;
-		htab_del(&ns->waiters, &w->byid);
-		return -ENOMEM;
-	}
-	stat_add(ns->st, ST_WAITERS, 1);
-	stat_add(ns->st, ST_WAITS, 1);
-	if (w->interrupted && w->interrupted(w)) {
-		waiter_dequeue(ns, w);
-		return -EINTR;
-	}
-	if (timerq_peek(&ns->tq) == &w->timer)
-		pthread_cond_signal(&ns->cond);
-	return -EINPROGRESS;
-}
-
 int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	    struct ns_handle **h)
 {
@@ -1742,7 +1885,7 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 		   o->fetch != F_DONE) {
 		rc = -EREMOTE;
 	} else if (o && o->state == OS_PUBLISHED && obj_streamed(o)) {
-		rc = stream_open(ns, o, w, &wl);        /* answered by its window's first pull */
+		rc = window_open(ns, n, w, flags, NULL, &wl);   /* answered by its window's first pull */
 	} else if (o && o->state == OS_PUBLISHED && o->owner >= 0 &&
 		   o->fetch != F_DONE && (o->fetch != F_RUNNING || !o->have)) {
 		/* Another node's: answered once its first bytes are here,

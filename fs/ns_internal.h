@@ -184,6 +184,8 @@ struct ns {
 	struct object *lru_head, *lru_tail;     /* least recently opened first */
 	uint64_t outside;               /* streams' windows beside a full pool (ns_stream.c) */
 	uint64_t nowindow_said_ns;      /* when the log last said a read had none */
+	int window_waiting;             /* opens may wait for room for a window ... */
+	int window_retry;               /* ... and room came back: window_retry() */
 	_Atomic uint64_t next_lease;    /* ns_lease_id() */
 	pthread_mutex_t ev_lock;        /* one thread delivers events at a time */
 	struct ns_event *ev_head, *ev_tail;
@@ -323,8 +325,14 @@ int obj_streamed(const struct object *o);
 int stream_wanted(const struct ns_handle *h);
 /* A reader's handle on streamed o and its window, for the open w, which
  * the window's first pull answers: -EINPROGRESS (ns_wake(wl) pumps it),
- * or -errno (-ENOSPC, -ENOMEM). */
+ * or -errno (-ENOMEM; -ENOSPC, no room for a window: ns.c's window_open
+ * waits for some). */
 int stream_open(struct ns *ns, struct object *o, struct ns_waiter *w, struct ns_wakes *wl);
+/* A reader's open of o is refused ENOSPC: counted, and said in the log. */
+void stream_refused(struct ns *ns, const struct object *o);
+/* Pool room or a window came back (ns.c): opens waiting for a window try
+ * again. */
+void window_room(struct ns *ns);
 void stream_pump_all(struct ns *ns, struct stream *list);       /* unlocked: ns_wake's */
 /* Waits for its turn and for [off, off+len) (len > 0, clipped to a slot)
  * and points iov (2 entries) at it: the byte count, or -EIO.  The bytes

@@ -54,6 +54,7 @@ static void replica_drop(struct ns *ns, struct object *o)
 {
 	for (unsigned i = 0; i < o->next; i++)
 		pool_free(ns->pool, o->ext[i].off, o->ext[i].len);
+	window_room(ns);
 	o->next = 0;
 	o->cap = 0;
 	o->have = 0;

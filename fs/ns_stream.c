@@ -9,11 +9,12 @@
  * and that many beside it where the pool has no room at all (its objects
  * all in use, waiting for readers elsewhere that a read here must not wait
  * for), up to a quarter of the pool's size in all (OUTSIDE_SHARE), so that
- * the pool's size bounds what its streams take beside it too:
- * each slot pulls one aligned piece ahead of the reader, its bytes
- * are received straight into it and stay in cache until the read hands
- * them on, and a slot the reader has left behind pulls the next piece.
- * Nothing of the object stays here after the read.
+ * the pool's size bounds what its streams take beside it too (past that an
+ * open waits for one: ns.c's window_open).  Each slot pulls one aligned
+ * piece ahead of the reader, its bytes are received straight into it and
+ * stay in cache until the read hands them on, and a slot the reader has
+ * left behind pulls the next piece.  Nothing of the object stays here
+ * after the read.
  *
  * The pulls run under a lease (lease.h), so the owner keeps the object for
  * this read as an open file would, however long it takes.  The owner
@@ -160,6 +161,7 @@ static void stream_put(struct stream *s)
 		pool_free(s->ns->pool, s->poff, s->plen);
 	else
 		land_free(s->ns, s->mem);
+	window_room(s->ns);
 	free(s);
 }
 
@@ -227,12 +229,13 @@ static struct slot *stream_gap(struct stream *s, uint64_t *piece)
 	return NULL;
 }
 
-/* Why a read is refused, in the log: once in NOWINDOW_SAY_NS, as many
- * readers at once may be. */
-static void nowindow_say(struct ns *ns, const struct object *o)
+/* A read refused for want of a window, counted, and said in the log once
+ * in NOWINDOW_SAY_NS, as many readers at once may be. */
+void stream_refused(struct ns *ns, const struct object *o)
 {
 	uint64_t now = clock_mono_ns();
 
+	stat_add(ns->st, ST_ERRORS, 1);
 	if (ns->nowindow_said_ns && now - ns->nowindow_said_ns < NOWINDOW_SAY_NS)
 		return;
 	ns->nowindow_said_ns = now;
@@ -250,12 +253,8 @@ int stream_open(struct ns *ns, struct object *o, struct ns_waiter *w, struct ns_
 
 	if (!w)
 		return -ENOENT;         /* an open that may not wait */
-	if ((rc = stream_new(ns, o, &s))) {
-		stat_add(ns->st, ST_ERRORS, 1);
-		if (rc == -ENOSPC)
-			nowindow_say(ns, o);
+	if ((rc = stream_new(ns, o, &s)))
 		return rc;
-	}
 	if (!(s->h = handle_new(ns, o, 0))) {
 		stream_close(s, &owner, &lease);        /* it pulled nothing yet */
 		return -ENOMEM;

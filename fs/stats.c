@@ -23,7 +23,7 @@ static const struct {
 	[ST_BYTES_PULLED_TCP] = { "bytes_pulled_tcp", "Bytes pulled from peers over TCP", 0 },
 	[ST_BYTES_PULLED_RDMA] = { "bytes_pulled_rdma", "Bytes pulled from peers by RDMA READ", 0 },
 	[ST_BYTES_SERVED] = { "bytes_served", "Bytes sent to peers", 0 },
-	[ST_WAITERS] = { "waiters", "Opens waiting for a key now", 1 },
+	[ST_WAITERS] = { "waiters", "Opens waiting for a key now (or for room to stream it)", 1 },
 	[ST_WAITS] = { "waits", "Opens that had to wait for a key", 0 },
 	[ST_WAIT_TIMEOUTS] = { "wait_timeouts", "Waiting opens that ran out of wait_ms", 0 },
 	[ST_ERRORS] = { "errors", "Operations that failed with an error", 0 },

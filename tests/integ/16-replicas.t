@@ -127,19 +127,40 @@ is "$(stat_of b windows_outside_pool)" 1 "... which .omni/stats counts (windows_
 is "$(PYTHONPATH="$SRC/contrib/python" $SYSPY -c 'import sys, omnifs
 sys.stdout.buffer.write(omnifs.Mount(sys.argv[1]).get("0", "1", "k2", timeout=5))' "$T/b" | cmp - "$T/k2" && echo same)" \
 	same "... and omnifs.Mount.get, which reads it (no window in the pool to copy out of)"
-is "$(M=$T/b pyerr "
-import json
-fs = []
+# Six readers hold them all; a seventh open waits for one of them (until
+# its wait_ms, then ENOSPC), and is served as soon as one closes.
+$PY - "$T/b" "$T/k2" >"$T/seven.out" <<'PYEOF2'
+import errno, json, os, sys, threading, time
+M, want = sys.argv[1], open(sys.argv[2], "rb").read()
+def stat(name):
+    return int([l.split()[1] for l in open(M + "/.omni/stats") if l.startswith(name + ":")][0])
+fs = [open(M + "/0/1/k2", "rb", buffering=0) for _ in range(6)]
+assert all(f.read(1) for f in fs)
+print(json.load(open(M + "/.omni/health"))["pool"]["outside"] >> 20)
+t0 = time.monotonic()
+os.setxattr(M, "user.omni.wait_ms", b"700")     # its own deadline
 try:
-    while len(fs) < 8:
-        fs.append(open(M + '/0/1/k2', 'rb', buffering=0))
-        assert fs[-1].read(1)
-finally:
-    print(len(fs), json.load(open(M + '/.omni/health'))['pool']['outside'] >> 20)
-    [f.close() for f in fs]")" "6 24
-ENOSPC" "six readers at once have their windows beside it (health: 24 MiB outside), a seventh ENOSPC, at once"
+    open(M + "/0/1/k2", "rb")
+except OSError as e:
+    print(errno.errorcode[e.errno], 0.6 < time.monotonic() - t0 < 5)
+got = []
+th = threading.Thread(target=lambda: got.append(open(M + "/0/1/k2", "rb").read()))
+w0, end = stat("waiters"), time.monotonic() + 10
+th.start()
+while stat("waiters") == w0 and time.monotonic() < end:
+    time.sleep(0.01)
+print("waits" if stat("waiters") > w0 else "does not wait")
+fs.pop().close()
+th.join(30)
+print("served" if got == [want] else "not served")
+[f.close() for f in fs]
+PYEOF2
+is "$(cat "$T/seven.out")" "24
+ENOSPC True
+waits
+served" "six readers at once have their windows beside it (24 MiB); a seventh waits until its wait_ms, then ENOSPC; one that waits is served when one of the six closes"
 is "$(stat_of b aborted)" 0 "... and nothing of b's own was dropped for them"
-is "$(stat_of b errors)" 1 "... the seventh is counted in errors"
+is "$(stat_of b errors)" 1 "... the refused one is counted in errors"
 ok "... and b's log says why, in one line" grep -q "0/1/k2: no room for a window to stream it to a reader, in the pool or beside it (25165824 bytes beside it, a quarter of the pool's size): ENOSPC" "$T/b.log"
 is "$(health b "d['pool']['outside']")" 0 "... their closes give the memory back"
 ok "... which give them back: it reads again" cmp "$T/k2" "$T/b/0/1/k2"
