@@ -71,8 +71,9 @@ PYEOF
 # hung with its key open, whose request was retried on another node.
 # hung W P EDGE: W's writer holds a key open, a reader on W waits for it,
 # and P writes and closes it.  Prints P's close, the hung writer's next
-# write and close, what W's reader got (and whether before that close,
-# within 2 s), then what each node reads.  P's close publishes, the hung writer's writes
+# write (once W's reader has the winner, or 2 s on) and close, what W's
+# reader got (and whether within 2 s of P's close), then what each node
+# reads.  P's close publishes, the hung writer's writes
 # and close fail with EEXIST, and every node reads P's bytes at once.
 # Before, on the node where the claims meet (d, the host of 2) P's close
 # failed with EEXIST, and the key was published nowhere once the hung
@@ -106,9 +107,9 @@ def publish():
     with open(path(P), "wb") as f:
         f.write(P.encode())
 step(publish)
-step(lambda: os.write(hung, W.encode()))
 r.join(2)                       # the reader has P's before the hung one goes
-fast = not r.is_alive()
+fast = not r.is_alive()         # (W has heard of the publish: the announce
+step(lambda: os.write(hung, W.encode()))        # comes after P's close)
 step(lambda: os.close(hung))
 r.join()
 out += [got["r"], str(fast)]
