@@ -908,28 +908,33 @@ static int by_deadline(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* The opens waiting for a window: how many, and, into v where given, which. */
+static size_t window_collect(struct ns *ns, struct ns_waiter **v)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < ns->waiters.nb; i++)
+		for (struct hlink *l = ns->waiters.b[i]; l; l = l->next) {
+			struct ns_waiter *w = (struct ns_waiter *)
+				((char *)l - offsetof(struct ns_waiter, byid));
+			if (w->window && v)
+				v[n] = w;
+			n += w->window != 0;
+		}
+	return n;
+}
+
 /* The *n opens waiting for a window, earliest deadline (about: longest
  * waiting) first, in a NULL-ended array; NULL when there are none or no
  * memory (the next room retries).  Collected first: one queued again may
  * land in a bucket not yet seen. */
 static struct ns_waiter **window_waiters(struct ns *ns, size_t *n)
 {
-	struct ns_waiter *list = NULL, **v;
+	struct ns_waiter **v;
 
-	for (size_t i = 0; i < ns->waiters.nb; i++)
-		for (struct hlink *l = ns->waiters.b[i]; l; l = l->next) {
-			struct ns_waiter *w = (struct ns_waiter *)
-				((char *)l - offsetof(struct ns_waiter, byid));
-			if (w->window) {
-				w->wnext = list;
-				list = w;
-				++*n;
-			}
-		}
-	if (!*n || !(v = malloc((*n + 1) * sizeof(*v))))
+	if (!(*n = window_collect(ns, NULL)) || !(v = malloc((*n + 1) * sizeof(*v))))
 		return NULL;
-	for (size_t i = 0; list; list = list->wnext)
-		v[i++] = list;
+	window_collect(ns, v);
 	v[*n] = NULL;
 	qsort(v, *n, sizeof(*v), by_deadline);
 	return v;

@@ -180,7 +180,6 @@ struct ns_waiter {
 	 * the one asked for (a caller of its own may wait again). */
 	int cut;
 	int window;             /* private to ns: waits for room for a window */
-	struct ns_waiter *wnext;        /* private to ns: window_retry's list */
 };
 
 /* Waiters a call has answered, told by ns_wake() once the lock is

@@ -144,7 +144,7 @@ try:
 except OSError as e:
     print(errno.errorcode[e.errno], 0.6 < time.monotonic() - t0 < 5)
 got = []
-th = threading.Thread(target=lambda: got.append(open(M + "/0/1/k2", "rb").read()))
+th = threading.Thread(target=lambda: got.append(open(M + "/0/1/k2", "rb").read()), daemon=True)
 w0, end = stat("waiters"), time.monotonic() + 10
 th.start()
 while stat("waiters") == w0 and time.monotonic() < end:
