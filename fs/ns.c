@@ -364,6 +364,10 @@ static void detach(struct ns *ns, struct object *o, enum stat_id why, int kernel
 	if (o->state != OS_PUBLISHED)
 		o->state = OS_DEAD;
 	timerq_del(&ns->tq, &o->ttl);
+	/* Opens waiting for room for a window of o wait for the key's next
+	 * object now, as one made after this would (ENOENT at the deadline). */
+	for (struct ns_waiter *w = key->waiters; w; w = w->next)
+		w->window = 0;
 	key->obj = NULL;
 	o->node = NULL;
 	ns->nobjects--;

@@ -551,7 +551,7 @@ static void each_key(struct ns *ns, void (*fn)(struct ns *ns, struct node *k, vo
 	}
 }
 
-struct drop { int owner, kept; uint64_t now; };
+struct drop { int owner, kept; uint64_t now; struct ns_wakes wl; };
 
 static void drop_key(struct ns *ns, struct node *k, void *arg)
 {
@@ -562,19 +562,25 @@ static void drop_key(struct ns *ns, struct node *k, void *arg)
 	if (k->obj->state == OS_PUBLISHED) {
 		k->lost_ns = d->now;    /* its next open: EIO */
 		d->kept = 1;
+		/* Opens waiting for room for a window of it: EIO now, as
+		 * the open they would make again gets. */
+		for (struct ns_waiter *w = k->waiters; w; w = w->next)
+			stat_add(ns->st, ST_ERRORS, 1);
+		wake_key(ns, k, -EIO, &d->wl);
 	}
 	obj_unlink(ns, k->obj, ST_LOST);
 }
 
 void ns_owner_lost(struct ns *ns, int owner)
 {
-	struct drop d = { owner, 0, clock_mono_ns() };
+	struct drop d = { .owner = owner, .now = clock_mono_ns() };
 
 	pthread_mutex_lock(&ns->lock);
 	each_key(ns, drop_key, &d);
 	if (d.kept)
 		ns_lost_sweep_at(ns, d.now + NS_LOST_KEEP_NS);
 	pthread_mutex_unlock(&ns->lock);
+	ns_wake(ns, &d.wl);
 }
 
 void ns_owner_renew(struct ns *ns, int owner)

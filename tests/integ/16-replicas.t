@@ -4,8 +4,10 @@
 # least recently opened first; copies in use stay; an object whose copy
 # cannot fit streams through a window of the pool, as one larger than the
 # pool does, and leaves the pool as it was; one whose window cannot fit
-# either takes it beside the pool, up to a quarter of the pool's size, and
-# fails at once with ENOSPC beyond (SPEC §4, §8).
+# either takes it beside the pool, up to a quarter of the pool's size;
+# beyond, its open waits for one: ENOSPC at its deadline, unless the object
+# goes meanwhile (then as an open of the key: ENOENT, or EIO for an owner
+# lost) (SPEC §4, §8).
 . "$(dirname "$0")/../lib.sh"
 
 read -r PA PB < <(free_ports 2)
@@ -165,6 +167,53 @@ ok "... and b's log says why, in one line" grep -q "0/1/k2: no room for a window
 is "$(health b "d['pool']['outside']")" 0 "... their closes give the memory back"
 ok "... which give them back: it reads again" cmp "$T/k2" "$T/b/0/1/k2"
 is "$(free_b)" 3 "... and b's pool is as it was"
+# window_wait KEY WAIT_MS CMD...: six readers of KEY hold every window
+# beside b's pool, a seventh open (its own wait WAIT_MS) waits for one,
+# then CMD runs: prints the seventh's answer, the seconds it took after
+# CMD, and how the six reads ended.
+window_wait() {
+	$PY - "$T/b" "$@" <<'PYEOF'
+import errno, os, subprocess, sys, threading, time
+M, key, wait_ms, cmd = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+def stat(name):
+    return int([l.split()[1] for l in open(M + "/.omni/stats") if l.startswith(name + ":")][0])
+def outcome(read):
+    try:
+        read()
+        return "read"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def read_on(fd):
+    while os.read(fd, 1 << 20):
+        pass
+fds = [os.open(M + "/0/1/" + key, os.O_RDONLY) for _ in range(6)]
+assert all(os.read(fd, 1 << 20) for fd in fds)
+got = []
+def seventh():
+    os.setxattr(M, "user.omni.wait_ms", wait_ms.encode())
+    got.append(outcome(lambda: open(M + "/0/1/" + key, "rb").read()))
+w0, end = stat("waiters"), time.monotonic() + 10
+th = threading.Thread(target=seventh, daemon=True)
+th.start()
+while stat("waiters") == w0 and time.monotonic() < end:
+    time.sleep(0.01)
+t = time.monotonic()
+subprocess.run(cmd, check=True)
+th.join(30)
+print(got[0] if got else "still waiting", round(time.monotonic() - t, 1))
+print(*sorted(set(outcome(lambda: read_on(fd)) for fd in fds)))
+[os.close(fd) for fd in fds]
+PYEOF
+}
+# An open waiting for a window of an object that is removed then waits
+# for the key's next object, as an open made after the rm would.
+read -r -d '' res < <(window_wait k1 1500 rm "$T/b/0/1/k1")
+set -- $res
+is "$1" ENOENT "an open waiting for a window of an object that is rm'd: ENOENT at its deadline (not ENOSPC)"
+ok "... not before it" awk -v s="$2" 'BEGIN { exit !(s >= 1.0 && s < 10) }'
+is "$3" read "... and the six that had it open read it to its end"
+is "$(health b "d['pool']['outside']")" 0 "... then give their windows back"
+
 rm "$T/b/1/2/mine2"
 head -c 2M /dev/urandom >"$T/mine2"
 cp "$T/mine2" "$T/b/1/2/mine2"
@@ -186,7 +235,8 @@ PYEOF
 timeout 60 tail --pid=$! -f /dev/null
 is "$(cat "$T/across.out")" same "... with 4 MiB free it streams through two pieces, reads across them too"
 
-# A window beside the pool is given back when its owner dies mid-read.
+# Windows beside the pool are given back when their owner dies mid-read,
+# and an open waiting for one fails then, as a new open of the key would.
 head -c 2M /dev/urandom >"$T/mine3"
 cp "$T/mine3" "$T/b/1/2/mine3"
 cat >"$T/cut.sh" <<EOF
@@ -194,9 +244,12 @@ $PY -c "import json; print(json.load(open('$T/b/.omni/health'))['pool']['outside
 kill -9 ${NODE_PID[a]}
 EOF
 disown "${NODE_PID[a]}"    # killed by cut.sh: no "Killed" from bash
-res=$(read_cut "$T/b/0/1/k3" bash "$T/cut.sh")
-is "$(cat "$T/outside.out")" 4 "a read with 2 MiB free in b's pool holds a 4 MiB window beside it"
-is "$res" "Input/output error 1" "... its owner killed mid-read: EIO within 10 s"
-is "$(health b "d['pool']['outside']")" 0 "... and the window is given back"
+read -r -d '' res < <(window_wait k3 8000 bash "$T/cut.sh")
+set -- $res
+is "$(cat "$T/outside.out")" 24 "six reads with 2 MiB free in b's pool hold 24 MiB of windows beside it"
+is "$3" EIO "... their owner killed mid-read: EIO"
+is "$1" EIO "... and a seventh open, waiting for a window, fails with EIO too"
+ok "... at once, not at its wait_ms (8 s)" awk -v s="$2" 'BEGIN { exit !(s < 5) }'
+is "$(health b "d['pool']['outside']")" 0 "... and the windows are given back"
 
 done_testing
