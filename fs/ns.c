@@ -928,6 +928,18 @@ static size_t window_collect(struct ns *ns, struct ns_waiter **v)
 	return n;
 }
 
+/* Under the lock: a peer was lost; the waiters that asked are told. */
+void waiters_peer_lost(struct ns *ns)
+{
+	for (size_t i = 0; i < ns->waiters.nb; i++)
+		for (struct hlink *l = ns->waiters.b[i]; l; l = l->next) {
+			struct ns_waiter *w = (struct ns_waiter *)
+				((char *)l - offsetof(struct ns_waiter, byid));
+			if (w->peer_lost)
+				w->peer_lost(w);
+		}
+}
+
 /* The *n opens waiting for a window, earliest deadline (about: longest
  * waiting) first, in a NULL-ended array; NULL when there are none or no
  * memory (the next room retries).  Collected first: one queued again may
@@ -2426,6 +2438,14 @@ unlock:
 	*out = v;
 	*count = n;
 	return rc;
+}
+
+int ns_source_lost(struct ns *ns, struct ns_handle *h)
+{
+	pthread_mutex_lock(&ns->lock);
+	int lost = h->obj->lost;
+	pthread_mutex_unlock(&ns->lock);
+	return lost;
 }
 
 int ns_source_info(struct ns *ns, struct ns_handle *h, struct ns_srcinfo *si)

@@ -180,6 +180,9 @@ struct ns_waiter {
 	 * the one asked for (a caller of its own may wait again). */
 	int cut;
 	int window;             /* private to ns: waits for room for a window */
+	/* If set, called under ns's lock when a peer is lost while this
+	 * waits: a view waiting for one shard may hold others of it (view.c). */
+	void (*peer_lost)(struct ns_waiter *w);
 };
 
 /* Waiters a call has answered, told by ns_wake() once the lock is
@@ -531,6 +534,9 @@ int ns_siblings(struct ns *ns, uint64_t ino, char self[NAME_KEY_MAX + 1], uint64
  * header (malloc'd, NULL if it has none or none came with it). */
 struct ns_srcinfo { int owner; uint64_t oid, size; uint8_t *kvhdr; uint32_t kvhdr_len; };
 int ns_source_info(struct ns *ns, struct ns_handle *h, struct ns_srcinfo *si);
+/* 1 if a source handle's object went with its owner (SPEC §4.7): a view
+ * of it can no longer be made. */
+int ns_source_lost(struct ns *ns, struct ns_handle *h);
 /* A view delivered c of the source (once per handle): counted here or
  * by its owner towards consumption (SPEC §5); the owner's news waits for
  * the next unlock that delivers, at the latest the source's release. */

@@ -66,6 +66,7 @@ struct object {
 	struct hlink byoid;
 	int fetch;
 	int nofit;                      /* its copy did not fit the pool: streamed */
+	int lost;                       /* went with its owner (ns_owner_lost) */
 	uint64_t have;
 	unsigned fetch_gen;
 	uint8_t *stage;                 /* a fetch's bytes on their way to a device pool */
@@ -273,6 +274,7 @@ void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease
  * is dropped.  ns_unlock() drops it and delivers queued events. */
 void wake_push(struct ns_wakes *wl, struct ns_waiter *w, int err, struct ns_handle *h);
 void wake_key(struct ns *ns, struct node *key, int err, struct ns_wakes *wl);
+void waiters_peer_lost(struct ns *ns);
 void wake_readers(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_sources(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_views(struct ns *ns, struct node *k, struct ns_wakes *wl);

@@ -559,6 +559,7 @@ static void drop_key(struct ns *ns, struct node *k, void *arg)
 
 	if (!k->obj || k->obj->owner != d->owner)
 		return;
+	k->obj->lost = 1;               /* for the views that hold it */
 	if (k->obj->state == OS_PUBLISHED) {
 		k->lost_ns = d->now;    /* its next open: EIO */
 		d->kept = 1;
@@ -577,8 +578,10 @@ void ns_owner_lost(struct ns *ns, int owner)
 
 	pthread_mutex_lock(&ns->lock);
 	each_key(ns, drop_key, &d);
-	if (d.kept)
+	if (d.kept) {
 		ns_lost_sweep_at(ns, d.now + NS_LOST_KEEP_NS);
+		waiters_peer_lost(ns);
+	}
 	pthread_mutex_unlock(&ns->lock);
 	ns_wake(ns, &d.wl);
 }

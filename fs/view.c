@@ -145,6 +145,7 @@ struct srcwait {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int answered, err;
+	int peer_lost;          /* a peer was lost meanwhile: look at the held */
 	struct ns_handle *h;
 };
 
@@ -160,13 +161,63 @@ static void srcwait_done(struct ns_waiter *nw, int err, struct ns_handle *h)
 	pthread_mutex_unlock(&sw->lock);
 }
 
-/* A handle on shard k, waiting for it as an open would (wait_ms); or,
- * now, only if it is published and needs no waiting: else -EAGAIN. */
+static void srcwait_peer_lost(struct ns_waiter *nw)
+{
+	struct srcwait *sw = (struct srcwait *)nw;
+
+	pthread_mutex_lock(&sw->lock);
+	sw->peer_lost = 1;
+	pthread_cond_signal(&sw->cond);
+	pthread_mutex_unlock(&sw->lock);
+}
+
+/* 1 if one of the n shards held went with its owner. */
+static int held_lost(struct ns *ns, struct ns_handle **held, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (ns_source_lost(ns, held[i]))
+			return 1;
+	return 0;
+}
+
+/* Waits for sw's answer.  A view that holds shards of a peer lost
+ * meanwhile cannot be made: it fails with EIO then, as their reads
+ * would (SPEC §4.7), not at the end of its wait for this one. */
+static int srcwait_wait(struct ns *ns, struct srcwait *sw, struct ns_handle **held, uint32_t n)
+{
+	int lost = held_lost(ns, held, n);     /* (lost before it queued) */
+
+	pthread_mutex_lock(&sw->lock);
+	while (!sw->answered) {         /* the waiter's deadline bounds this */
+		if (lost) {
+			pthread_mutex_unlock(&sw->lock);
+			if (ns_cancel(ns, sw->w.id))
+				return -EIO;    /* never answered now */
+			pthread_mutex_lock(&sw->lock);
+			lost = 0;       /* answered meanwhile: the answer comes */
+		} else if (sw->peer_lost) {
+			sw->peer_lost = 0;
+			pthread_mutex_unlock(&sw->lock);
+			lost = held_lost(ns, held, n);
+			pthread_mutex_lock(&sw->lock);
+		} else {
+			pthread_cond_wait(&sw->cond, &sw->lock);
+		}
+	}
+	pthread_mutex_unlock(&sw->lock);
+	return sw->err;
+}
+
+/* A handle on shard k, waiting for it as an open would (wait_ms), while
+ * the view holds shards 0..k-1 (held); or, now, only if it is published
+ * and needs no waiting: else -EAGAIN. */
 static int source_open(struct ns *ns, struct want *w, uint32_t k, int64_t wait_ms, int now,
-		       struct ns_handle **h)
+		       struct ns_handle **held)
 {
 	const int flags = O_RDONLY | NS_OPEN_SOURCE | NS_OPEN_EXACT;
-	struct srcwait sw = { .w.done = srcwait_done, .w.wait_ms = wait_ms };
+	struct srcwait sw = { .w.done = srcwait_done, .w.peer_lost = srcwait_peer_lost,
+			      .w.wait_ms = wait_ms };
+	struct ns_handle **h = &held[k];
 	struct ns_attr a;
 	int rc;
 
@@ -182,12 +233,8 @@ static int source_open(struct ns *ns, struct want *w, uint32_t k, int64_t wait_m
 	sw.w.ctx = &sw;
 	rc = ns_open(ns, a.ino, flags, &sw.w, h);
 	if (rc == -EINPROGRESS) {
-		pthread_mutex_lock(&sw.lock);
-		while (!sw.answered)    /* the waiter's deadline bounds this */
-			pthread_cond_wait(&sw.cond, &sw.lock);
-		pthread_mutex_unlock(&sw.lock);
-		rc = sw.err;
-		*h = sw.h;
+		rc = srcwait_wait(ns, &sw, held, k);
+		*h = sw.h;              /* (NULL if it never came) */
 	}
 	ns_forget(ns, a.ino, 1);
 	pthread_cond_destroy(&sw.cond);
@@ -685,7 +732,7 @@ static int prepare(const struct view_env *env, uint64_t ino, int now, struct vie
 	if (!rc)
 		v->nsrc = *nsi = w->n;
 	for (uint32_t k = 0; !rc && k < w->n; k++)
-		rc = source_open(env->ns, w, k, env->wait_ms, now, &v->src[k]);
+		rc = source_open(env->ns, w, k, env->wait_ms, now, v->src);
 	if (!rc)
 		rc = source_headers(env, w, v->src, si, now);
 	if (!rc && (rc = plan(w, si, p, err, sizeof(err))) == -EINVAL)

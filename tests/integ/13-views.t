@@ -556,4 +556,31 @@ ok "b back, serving slowly, c hears of its shards again" lost_shards
 is "$(view_lost lost SIGSTOP 10)" EIO "... whose owner freezes: EIO once b has been silent for dead_ms (3 s; < 10 s)"
 kill -CONT "${NODE_PID[b]}"
 ok "... and c keeps nothing of it either" wait_until 10 used_is c 0
+
+# --- a view waiting for a shard, the shard it holds lost ----------------------
+# c's view of two shards holds the first (b's) while it waits for the
+# second; b dies: the view cannot be made any more, and its open fails
+# with EIO then, not with ENOENT at the end of its wait (8 s).
+ok "b back, c hears of its shards again" lost_shards
+cp "$T/lost.rank0of2" "$T/b/p/q/half.rank0of2"
+ok "c hears of the first shard" wait_until 5 test -e "$T/c/p/q/half.rank0of2"
+$SYSPY - "$T/c/p/q/half.rank0of1" >"$T/half.out" <<'PYEOF' &
+import errno, sys, time
+try:
+    open(sys.argv[1], "rb")
+    print("opened")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)), time.monotonic())
+PYEOF
+half=$!
+view_waits() { [ "$(stat_of c waiters)" -ge 1 ]; }
+ok "c's view waits for the second shard" wait_until 5 view_waits
+t0=$($PY -c "import time; print(time.monotonic())")
+disown "${NODE_PID[b]}"    # no "Killed" from bash
+kill -9 "${NODE_PID[b]}"
+wait_until 10 all_gone "$half"
+read -r what t1 <"$T/half.out"
+is "$what" EIO "... its first shard's owner killed: the view's open fails with EIO"
+ok "... at once (< 3 s), not at its wait_ms (8 s)" awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 3) }'
+is "$(stat_of c waiters)" 0 "... and no waiter is left on c"
 done_testing
