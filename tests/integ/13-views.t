@@ -549,6 +549,7 @@ lost_shards() {
 		wait_until 5 test -e "$T/c/p/q/lost.rank1of2"
 }
 ok "b serves slowly, and c hears of its shards" lost_shards
+disown "${NODE_PID[b]}"    # killed by view_lost: no "Killed" from bash
 is "$(view_lost lost SIGKILL 2)" EIO "a view on c whose shards' owner dies while it lands: EIO at once (< 2 s)"
 ok "... c is still up" kill -0 "${NODE_PID[c]}"
 ok "... and keeps nothing of it" wait_until 10 used_is c 0
