@@ -1199,15 +1199,16 @@ static void owe_locked(struct cluster *cl, int peer, const struct proto_msg *m)
 		struct owed *old = cl->owed[peer];
 		cl->owed[peer] = old->next;
 		cl->nowed[peer]--;
+		char esc[NAME_ESC_MAX];
 		if (old->m.type == PT_CLEANUP)
 			fprintf(stderr, "omnifs: over %u messages owed to %s: the cleanup of %s "
 				"is dropped; its objects there stay\n", OWED_MAX,
-				xport_peer_name(cl->x, peer), old->m.u.cleanup.id);
+				xport_peer_name(cl->x, peer), name_escape(old->m.u.cleanup.id, esc));
 		else if (old->m.type == PT_REMOVE)
 			fprintf(stderr, "omnifs: over %u messages owed to %s: the removal of "
 				"%s/%s/%s is dropped; it stays there\n", OWED_MAX,
 				xport_peer_name(cl->x, peer), old->m.u.obj.from,
-				old->m.u.obj.to, old->m.u.obj.key);
+				old->m.u.obj.to, name_escape(old->m.u.obj.key, esc));
 		else
 			fprintf(stderr, "omnifs: over %u messages owed to %s: a complete read "
 				"of its object %llu is not counted\n", OWED_MAX,

@@ -253,6 +253,15 @@ static void node_attr(struct ns *ns, const struct node *n, struct ns_attr *a)
 	}
 }
 
+const char *obj_path_esc(const struct object *o, char out[static NAME_ESC_MAX])
+{
+	char path[2 * NAME_STAGE_MAX + NAME_KEY_MAX + 3];
+
+	snprintf(path, sizeof(path), "%s/%s/%s", o->node->parent->parent->name,
+		 o->node->parent->name, o->node->name);
+	return name_escape(path, out);
+}
+
 static void left_clear(struct node *n)
 {
 	free(n->left);
@@ -1154,9 +1163,11 @@ static int kv_check(struct ns *ns, struct object *o)
 	o->kvhdr_len = (uint32_t)need;
 	return 0;
 torn:
-	if (o->node)
-		fprintf(stderr, "omnifs: %s/%s/%s: torn KV payload, not published: %s\n",
-			o->node->parent->parent->name, o->node->parent->name, o->node->name, err);
+	if (o->node) {
+		char esc[NAME_ESC_MAX];
+		fprintf(stderr, "omnifs: %s: torn KV payload, not published: %s\n",
+			obj_path_esc(o, esc), err);
+	}
 	return -EIO;
 }
 

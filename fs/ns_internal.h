@@ -275,6 +275,9 @@ void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease
 void wake_push(struct ns_wakes *wl, struct ns_waiter *w, int err, struct ns_handle *h);
 void wake_key(struct ns *ns, struct node *key, int err, struct ns_wakes *wl);
 void waiters_peer_lost(struct ns *ns);
+/* o's from/to/key for a log line, its bytes below '!' escaped (a key may
+ * hold a newline: the line must stay one); o must be on its key. */
+const char *obj_path_esc(const struct object *o, char out[static NAME_ESC_MAX]);
 void wake_readers(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_sources(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_views(struct ns *ns, struct node *k, struct ns_wakes *wl);

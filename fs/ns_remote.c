@@ -132,10 +132,10 @@ static void fetch_refused(struct ns *ns, struct object *o, int rc)
 	if (o->refs == 1)
 		replica_drop(ns, o);
 	if (rc == -ENOSPC) {
-		fprintf(stderr, "omnifs: %s/%s/%s: its %" PRIu64 " bytes do not fit this "
-			"node's pool (%" PRIu64 " free, counting unused copies): streamed to "
-			"its readers\n", o->node->parent->parent->name, o->node->parent->name,
-			o->node->name, o->size, replica_room(ns, o));
+		char esc[NAME_ESC_MAX];
+		fprintf(stderr, "omnifs: %s: its %" PRIu64 " bytes do not fit this node's "
+			"pool (%" PRIu64 " free, counting unused copies): streamed to its "
+			"readers\n", obj_path_esc(o, esc), o->size, replica_room(ns, o));
 		o->nofit = 1;
 		wake_readers(ns, o->node, &wl);
 	} else {

@@ -239,10 +239,10 @@ void stream_refused(struct ns *ns, const struct object *o)
 	if (ns->nowindow_said_ns && now - ns->nowindow_said_ns < NOWINDOW_SAY_NS)
 		return;
 	ns->nowindow_said_ns = now;
-	fprintf(stderr, "omnifs: %s/%s/%s: no room for a window to stream it to a reader, "
+	char esc[NAME_ESC_MAX];
+	fprintf(stderr, "omnifs: %s: no room for a window to stream it to a reader, "
 		"in the pool or beside it (%" PRIu64 " bytes beside it, a quarter of the "
-		"pool's size): ENOSPC\n", o->node->parent->parent->name,
-		o->node->parent->name, o->node->name, ns->outside);
+		"pool's size): ENOSPC\n", obj_path_esc(o, esc), ns->outside);
 }
 
 int stream_open(struct ns *ns, struct object *o, struct ns_waiter *w, struct ns_wakes *wl)

@@ -735,8 +735,10 @@ static int prepare(const struct view_env *env, uint64_t ino, int now, struct vie
 		rc = source_open(env->ns, w, k, env->wait_ms, now, v->src);
 	if (!rc)
 		rc = source_headers(env, w, v->src, si, now);
-	if (!rc && (rc = plan(w, si, p, err, sizeof(err))) == -EINVAL)
-		fprintf(stderr, "omnifs: %s: not a view: %s\n", w->self, err);
+	if (!rc && (rc = plan(w, si, p, err, sizeof(err))) == -EINVAL) {
+		char esc[NAME_ESC_MAX];
+		fprintf(stderr, "omnifs: %s: not a view: %s\n", name_escape(w->self, esc), err);
+	}
 	if (!rc && !(v->buf = buf_get(env, p->size, &v->bufsize, &v->reused)))
 		rc = -ENOMEM;
 	if (!rc) {

@@ -65,6 +65,20 @@ static const char *vllm_rid(const struct kv_info *kv)
 	return json_object_get_string(x);
 }
 
+/* A request id for an error message: its first RID_SAY bytes, those
+ * below ' ' as '?' (the payload says it: a newline must not end the line
+ * the message is logged on); "?" for none. */
+#define RID_SAY 40
+static const char *rid_say(const char *rid, char out[static RID_SAY + 1])
+{
+	size_t n = 0;
+
+	for (; rid && rid[n] && n < RID_SAY; n++)
+		out[n] = (unsigned char)rid[n] < ' ' || rid[n] == 0x7f ? '?' : rid[n];
+	out[n] = 0;
+	return rid ? out : "?";
+}
+
 /* The sources agree on everything but their heads, which follow on; and
  * vllm-omni's, on the request they belong to. */
 static int sources_check(const struct kv_info *src, uint32_t nsrc, uint32_t S,
@@ -84,9 +98,10 @@ static int sources_check(const struct kv_info *src, uint32_t nsrc, uint32_t S,
 				return kv_fail(err, errlen, "shards %u and %u miss different layers",
 					       first, first + k);
 		const char *ra = vllm_rid(a), *rb = vllm_rid(b);
+		char pa[RID_SAY + 1], pb[RID_SAY + 1];
 		if ((ra || rb) && (!ra || !rb || strcmp(ra, rb)))
-			return kv_fail(err, errlen, "shard %u is of request '%.40s', shard %u of '%.40s'",
-				       first, ra ? ra : "?", first + k, rb ? rb : "?");
+			return kv_fail(err, errlen, "shard %u is of request '%s', shard %u of '%s'",
+				       first, rid_say(ra, pa), first + k, rid_say(rb, pb));
 		if (a->kind == KV_LATENT)
 			continue;
 		/* vllm shards don't say which heads they hold: their names do. */

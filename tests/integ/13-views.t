@@ -30,6 +30,9 @@ ok "a native payload built from FORMAT.md publishes" cmp "$T/good" "$M/good"
 is "$(M=$M pyerr "f = open(M + '/torn', 'wb'); f.write(open('$T/torn', 'rb').read()); f.close()")" \
    EIO "a payload whose bytes fail a head's checksum: close gives EIO"
 is "$(M=$M pyerr "os.stat(M + '/torn')")" ENOENT "... and it is not published"
+is "$(M=$M pyerr "f = open(M + '/torn\nomnifs: x', 'wb'); f.write(open('$T/torn', 'rb').read()); f.close()")" \
+   EIO "... nor under a name with a newline"
+ok "... whose log line escapes it" grep -q '^omnifs: p/q/torn\\012omnifs:\\040x: torn KV payload' "$T/a.log"
 # The same through a name the kernel kept after its object left, by the
 # Python module's small PUT (one ioctl): no empty file stays behind it.
 echo once >"$M/kept"
@@ -225,6 +228,16 @@ for i, rid in enumerate(('req-A', 'req-B')):
                                                       tokens=3, heads=2, head_dim=8, rid=rid))"
 is "$(M=$M pyerr "open(M + '/mix')")" EINVAL "vllm-omni shards of two requests make no view: EINVAL"
 ok "... and a log line says why" grep -q "shard 0 is of request 'req-A', shard 1 of 'req-B'" "$T/a.log"
+# A log line is one line, whatever a key or a payload's rid holds.
+$SYSPY -c "$KVPY
+import os
+for i, rid in enumerate(('req\nA', 'req-B')):
+    open('$M/mix\nomnifs: forged.rank%dof2' % i, 'wb').write(kvpy.vllm([os.urandom(3 * 2 * 8 * 2)], [os.urandom(3 * 2 * 8 * 2)],
+                                                      tokens=3, heads=2, head_dim=8, rid=rid))"
+is "$(M=$M pyerr "open(M + '/mix\nomnifs: forged')")" EINVAL "... nor do shards named with a newline, one of a rid with a newline"
+ok "... and the log says so in one line, the newlines escaped" \
+	grep -q "^omnifs: mix\\\\012omnifs:\\\\040forged: not a view: shard 0 is of request 'req?A', shard 1 of 'req-B'$" "$T/a.log"
+ok "... no line of the log starts with what they held" sh -c "! grep -q '^omnifs: forged\\|^A' '$T/a.log'"
 echo x >"$M/n.rank0of2"; echo y >"$M/n.rank1of2"
 is "$(M=$M pyerr "open(M + '/n')")" EINVAL "a view of objects that are not KV payloads: EINVAL"
 ok "views are not listed" sh -c "! ls '$M' | grep -qx 'b'"
