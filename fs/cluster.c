@@ -636,32 +636,64 @@ static int serve_ranges(struct cluster *cl, struct xport_conn *c, uint64_t reqid
 	return rc;
 }
 
-/* A pull under a lease serves from the handle the lease keeps. */
+/* A pull being served: its object held (h, and its lease e if any). */
+struct serving {
+	struct cluster *cl;
+	struct xport_conn *c;
+	uint64_t reqid, size;
+	struct proto_msg m;
+	struct ns_handle *h;
+	struct lease *e;
+	int rc;                 /* < 0: refused, with this status */
+};
+
+/* Its bytes, or its refusal; then it lets go of the object. */
+static void serving_end(void *arg)
+{
+	struct serving *s = arg;
+	struct proto_msg st = { .type = PT_STATUS };
+
+	if (!s->rc)
+		s->rc = serve_ranges(s->cl, s->c, s->reqid, &s->m, s->h, s->size);
+	if (s->rc < 0) {
+		st.u.status.err = -s->rc;
+		xport_reply(s->c, s->reqid, &st);
+	}
+	if (s->e)
+		leases_put(s->cl->leases, s->e);
+	else if (s->h)
+		ns_release(s->cl->ns, s->h);
+	free(s);
+}
+
+/* A pull under a lease serves from the handle the lease keeps.  The
+ * object is taken here, in the order of the peer's requests (an rm it
+ * sent after the pull leaves the pull its bytes).  Bytes of more than one
+ * frame go out from the connection's sender thread: the peer's requests
+ * after it (a claim, a lookup, an rm, a small pull) are served meanwhile,
+ * not behind every byte of it.  One frame's are sent here, at once. */
 static void serve_pull(struct cluster *cl, struct xport_conn *c, int peer, uint64_t reqid,
 		       const struct proto_msg *m)
 {
-	struct proto_msg st = { .type = PT_STATUS };
-	struct ns_handle *h = NULL;
-	struct lease *e = NULL;
-	uint64_t size = 0, off = m->u.pull.off, len = m->u.pull.len, last;
-	int rc = m->u.pull.lease ? leases_get(cl->leases, c, peer, m->u.pull.lease, m->u.pull.oid,
-					      &e, &h, &size)
-				 : ns_serve_open(cl->ns, m->u.pull.oid, &h, &size);
+	struct serving *s = malloc(sizeof(*s));
+	uint64_t off = m->u.pull.off, len = m->u.pull.len, last;
 
+	if (!s) {
+		struct proto_msg st = { .type = PT_STATUS, .u.status.err = ENOMEM };
+		xport_reply(c, reqid, &st);
+		return;
+	}
+	*s = (struct serving){ .cl = cl, .c = c, .reqid = reqid, .m = *m };
+	s->rc = m->u.pull.lease ? leases_get(cl->leases, c, peer, m->u.pull.lease,
+					     m->u.pull.oid, &s->e, &s->h, &s->size)
+				: ns_serve_open(cl->ns, m->u.pull.oid, &s->h, &s->size);
 	/* The last piece must end inside the object (decode bounded all). */
 	last = off + (uint64_t)(m->u.pull.count - 1) * m->u.pull.stride;
-	if (!rc && (!len || off >= size || last > size || len > size - last))
-		rc = -EINVAL;
-	if (!rc)
-		rc = serve_ranges(cl, c, reqid, m, h, size);
-	if (rc < 0) {
-		st.u.status.err = -rc;
-		xport_reply(c, reqid, &st);
-	}
-	if (e)
-		leases_put(cl->leases, e);
-	else if (h)
-		ns_release(cl->ns, h);
+	if (!s->rc && (!len || off >= s->size || last > s->size || len > s->size - last))
+		s->rc = -EINVAL;
+	if (s->rc || (uint64_t)m->u.pull.count * len <= PROTO_CHUNK ||
+	    xport_defer(c, serving_end, s))
+		serving_end(s);
 }
 
 /* LISTING frames of at most PROTO_LIST_MAX objects each. */

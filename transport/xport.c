@@ -6,9 +6,10 @@
  *
  * Threads: an acceptor, whose event loop also takes each new connection
  * through the handshake; one server thread per authenticated connection,
- * which reads its peer's requests in order; one receiver thread per
- * connection we made, which reads replies and DATA frames; a keeper that
- * pings and reconnects.  So threads are bounded by the cluster, never by
+ * which reads its peer's requests in order, and beside it a sender of the
+ * bytes of its pulls over TCP (xport_defer); one receiver
+ * thread per connection we made, which reads replies and DATA frames; a
+ * keeper that pings and reconnects.  So threads are bounded by the cluster, never by
  * strangers (xport_accept.c).  A peer has one connection to us: its newer
  * one replaces the older.  x->lock guards the peers' state and the table
  * of requests in flight; no lock is held while bytes move, except a
@@ -439,6 +440,9 @@ struct xport_conn *conn_new(struct xport *x, int fd, int peer, int outgoing)
 	c->refs = 1;
 	c->last_rx = clock_mono_ns();
 	pthread_mutex_init(&c->send_lock, NULL);
+	pthread_mutex_init(&c->defer_lock, NULL);
+	pthread_cond_init(&c->defer_cond, NULL);
+	c->defer_tail = &c->defer_head;
 	sock_setup(fd, x->c.dead_ms);
 	return c;
 }
@@ -450,6 +454,8 @@ void conn_put(struct xport_conn *c)
 		return;
 	close(c->fd);
 	pthread_mutex_destroy(&c->send_lock);
+	pthread_mutex_destroy(&c->defer_lock);
+	pthread_cond_destroy(&c->defer_cond);
 	free(c->body);
 	free(c->ahead);
 	free(c->held);
@@ -1446,6 +1452,73 @@ static int serve_one(struct xport *x, struct xport_conn *c, const struct proto_h
 	return 0;
 }
 
+/* ---------------------------------------------------------------- deferred replies */
+
+struct deferred {
+	void (*fn)(void *arg);
+	void *arg;
+	struct deferred *next;
+};
+
+/* A peer's connection's sender: runs what its server thread deferred, in
+ * order, until that thread stops it and nothing is left. */
+static void *defer_thread(void *arg)
+{
+	struct xport_conn *c = arg;
+
+	pthread_setname_np(pthread_self(), "omni-send");
+	pthread_mutex_lock(&c->defer_lock);
+	for (;;) {
+		struct deferred *d = c->defer_head;
+		if (!d && c->defer_stop)
+			break;
+		if (!d) {
+			pthread_cond_wait(&c->defer_cond, &c->defer_lock);
+			continue;
+		}
+		if (!(c->defer_head = d->next))
+			c->defer_tail = &c->defer_head;
+		pthread_mutex_unlock(&c->defer_lock);
+		d->fn(d->arg);
+		free(d);
+		pthread_mutex_lock(&c->defer_lock);
+	}
+	pthread_mutex_unlock(&c->defer_lock);
+	return NULL;
+}
+
+/* The server thread's, from ops->handle. */
+int xport_defer(struct xport_conn *c, void (*fn)(void *arg), void *arg)
+{
+	struct deferred *d;
+
+	if (!c->defer_up)
+		return -EAGAIN;         /* (no thread for it: see server_thread) */
+	if (!(d = malloc(sizeof(*d))))
+		return -ENOMEM;
+	*d = (struct deferred){ fn, arg, NULL };
+	pthread_mutex_lock(&c->defer_lock);
+	*c->defer_tail = d;
+	c->defer_tail = &d->next;
+	pthread_cond_signal(&c->defer_cond);
+	pthread_mutex_unlock(&c->defer_lock);
+	return 0;
+}
+
+/* At the server thread's end: what was deferred runs to its end first (on
+ * a connection that is gone, its sends fail at once). */
+static void defer_end(struct xport_conn *c)
+{
+	if (!c->defer_up)
+		return;
+	pthread_mutex_lock(&c->defer_lock);
+	c->defer_stop = 1;
+	pthread_cond_signal(&c->defer_cond);
+	pthread_mutex_unlock(&c->defer_lock);
+	pthread_join(c->defer_thread, NULL);
+	c->defer_up = 0;
+}
+
 static void server_detach(struct xport *x, struct xport_conn *c)
 {
 	pthread_mutex_lock(&x->lock);
@@ -1499,6 +1572,10 @@ void *server_thread(void *arg)
 	pthread_mutex_unlock(&x->lock);
 	if (x->ops->conn_start)
 		x->ops->conn_start(x->ctx, c->peer);
+	/* Its sender, with it from the start (a thread started at each pull
+	 * would cost each a wake-up of another core); without one, this
+	 * thread sends the pulls' bytes itself. */
+	c->defer_up = !pthread_create(&c->defer_thread, NULL, defer_thread, c);
 	c->last_rx = clock_mono_ns();
 	while (!(rc = conn_recv(c, &h, &m, NULL))) {
 		if (!is_request(h.type)) {
@@ -1523,6 +1600,7 @@ void *server_thread(void *arg)
 			acks_flush(c);
 	}
 	xport_flush(x, 1);              /* what its last burst held */
+	defer_end(c);
 	if (rc == -EPROTO || rc == -EMSGSIZE) {
 		ops_count(x, XC_BAD_FRAMES, 1);
 		log_limited(x, &x->peers[c->peer].bad_frames,

@@ -4,8 +4,10 @@
  * requests and one-way messages go out on it, replies come back on it.  The
  * peer serves what arrives on the connections it accepted.  So every pair of
  * nodes has up to two connections, one per direction, and a slow pull never
- * sits in front of a request the other way.  What a peer sends is handled
- * in the order it was sent, also across the peer's reconnections.
+ * sits in front of a request the other way; nor the same way, as the bytes
+ * of a pull over TCP go out from a thread of their own (xport_defer).  What
+ * a peer sends is handled in the order it was sent, also across the peer's
+ * reconnections.
  *
  * Before anything else a connection runs the handshake of auth.h, which
  * also carries the protocol version and each side's transports (caps).
@@ -231,6 +233,13 @@ void xport_buf_free(struct xport *x, void *buf);
 int xport_reply(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m);
 int xport_reply_data(struct xport_conn *c, uint64_t reqid, uint64_t off, uint64_t xxh3,
 		     const struct iovec *iov, int n);
+/* From ops->handle: fn(arg) runs on the connection's own sender thread,
+ * after what was deferred before it, and before the connection ends (its
+ * ops->conn_end).  For a reply of many bytes (a pull's DATA over TCP):
+ * the peer's requests after it are served meanwhile, not behind it, and
+ * its frames go out between those replies'.  -errno if it cannot be
+ * deferred: the caller sends it itself. */
+int xport_defer(struct xport_conn *c, void (*fn)(void *arg), void *arg);
 /* From ops->handle: a told request (xport_tell) was acted on, said in one
  * ACKS with others once no more of the peer's frames come for a moment. */
 void xport_ack(struct xport_conn *c, uint64_t reqid);

@@ -56,6 +56,14 @@ struct xport_conn {
 	uint64_t acks[PROTO_ACKS_MAX];
 	unsigned nacks;
 	struct xport_conn *next;        /* accepted connections */
+	/* A peer's connection: replies of many bytes, sent in the order they
+	 * were deferred by a thread of their own (xport_defer), which its
+	 * server thread starts and, at its end, stops. */
+	pthread_mutex_t defer_lock;
+	pthread_cond_t defer_cond;
+	struct deferred *defer_head, **defer_tail;
+	int defer_up, defer_stop;
+	pthread_t defer_thread;
 	/* The connection's name, from its HELLO's nonce (conn_name), and its
 	 * frames since the handshake: sent or held on ours, served to their
 	 * end on a peer's (xport_heard). */

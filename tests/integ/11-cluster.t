@@ -510,11 +510,35 @@ ok "a sees b down" wait_until 10 peers_up a 1
 ok "the object stays on its owner" test -e "$T/a/0/1/rk"
 is "$(xattr reads "$T/a/0/1/rk")" 0 "... with no read counted"
 
+# --- a slow pull holds up none of the peer's other requests -----------------
+# a serves b's pull of 40 MiB a chunk each 50 ms (2 s); what b asks of a
+# meanwhile (here an rm, which a answers with nothing but the rm itself)
+# is served at once, not after the pull's last byte.
+node b
+ok "b back" wait_until 10 all_up
+head -c $((40 << 20)) /dev/urandom >"$T/hol"
+cp "$T/hol" "$T/a/0/1/hol"
+echo x >"$T/a/0/1/other"
+ok "b hears of both" wait_until 5 test -e "$T/b/0/1/other" -a -e "$T/b/0/1/hol"
+cmp -s "$T/hol" "$T/b/0/1/hol" && echo same >"$T/hol.out" &
+hol=$!
+serving() { grep -q "^0/1/hol served out " "$T/a/.omni/transfers"; }
+ok "a serves b's pull of it, slowly" wait_until 5 serving
+rm "$T/b/0/1/other"
+gone_on_a() { ! test -e "$T/a/0/1/other"; }
+ok "an rm of another of a's objects that b sends meanwhile is served at once (< 1 s)" \
+	wait_until 1 gone_on_a
+ok "... while the pull is still being served" serving
+wait_until 30 all_gone "$hol"
+is "$(cat "$T/hol.out" 2>/dev/null)" same "... which then lands whole and right"
+rm -f "$T/a/0/1/hol"
+
 # --- a pull whose one frame stalls within, longer than dead_ms, lands -------
 # Its bytes keep coming (a piece every 300 ms, never 3 s of silence): the
 # pull moves, and must not be ended (its buffer freed) while it lands.
 stop_node a
 OMNIFS_TEST_TRICKLE_MS=300 node a
+stop_node b
 node b
 ok "a, trickling its frames, and b rejoin" wait_until 10 all_up
 head -c $((256 << 10)) /dev/urandom >"$T/slow"
