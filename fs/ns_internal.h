@@ -230,6 +230,9 @@ struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uint32_t g
 void obj_put(struct ns *ns, struct object *o);
 void obj_unlink(struct ns *ns, struct object *o, enum stat_id why);
 void obj_detach(struct ns *ns, struct object *o, enum stat_id why);  /* keeps o's key node */
+/* o's from/to/key for a log line, its bytes below '!' escaped (a key may
+ * hold a newline: the line must stay one); o must be on its key. */
+const char *obj_path_esc(const struct object *o, char out[static NAME_ESC_MAX]);
 void obj_remove(struct ns *ns, struct object *o);       /* the kernel's rm */
 int obj_reserve(struct ns *ns, struct object *o, uint64_t end);
 /* 0 if h may still add bytes to its object; -EBADF (a reader's), -ENOENT
@@ -275,9 +278,6 @@ void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease
 void wake_push(struct ns_wakes *wl, struct ns_waiter *w, int err, struct ns_handle *h);
 void wake_key(struct ns *ns, struct node *key, int err, struct ns_wakes *wl);
 void waiters_peer_lost(struct ns *ns);
-/* o's from/to/key for a log line, its bytes below '!' escaped (a key may
- * hold a newline: the line must stay one); o must be on its key. */
-const char *obj_path_esc(const struct object *o, char out[static NAME_ESC_MAX]);
 void wake_readers(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_sources(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_views(struct ns *ns, struct node *k, struct ns_wakes *wl);
