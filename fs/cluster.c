@@ -648,9 +648,8 @@ struct serving {
 };
 
 /* Its bytes, or its refusal; then it lets go of the object. */
-static void serving_end(void *arg)
+static void serving_run(struct serving *s)
 {
-	struct serving *s = arg;
 	struct proto_msg st = { .type = PT_STATUS };
 
 	if (!s->rc)
@@ -663,7 +662,12 @@ static void serving_end(void *arg)
 		leases_put(s->cl->leases, s->e);
 	else if (s->h)
 		ns_release(s->cl->ns, s->h);
-	free(s);
+}
+
+static void serving_deferred(void *arg)
+{
+	serving_run(arg);
+	free(arg);
 }
 
 /* A pull under a lease serves from the handle the lease keeps.  The
@@ -675,25 +679,23 @@ static void serving_end(void *arg)
 static void serve_pull(struct cluster *cl, struct xport_conn *c, int peer, uint64_t reqid,
 		       const struct proto_msg *m)
 {
-	struct serving *s = malloc(sizeof(*s));
+	struct serving s = { .cl = cl, .c = c, .reqid = reqid, .m = *m }, *d;
 	uint64_t off = m->u.pull.off, len = m->u.pull.len, last;
 
-	if (!s) {
-		struct proto_msg st = { .type = PT_STATUS, .u.status.err = ENOMEM };
-		xport_reply(c, reqid, &st);
-		return;
-	}
-	*s = (struct serving){ .cl = cl, .c = c, .reqid = reqid, .m = *m };
-	s->rc = m->u.pull.lease ? leases_get(cl->leases, c, peer, m->u.pull.lease,
-					     m->u.pull.oid, &s->e, &s->h, &s->size)
-				: ns_serve_open(cl->ns, m->u.pull.oid, &s->h, &s->size);
+	s.rc = m->u.pull.lease ? leases_get(cl->leases, c, peer, m->u.pull.lease, m->u.pull.oid,
+					    &s.e, &s.h, &s.size)
+			       : ns_serve_open(cl->ns, m->u.pull.oid, &s.h, &s.size);
 	/* The last piece must end inside the object (decode bounded all). */
 	last = off + (uint64_t)(m->u.pull.count - 1) * m->u.pull.stride;
-	if (!s->rc && (!len || off >= s->size || last > s->size || len > s->size - last))
-		s->rc = -EINVAL;
-	if (s->rc || (uint64_t)m->u.pull.count * len <= PROTO_CHUNK ||
-	    xport_defer(c, serving_end, s))
-		serving_end(s);
+	if (!s.rc && (!len || off >= s.size || last > s.size || len > s.size - last))
+		s.rc = -EINVAL;
+	if (!s.rc && (uint64_t)m->u.pull.count * len > PROTO_CHUNK && (d = malloc(sizeof(*d)))) {
+		*d = s;
+		if (!xport_defer(c, serving_deferred, d))
+			return;
+		free(d);        /* (no sender: served here) */
+	}
+	serving_run(&s);
 }
 
 /* LISTING frames of at most PROTO_LIST_MAX objects each. */
