@@ -170,9 +170,9 @@ is "$(free_b)" 3 "... and b's pool is as it was"
 # window_wait KEY WAIT_MS CMD...: six readers of KEY hold every window
 # beside b's pool, a seventh open (its own wait WAIT_MS) waits for one,
 # then CMD runs: prints the seventh's answer, the seconds it took after
-# CMD, and how the six reads ended.
+# CMD, and how the six reads ended; cut at 60 s (then it prints nothing).
 window_wait() {
-	$PY - "$T/b" "$@" <<'PYEOF'
+	timeout 60 $PY - "$T/b" "$@" <<'PYEOF'
 import errno, os, subprocess, sys, threading, time
 M, key, wait_ms, cmd = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 def stat(name):
