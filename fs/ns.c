@@ -1078,6 +1078,29 @@ static int views_possible(struct ns *ns, struct node *n)
 	return 0;
 }
 
+/* 1 if a shard n's view needs went with its owner in the last
+ * NS_LOST_KEEP_NS and was not written again: with none of n's base
+ * published, that view cannot be made, and its open fails with EIO, as
+ * the shard's own would (SPEC §4.7), not at the end of a wait. */
+static int views_lost(struct ns *ns, struct node *n, uint64_t now)
+{
+	size_t bl;
+	uint32_t r, T, i, S, first, cnt;
+
+	kv_name_split(n->name, &bl, &r, &T);
+	for (struct hlink *l = htab_find(&ns->bybase, base_hash(n->parent->ino, n->name)); l;
+	     l = htab_next(l)) {
+		struct node *m = (struct node *)((char *)l - offsetof(struct node, bybase));
+		if (m == n || m->parent != n->parent || m->obj || !m->lost_ns ||
+		    now - m->lost_ns >= NS_LOST_KEEP_NS || !same_base(m->name, n->name))
+			continue;
+		kv_name_split(m->name, &bl, &i, &S);
+		if (!kv_view_shards(S, r, T, &first, &cnt) && i >= first && i < first + cnt)
+			return 1;
+	}
+	return 0;
+}
+
 /* ---------------------------------------------------------------- publish */
 
 static void obj_abort(struct ns *ns, struct object *o)
@@ -1913,6 +1936,8 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 		rc = -EIO;              /* its owner died with it (SPEC §4.7) */
 	} else if (!o && !(flags & NS_OPEN_EXACT) && views_possible(ns, n)) {
 		rc = -EAGAIN;           /* a view of published shards: see view.c */
+	} else if (!o && !(flags & NS_OPEN_EXACT) && views_lost(ns, n, clock_mono_ns())) {
+		rc = -EIO;              /* its shards died with their owner */
 	} else if (o && o->state == OS_PUBLISHED && (flags & NS_OPEN_HERE) && o->owner >= 0 &&
 		   o->fetch != F_DONE) {
 		rc = -EREMOTE;

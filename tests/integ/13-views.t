@@ -597,4 +597,27 @@ read -r what t1 <"$T/half.out"
 is "$what" EIO "... its first shard's owner killed: the view's open fails with EIO"
 ok "... at once (< 3 s), not at its wait_ms (8 s)" awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 3) }'
 is "$(stat_of c waiters)" 0 "... and no waiter is left on c"
+
+# --- a view of shards lost before its open --------------------------------------
+# b's shards went with it: a new open of a view of them fails with EIO at
+# once, as the shards' own opens do, not with ENOENT at its wait_ms (8 s);
+# until they are written again.
+for v in lost.rank0of1 lost lost.rank1of4 half.rank0of1; do
+	is "$(M=$T/c/p/q timeout 5 $SYSPY -c "
+import errno, os, time
+t = time.monotonic()
+try:
+    open(os.environ['M'] + '/$v', 'rb')
+    print('opened')
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)), 'late' if time.monotonic() - t > 3 else 'soon')")" \
+		"EIO soon" "a new open on c of $v, its shards' owner dead: EIO at once"
+done
+start_node b "config=$T/omni.yaml,node=b"
+ok "b back" wait_until 10 all_up
+cp "$T"/lost.rank?of2 "$T/b/p/q/"
+ok "... the shards written again on b, c hears of them" wait_until 5 test -e "$T/c/p/q/lost.rank1of2"
+"$B/omnikv" view --rank 0 --of 1 -o "$T/lost.view" "$T"/lost.rank?of2
+ok "... and its view of them reads as omnikv view makes it" \
+	sh -c "cmp '$T/lost.view' '$T/c/p/q/lost.rank0of1'"
 done_testing
