@@ -613,6 +613,7 @@ except OSError as e:
     print(errno.errorcode.get(e.errno, str(e.errno)), 'late' if time.monotonic() - t > 3 else 'soon')")" \
 		"EIO soon" "a new open on c of $v, its shards' owner dead: EIO at once"
 done
+stop_node b         # (its mount, left by the kill)
 start_node b "config=$T/omni.yaml,node=b"
 ok "b back" wait_until 10 all_up
 cp "$T"/lost.rank?of2 "$T/b/p/q/"
