@@ -60,10 +60,11 @@ struct cluster {
 	struct owedlog *log;            /* the same, for a restart (state_dir) */
 	unsigned log_errors, loaded;
 	unsigned paying;                /* owed messages told, not yet answered */
-	/* Peers whose objects on our edges we list again (relist_thread),
-	 * under lock. */
+	/* Peers whose objects on our edges we list again, and keys we ask
+	 * for again (relist_thread), under lock. */
 	pthread_cond_t relist_cond;
 	unsigned char *relist;
+	struct reask *reasks;
 	int relist_stop, relist_running;
 	pthread_t relister;
 };
@@ -205,10 +206,35 @@ static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
  * for it: asked for now, or the readers would wait for an announce that
  * came and went (a host, which asks nobody, would never have it), or, on
  * a node that hosts no <to>, for one that nobody tells them of. */
+/* It is asked by the relister: an ask waits for the peers' answers, and
+ * the threads that drop an object (a peer's GONE, a pull's end) must not. */
+struct reask {
+	struct reask *next;
+	unsigned wait_ms;
+	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
+};
+
 static void hook_reask(void *ctx, const char *from, const char *to, const char *key,
 		       unsigned wait_ms)
 {
-	cluster_ask(ctx, from, to, key, wait_ms, NULL);
+	struct cluster *cl = ctx;
+	struct reask *r = malloc(sizeof(*r)), **pp;
+
+	if (!r) {
+		fprintf(stderr, "omnifs: out of memory: readers of a key wait for its announce\n");
+		return;
+	}
+	r->next = NULL;
+	r->wait_ms = wait_ms;
+	snprintf(r->from, sizeof(r->from), "%s", from);
+	snprintf(r->to, sizeof(r->to), "%s", to);
+	snprintf(r->key, sizeof(r->key), "%s", key);
+	pthread_mutex_lock(&cl->lock);
+	for (pp = &cl->reasks; *pp; pp = &(*pp)->next)
+		;               /* in order: a few at a time, rarely */
+	*pp = r;
+	pthread_cond_signal(&cl->relist_cond);
+	pthread_mutex_unlock(&cl->lock);
 }
 
 /* Every peer may have learnt of it (by asking), so every peer hears, but
@@ -1385,7 +1411,9 @@ int cluster_cleanup(struct cluster *cl, const char *id, uint64_t *removed, size_
  * sees its old connection fail.  Its replies come on that new connection,
  * after the old one's end has been dealt with, so nothing learnt here is
  * forgotten by mistake.  A thread of its own: a listing waits for the
- * peer, and the keeper, which connects, must go on pinging the others. */
+ * peer, and the keeper, which connects, must go on pinging the others.
+ * The keys that readers here wait for again (hook_reask) are asked for
+ * on it too, first. */
 static void *relist_thread(void *arg)
 {
 	struct cluster *cl = arg;
@@ -1393,6 +1421,15 @@ static void *relist_thread(void *arg)
 	pthread_setname_np(pthread_self(), "omni-relist");
 	pthread_mutex_lock(&cl->lock);
 	while (!cl->relist_stop) {
+		struct reask *r = cl->reasks;
+		if (r) {
+			cl->reasks = r->next;
+			pthread_mutex_unlock(&cl->lock);
+			cluster_ask(cl, r->from, r->to, r->key, r->wait_ms, NULL);
+			free(r);
+			pthread_mutex_lock(&cl->lock);
+			continue;
+		}
 		size_t i = 0;
 		while (i < cl->npeers && !cl->relist[i])
 			i++;
@@ -1547,6 +1584,11 @@ static void relist_stop(struct cluster *cl)
 	pthread_mutex_unlock(&cl->lock);
 	pthread_join(cl->relister, NULL);
 	cl->relist_running = 0;
+	while (cl->reasks) {            /* nobody waits for them now */
+		struct reask *r = cl->reasks;
+		cl->reasks = r->next;
+		free(r);
+	}
 }
 
 void cluster_destroy(struct cluster *cl)

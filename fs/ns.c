@@ -1109,11 +1109,14 @@ static void obj_abort(struct ns *ns, struct object *o)
 	o->state = OS_DEAD;
 }
 
-/* o, written here and never published, goes.  Where a peer's object of
- * its name was refused meanwhile (o->refused), or readers wait for its
- * key, the peers are asked for theirs once the lock is dropped (wl:
- * hooks->reask). */
-static void obj_drop(struct ns *ns, struct object *o, struct ns_wakes *wl)
+/* o leaves its key while opens wait there (for it, or for the key), or
+ * (refused) a peer's object of its name was refused for it: the peers
+ * are asked for theirs once the lock is dropped (wl: hooks->reask), for
+ * as long as the opens still wait.  A node that hosts no <to> hears of
+ * no publish, and an answer it took may have been older than one it
+ * dropped for it: without asking, its readers waited out wait_ms while
+ * the key was there. */
+void waiters_reask(struct ns *ns, struct object *o, int refused, struct ns_wakes *wl)
 {
 	uint64_t now = clock_mono_ns(), until = now;
 	struct ns_event *e;
@@ -1121,11 +1124,17 @@ static void obj_drop(struct ns *ns, struct object *o, struct ns_wakes *wl)
 	for (struct ns_waiter *w = o->node ? o->node->waiters : NULL; w; w = w->next)
 		if (timer_queued(&w->timer) && w->timer.when > until)
 			until = w->timer.when;
-	if ((o->refused || until > now) && (e = ev_new(ns, EV_REASK, o))) {
+	if ((refused || until > now) && (e = ev_new(ns, EV_REASK, o))) {
 		e->wait_ms = until > now ? (unsigned)((until - now) / 1000000u) + 1 : 0;
 		e->next = wl->asks;
 		wl->asks = e;
 	}
+}
+
+/* o, written here and never published, goes. */
+static void obj_drop(struct ns *ns, struct object *o, struct ns_wakes *wl)
+{
+	waiters_reask(ns, o, o->refused, wl);
 	obj_abort(ns, o);
 }
 

@@ -281,6 +281,7 @@ void waiters_peer_lost(struct ns *ns);
 void wake_readers(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_sources(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_views(struct ns *ns, struct node *k, struct ns_wakes *wl);
+void waiters_reask(struct ns *ns, struct object *o, int refused, struct ns_wakes *wl);
 void ns_unlock(struct ns *ns);
 
 /* ----------------------------------------------------------- ns_hash.c */

@@ -230,6 +230,8 @@ int fetch_wait(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len)
 	return h->gen != o->fetch_gen || o->have < end;
 }
 
+static void gone_note(struct ns *ns, int owner, uint64_t oid);
+
 void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 {
 	struct object *o = token;
@@ -252,13 +254,19 @@ void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 	}
 	if (final)
 		o->fetch = err ? F_FAILED : F_DONE;
-	if (o->node && o->node->waiters && (err || o->have))
-		wake_key(ns, o->node, err == -ENOENT ? -ENOENT : err ? -EIO : 0, &wl);
-	if (err) {
-		stat_add(ns->st, ST_ERRORS, 1);
-		if (err == -ENOENT)             /* the owner no longer has it */
-			obj_unlink(ns, o, ST_NONE);
+	if (err == -ENOENT && o->node) {
+		/* The owner no longer has it: as at its GONE, the opens
+		 * waiting for its bytes wait for the key's next object, and
+		 * the peers are asked for one (an rm, a consumption or a
+		 * stale answer may have put this one here). */
+		gone_note(ns, o->owner, o->oid);
+		waiters_reask(ns, o, 0, &wl);
+		obj_unlink(ns, o, ST_NONE);
+	} else if (o->node && o->node->waiters && (err || o->have)) {
+		wake_key(ns, o->node, err ? -EIO : 0, &wl);
 	}
+	if (err)
+		stat_add(ns->st, ST_ERRORS, 1);
 	pthread_cond_broadcast(&ns->fcond);
 	if (final)
 		obj_put(ns, o);
@@ -529,9 +537,13 @@ void ns_remote_gone(struct ns *ns, int owner, const char *from, const char *to,
 	/* By name, as the owner says it: a scan of every key for the oid
 	 * made removing n objects cost n^2. */
 	struct node *k = key_node(ns, from, to, key);
-	if (k && k->obj && k->obj->owner == owner && k->obj->oid == oid)
+	struct ns_wakes wl = { 0 };
+	if (k && k->obj && k->obj->owner == owner && k->obj->oid == oid) {
+		waiters_reask(ns, k->obj, 0, &wl);      /* another may be there */
 		obj_unlink(ns, k->obj, ST_NONE);
+	}
 	pthread_mutex_unlock(&ns->lock);
+	ns_wake(ns, &wl);
 }
 
 /* fn(ns, k, arg) for every key node, under the lock; fn may unlink k's
