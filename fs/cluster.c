@@ -199,21 +199,22 @@ static int hook_claim(void *ctx, int peer, const struct ns_objinfo *o)
 	return cluster_exists(cl, o->from, o->to, o->key) ? -EEXIST : rc;
 }
 
-/* Our object of a key went unpublished (its claim refused, its writer
- * killed, its close failed) after another node's was refused here while
- * ours was being written (to a host of <to>, or for a reader here that
- * waits on the key; ours stayed, remote_add), or while readers here wait
- * for it: asked for now, or the readers would wait for an announce that
- * came and went (a host, which asks nobody, would never have it), or, on
- * a node that hosts no <to>, for one that nobody tells them of. */
-/* It is asked by the relister: an ask waits for the peers' answers, and
- * the threads that drop an object (a peer's GONE, a pull's end) must not. */
 struct reask {
 	struct reask *next;
 	unsigned wait_ms;
 	char from[NAME_STAGE_MAX + 1], to[NAME_STAGE_MAX + 1], key[NAME_KEY_MAX + 1];
 };
 
+/* Our object of a key went unpublished (its claim refused, its writer
+ * killed, its close failed) after another node's was refused here while
+ * ours was being written (to a host of <to>, or for a reader here that
+ * waits on the key; ours stayed, remote_add), or while readers here wait
+ * for it; or another node's object left while readers here waited for
+ * its bytes: asked for now, or the readers would wait for an announce
+ * that came and went (a host, which asks nobody, would never have it),
+ * or, on a node that hosts no <to>, for one that nobody tells them of.
+ * The relister asks: an ask waits for the peers' answers, and the
+ * threads that drop an object (a peer's GONE, a pull's end) must not. */
 static void hook_reask(void *ctx, const char *from, const char *to, const char *key,
 		       unsigned wait_ms)
 {

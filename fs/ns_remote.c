@@ -265,7 +265,7 @@ void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 	} else if (o->node && o->node->waiters && (err || o->have)) {
 		wake_key(ns, o->node, err ? -EIO : 0, &wl);
 	}
-	if (err)
+	if (err && err != -ENOENT)      /* (that fails no open now) */
 		stat_add(ns->st, ST_ERRORS, 1);
 	pthread_cond_broadcast(&ns->fcond);
 	if (final)
