@@ -558,7 +558,9 @@ PYEOF
 lost_shards() {
 	stop_node b
 	OMNIFS_TEST_SERVE_DELAY_MS=200 start_node b "config=$T/omni.yaml,node=b"
+	# c hosts no q: it learns of each shard by asking (the stats do)
 	wait_until 10 all_up && cp "$T"/lost.rank?of2 "$T/b/p/q/" &&
+		wait_until 5 test -e "$T/c/p/q/lost.rank0of2" &&
 		wait_until 5 test -e "$T/c/p/q/lost.rank1of2"
 }
 ok "b serves slowly, and c hears of its shards" lost_shards
