@@ -16,17 +16,18 @@ OMNIFS_TEST_SERVE_DELAY_MS=1000 start_node a "config=$T/omni.yaml,node=a,pool=ho
 for n in b c; do start_node $n "config=$T/omni.yaml,node=$n,pool=host:64MiB"; done
 ok "three nodes see each other" wait_until 10 all_up
 
-# read_on NODE KEY: what a read of NODE's 0/1/KEY gives (its first line,
-# or the errno's name), and "soon" if it came within 4 s, else "late".
+# read_on NODE KEY [SECS]: what a read of NODE's 0/1/KEY gives (its first
+# line, or the errno's name), and "soon" if it came within SECS (4) s,
+# else "late".
 read_on() {
-	timeout 20 $SYSPY - "$T/$1/0/1/$2" <<'PYEOF'
+	timeout 20 $SYSPY - "$T/$1/0/1/$2" "${3:-4}" <<'PYEOF'
 import errno, sys, time
 t = time.monotonic()
 try:
     what = open(sys.argv[1], "rb").read().split(b"\n")[0].decode()
 except OSError as e:
     what = errno.errorcode.get(e.errno, str(e.errno))
-print(what, "soon" if time.monotonic() - t < 4 else "late")
+print(what, "soon" if time.monotonic() - t < float(sys.argv[2]) else "late")
 PYEOF
 }
 
@@ -60,6 +61,7 @@ cp "$T/k2.a" "$T/a/0/1/k2"
 ok "c finds a's k2 by asking" stat "$T/c/0/1/k2"
 rm "$T/a/0/1/k2"
 cp "$T/k2.b" "$T/b/0/1/k2"
-is "$(read_on c k2)" "from-b soon" "c's read of k2, a's gone at a, b's published: b's, at once"
-is "$(read_on c k2)" "ENOENT late" "... consumed by it: the next read waits, and ENOENT"
+is "$(read_on c k2 2)" "from-b soon" \
+   "c's read of k2, a's gone at a, b's published: b's, at once (< 2 s, before the held GONE)"
+is "$(read_on c k2 2)" "ENOENT late" "... consumed by it: the next read waits, and ENOENT"
 done_testing
