@@ -889,11 +889,19 @@ static void op_handle(void *ctx, struct xport_conn *c, int peer, uint64_t reqid,
 
 struct resync { struct cluster *cl; int peer, held; };
 
+/* Whether peer keeps a record of our objects on from/to: it hosts to, or
+ * the edge's claims meet there (then none hosts to). */
+static int peer_records(const struct cluster *cl, int peer, const char *from, const char *to)
+{
+	return stage_in(cl->hosts[peer].stages, cl->hosts[peer].n, to) ||
+	       arbiter(cl, from, to) == (size_t)peer;
+}
+
 static void resync_one(void *arg, const struct ns_objinfo *o)
 {
 	struct resync *r = arg;
 
-	if (!stage_in(r->cl->hosts[r->peer].stages, r->cl->hosts[r->peer].n, o->to))
+	if (!peer_records(r->cl, r->peer, o->from, o->to))
 		return;
 	if (r->cl->resync_hold_ms && !r->held++)
 		test_hold(r->cl->resync_hold_ms, "resync ANNOUNCE", o->key);
@@ -906,7 +914,7 @@ static void resync_gone(void *arg, const struct ns_objinfo *o)
 	struct resync *r = arg;
 	struct proto_msg m = { .type = PT_GONE };
 
-	if (!stage_in(r->cl->hosts[r->peer].stages, r->cl->hosts[r->peer].n, o->to))
+	if (!peer_records(r->cl, r->peer, o->from, o->to))
 		return;
 	to_proto(o, &m.u.obj);
 	xport_send(r->cl->x, r->peer, &m);
@@ -952,11 +960,11 @@ static void op_peer_up(void *ctx, int peer)
 /* A peer's new connection to us: what it told us of its objects may be
  * stale (said while we could not hear).  It tells us again (op_peer_up),
  * then says it is done: what it did not renew leaves then. */
-static void op_conn_start(void *ctx, int peer)
+static void op_conn_start(void *ctx, int peer, uint64_t made_ns)
 {
 	struct cluster *cl = ctx;
 
-	ns_owner_renew(cl->ns, peer);
+	ns_owner_renew(cl->ns, peer, made_ns);
 }
 
 static void op_peer_down(void *ctx, int peer)

@@ -1646,7 +1646,7 @@ void ns_destroy(struct ns *ns)
 	pthread_cond_destroy(&ns->hdone);
 	pthread_mutex_destroy(&ns->lock);
 	free(ns->rules);
-	free(ns->owner_gen);
+	free(ns->owners);
 	free(ns);
 }
 

@@ -451,12 +451,15 @@ void ns_remote_gone(struct ns *ns, int owner, const char *from, const char *to,
 /* An owner is lost (dead, or cut off): its objects leave, and for
  * NS_LOST_KEEP_NS an open of one of them fails with EIO at once. */
 void ns_owner_lost(struct ns *ns, int owner);
-/* An owner is about to tell us again all it has (its new connection):
- * what it says from now on is of its new generation, and once it has
- * said it all, ns_owner_swept takes out the records it did not renew.
- * Those it renews never leave their keys meanwhile, so a reader or a
- * stat on this node never sees them blink out. */
-void ns_owner_renew(struct ns *ns, int owner);
+/* An owner is about to tell us again all it has (its new connection, made
+ * at since_ns): what it says from now on is of its new generation, and
+ * once it has said it all, ns_owner_swept takes out the records it did not
+ * renew, but those its answers gave us since since_ns: it told us those
+ * while it could tell us of their end on its new connection, and it says
+ * again only what we host.  Those it renews never leave their keys
+ * meanwhile, so a reader or a stat on this node never sees them blink
+ * out. */
+void ns_owner_renew(struct ns *ns, int owner, uint64_t since_ns);
 void ns_owner_swept(struct ns *ns, int owner);
 /* A fetch's bytes [0, upto) are here and verified; err ends it. */
 void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err);

@@ -59,6 +59,7 @@ struct object {
 	uint64_t oid;
 	int owner;                      /* -1: ours */
 	uint32_t gen;                   /* its owner's generation when last told */
+	uint64_t answered_ns;           /* when its owner's answer last said it (0: never) */
 	int claim;                      /* a peer index + 1: its publish is claimed there */
 	int claim_excl;                 /* ... as an O_EXCL put's (ns_objinfo's excl) */
 	int refused;                    /* a peer's of its name was refused while written */
@@ -177,9 +178,10 @@ struct ns {
 	struct ns_gone *gone_head, *gone_tail;
 	size_t ngone;
 	/* Each owner's generation (ns_owner_renew): a record it announced
-	 * again on its current connection has its owner's (object.gen). */
-	uint32_t *owner_gen;
-	size_t nowner_gen;
+	 * again on its current connection has its owner's (object.gen); and
+	 * when that connection was made, which answers since then outlive. */
+	struct ns_owner { uint32_t gen; uint64_t since_ns; } *owners;
+	size_t nowners;
 	struct htab gone_byoid;
 	pthread_cond_t fcond;           /* a fetch moved on */
 	struct object *lru_head, *lru_tail;     /* least recently opened first */

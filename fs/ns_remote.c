@@ -416,9 +416,14 @@ static struct object *remote_new(struct ns *ns, struct node *k, int owner,
 	return o;
 }
 
+static struct ns_owner owner_of(const struct ns *ns, int owner)
+{
+	return (size_t)owner < ns->nowners ? ns->owners[owner] : (struct ns_owner){ 0, 0 };
+}
+
 static uint32_t owner_gen(const struct ns *ns, int owner)
 {
-	return (size_t)owner < ns->nowner_gen ? ns->owner_gen[owner] : 0;
+	return owner_of(ns, owner).gen;
 }
 
 static int gone_lately(const struct ns *ns, int owner, uint64_t oid, uint64_t now)
@@ -479,6 +484,8 @@ static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int
 	} else if (o && o->owner == owner && o->oid == ri->oid) {
 		if (!answer)            /* the owner's own word on its connection */
 			o->gen = owner_gen(ns, owner);
+		else
+			o->answered_ns = clock_mono_ns();
 		if (ri->reads > o->reads)
 			o->reads = ri->reads;
 		kvhdr_keep(o, ri);      /* it may have come by a listing, without */
@@ -496,6 +503,7 @@ static int remote_add(struct ns *ns, int owner, const struct ns_objinfo *ri, int
 			goto drop;
 		}
 		o->gen = owner_gen(ns, owner);
+		o->answered_ns = answer ? clock_mono_ns() : 0;
 		wake_sources(ns, k, &wl);
 		wake_views(ns, k, &wl);
 		if (k->waiters && (o->fetch == F_DONE || obj_streamed(o)))
@@ -598,27 +606,34 @@ void ns_owner_lost(struct ns *ns, int owner)
 	ns_wake(ns, &d.wl);
 }
 
-void ns_owner_renew(struct ns *ns, int owner)
+void ns_owner_renew(struct ns *ns, int owner, uint64_t since_ns)
 {
 	pthread_mutex_lock(&ns->lock);
-	if ((size_t)owner >= ns->nowner_gen) {
-		uint32_t *g = realloc(ns->owner_gen, ((size_t)owner + 1) * sizeof(*g));
+	if ((size_t)owner >= ns->nowners) {
+		struct ns_owner *g = realloc(ns->owners, ((size_t)owner + 1) * sizeof(*g));
 		if (!g)
 			goto unlock;    /* its records stay until it says them gone */
-		memset(g + ns->nowner_gen, 0, ((size_t)owner + 1 - ns->nowner_gen) * sizeof(*g));
-		ns->owner_gen = g;
-		ns->nowner_gen = (size_t)owner + 1;
+		memset(g + ns->nowners, 0, ((size_t)owner + 1 - ns->nowners) * sizeof(*g));
+		ns->owners = g;
+		ns->nowners = (size_t)owner + 1;
 	}
-	ns->owner_gen[owner]++;
+	ns->owners[owner].gen++;
+	ns->owners[owner].since_ns = since_ns;
 unlock:
 	pthread_mutex_unlock(&ns->lock);
 }
 
+/* What the owner did not say again on its new connection leaves; but
+ * what it answered us since that connection was made: it may have
+ * answered before we began to serve the connection (we serve it once its
+ * old one is drained), and it says again only what we host. */
 static void sweep_key(struct ns *ns, struct node *k, void *arg)
 {
 	int owner = *(int *)arg;
+	struct ns_owner ow = owner_of(ns, owner);
 
-	if (k->obj && k->obj->owner == owner && k->obj->gen != owner_gen(ns, owner))
+	if (k->obj && k->obj->owner == owner && k->obj->gen != ow.gen &&
+	    k->obj->answered_ns < ow.since_ns)
 		obj_unlink(ns, k->obj, ST_NONE);
 }
 

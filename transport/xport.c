@@ -1571,7 +1571,7 @@ void *server_thread(void *arg)
 		}
 	pthread_mutex_unlock(&x->lock);
 	if (x->ops->conn_start)
-		x->ops->conn_start(x->ctx, c->peer);
+		x->ops->conn_start(x->ctx, c->peer, c->made_ns);
 	/* Its sender, with it from the start (a thread started at each pull
 	 * would cost each a wake-up of another core); without one, this
 	 * thread sends the pulls' bytes itself. */

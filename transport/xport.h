@@ -98,8 +98,10 @@ struct xport_ops {
 	/* Peer made a new connection to us: what it said on its earlier ones
 	 * is superseded (it tells us again, peer_up on its side).  Called
 	 * before the connection's first frame reaches handle() and after the
-	 * last frame of its earlier connections has. */
-	void (*conn_start)(void *ctx, int peer);
+	 * last frame of its earlier connections has, which may be a while
+	 * after made_ns (CLOCK_MONOTONIC), when it was made: what the peer
+	 * says anywhere after it has the connection comes after made_ns. */
+	void (*conn_start)(void *ctx, int peer, uint64_t made_ns);
 	/* A connection a peer made to us, one that handle() was given, has
 	 * ended (closed, failed, or silent for dead_ms). */
 	void (*conn_end)(void *ctx, struct xport_conn *c);

@@ -46,6 +46,7 @@ struct stranger {
 	char name[PROTO_NAME_MAX + 1];
 	uint32_t caps;
 	unsigned turns;                 /* rdma_turns(x) its WELCOME was made at */
+	uint64_t welcomed_ns;           /* when it went: the peer may say anything after */
 	struct stranger *prev, *next;   /* oldest first: deadlines in order */
 };
 
@@ -216,6 +217,7 @@ static int stranger_step(struct xport *x, struct stranger *s, int *peer, struct 
 		m.u.welcome.rdma_port = rdma_port(rd);
 	else
 		rdma_unhold(x, rd);     /* else the pair holds it (srv_end) */
+	s->welcomed_ns = clock_mono_ns();
 	if ((rc = stranger_send(s, &m)) && *srv) {
 		srv_end(x, *srv);
 		*srv = NULL;
@@ -231,6 +233,7 @@ static void stranger_promote(struct xport *x, struct strangers *q, struct strang
 	uint64_t name = conn_name(s->cnonce);
 	uint32_t caps = s->caps;
 	unsigned turns = s->turns;
+	uint64_t made_ns = s->welcomed_ns;
 	int fd = stranger_unlink(q, s), tell = 0;
 	pthread_t t;
 
@@ -246,6 +249,7 @@ static void stranger_promote(struct xport *x, struct strangers *q, struct strang
 	c->srv = srv;
 	c->reads_rdma = !!(caps & PROTO_CAP_RDMA);
 	c->hears_redial = !!(caps & PROTO_CAP_REDIAL);
+	c->made_ns = made_ns;
 	c->name = name;
 	pthread_mutex_lock(&x->lock);
 	for (struct xport_conn *o = x->servers; o; o = o->next)

@@ -34,6 +34,7 @@ struct xport_conn {
 	int fd, peer, outgoing, refs;
 	int reads_rdma;                 /* a peer's connection: its HELLO said it can */
 	int hears_redial;               /* ... and that it hears REDIAL */
+	uint64_t made_ns;               /* ... and when its WELCOME went (conn_start) */
 	int retired;                    /* ours, let go of for a rejoin (rejoin_locked) */
 	int ended;                      /* ours, and its receiver saw its end first */
 	pthread_mutex_t send_lock;

@@ -121,6 +121,39 @@ ok "b's serve of the old connection is stuck; a's new one is served beside it" \
 echo beside >"$T/a/0/1/w"
 ok "a's next announce reaches b meanwhile" wait_until 5 grep -qE "holding the (ANNOUNCE|CLAIM) of w" "$T/b.log"
 
+# What b holds of a's objects on edges b does not host outlives a's
+# resync on a new connection: x, on 0/9, whose publishes nobody hosting 9
+# meet at b (a claims x there), and y, on 0/2 (they meet at a), which b
+# learns of by asking while a's new connection waits for b to be done
+# with its old one.  a says again what b hosts and what it claims there;
+# and it answered y with the new connection in hand, so y's end would come
+# on it.  b serves a's GONE of g 6 s late: a gives up on the connection
+# (3 s) and makes a new one, which b serves beside the old one 1.5 s
+# later.  Before, b forgot both with a's resync: when a died then, b's
+# opens of them waited out wait_ms (4 s) for a's next ones and failed with
+# ENOENT, instead of EIO at once (SPEC §4.7); and a put of x on another
+# node would have been let through at b, a second x.
+stop_node b
+OMNIFS_TEST_GONE_HOLD_MS=6000 start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+ok "b is back, holding each GONE it hears" wait_until 10 both_up
+echo g >"$T/a/0/1/g"
+echo claimed >"$T/a/0/9/x"
+echo asked >"$T/a/0/2/y"
+ok "b knows of a's g" wait_until 5 test -e "$T/b/0/1/g"
+rm "$T/a/0/1/g"
+ok "b holds a's GONE of g; a gives up on their connection" wait_until 8 a_down
+ok "a connects again" wait_until 5 both_up
+ok "b asks a for y while a's new connection waits" test -e "$T/b/0/2/y"
+ok "... to be served" sh -c "! grep -q 'old connection is still being served' '$T/b.log'"
+echo after >"$T/a/0/1/after"            # announced after all the resync said
+ok "b hears of what a publishes next" wait_until 5 test -e "$T/b/0/1/after"
+disown "${NODE_PID[a]}"                 # no "Killed" from bash
+kill -9 "${NODE_PID[a]}"
+a_gone() { grep -q '"state": *"down"' "$T/b/.omni/health"; }
+ok "a is killed; b sees it go" wait_until 5 a_gone
+is "$(M=$T/b pyerr "open(M + '/0/9/x')")" EIO "b still held x: its open fails with EIO at once"
+is "$(M=$T/b pyerr "open(M + '/0/2/y')")" EIO "... and y"
+
 # A put claimed on b while a's new connection waits for its resync: b's
 # claim of it stands (b forgot a's old objects before it, not after).
 stop_node a
