@@ -555,11 +555,16 @@ with open(sys.argv[1], "rb", buffering=0) as f:
     print(what + (" late" if time.monotonic() - t >= float(sys.argv[4]) else ""))
 PYEOF
 }
+# b's pool is warm before it is killed: a daemon killed while its thread
+# of idle priority warms the pool closes its connections only once that
+# thread has had a core, which on a busy machine can be seconds (README,
+# "Mounting"); c then sees b go by its silence.
+warm_b() { [ "$(health b "d['pool']['warming']")" = False ]; }
 lost_shards() {
 	stop_node b
 	OMNIFS_TEST_SERVE_DELAY_MS=200 start_node b "config=$T/omni.yaml,node=b"
 	# c hosts no q: it learns of each shard by asking (the stats do)
-	wait_until 10 all_up && cp "$T"/lost.rank?of2 "$T/b/p/q/" &&
+	wait_until 10 all_up && wait_until 30 warm_b && cp "$T"/lost.rank?of2 "$T/b/p/q/" &&
 		wait_until 5 test -e "$T/c/p/q/lost.rank0of2" &&
 		wait_until 5 test -e "$T/c/p/q/lost.rank1of2"
 }
