@@ -10,6 +10,7 @@
 #include <xxhash.h>
 #include "../tap.h"
 #include "../../fs/ns.h"
+#include "../../transport/clock.h"
 #include "../../transport/pool.h"
 
 static int woken, wake_err;
@@ -791,14 +792,21 @@ int main(void)
 	ns_remote_gone(ns, 0, "0", "1", "q1_far", 78);
 
 	/* An owner's new connection: its records stay on their keys while it
-	 * says them again, and those it does not say leave at the end. */
-	struct ns_objinfo g1 = qi, g2 = qi, g3 = qi;
+	 * says them again, and those it does not say leave at the end, but
+	 * for those its answers gave since the connection was made. */
+	struct ns_objinfo g1 = qi, g2 = qi, g3 = qi, g4 = qi;
 	g1.key = "gen1", g1.oid = 91;
 	g2.key = "gen2", g2.oid = 92;
 	g3.key = "gen3", g3.oid = 93;
+	g4.key = "gen4", g4.oid = 94;
 	ns_remote_add(ns, 0, &g1);
 	ns_remote_add(ns, 0, &g2);
-	ns_owner_renew(ns, 0);
+	ns_remote_add(ns, 0, &g4);
+	ns_remote_answer(ns, 0, &g2);   /* heard before the connection was made */
+	usleep(1000);
+	uint64_t made = clock_mono_ns();
+	usleep(1000);
+	ns_owner_renew(ns, 0, made);
 	struct ns_attr a1, a2;
 	ok(ns_lookup(ns, e, "gen1", 0, &a1) == 0 && ns_lookup(ns, e, "gen2", 0, &a2) == 0,
 	   "an owner's new connection: its records stay meanwhile");
@@ -806,15 +814,20 @@ int main(void)
 	ns_forget(ns, a2.ino, 1);
 	ns_remote_add(ns, 0, &g1);      /* said again */
 	ns_remote_answer(ns, 0, &g3);   /* new, by a listing */
-	ns_remote_answer(ns, 0, &g2);   /* a listing renews nothing */
+	ns_remote_answer(ns, 0, &g4);   /* answered since, not said again */
 	ns_owner_swept(ns, 0);
 	ok(ns_lookup(ns, e, "gen1", 0, &a) == 0, "... the one it said again stays");
 	ns_forget(ns, a.ino, 1);
 	ok(ns_lookup(ns, e, "gen3", 0, &a) == 0, "... and one heard of since");
 	ns_forget(ns, a.ino, 1);
-	is(ns_lookup(ns, e, "gen2", 0, &a), -ENOENT, "... the one it did not say leaves");
+	ok(ns_lookup(ns, e, "gen4", 0, &a) == 0,
+	   "... and one its answer gave since the connection was made (it says again only what we host)");
+	ns_forget(ns, a.ino, 1);
+	is(ns_lookup(ns, e, "gen2", 0, &a), -ENOENT,
+	   "... one it did not say, answered only before the connection was made, leaves");
 	ns_remote_gone(ns, 0, "0", "1", "gen1", 91);
 	ns_remote_gone(ns, 0, "0", "1", "gen3", 93);
+	ns_remote_gone(ns, 0, "0", "1", "gen4", 94);
 
 	/* The same by the stem index: a long id, with another request of
 	 * the same stem beside it. */
