@@ -893,8 +893,7 @@ struct resync { struct cluster *cl; int peer, held; };
  * the edge's claims meet there (then none hosts to). */
 static int peer_records(const struct cluster *cl, int peer, const char *from, const char *to)
 {
-	return stage_in(cl->hosts[peer].stages, cl->hosts[peer].n, to) ||
-	       arbiter(cl, from, to) == (size_t)peer;
+	return cluster_peer_hosts(cl, peer, to) || arbiter(cl, from, to) == (size_t)peer;
 }
 
 static void resync_one(void *arg, const struct ns_objinfo *o)
