@@ -216,6 +216,16 @@ cleanup() {
 			rc=1
 		fi >&2
 	done
+	# A file that failed shows the end of each daemon's log beside its
+	# failures, so that a CI run, whose $T is gone, says what the daemons
+	# saw (a log's last lines are where a wrong turn shows).
+	if [ "$_failed" != 0 ] || [ "$rc" != 0 ]; then
+		for log in "$T"/*.log; do
+			[ -f "$log" ] || continue
+			echo "# the last lines of ${log##*/}:"
+			tail -n 25 "$log" | sed 's/^/#   /'
+		done >&2
+	fi
 	# OMNIFS_TEST_LOGS=DIR keeps each daemon's log, as TEST.NODE.log,
 	# for a run whose $T is gone by the time anyone looks (a GPU machine's)
 	if [ -n "${OMNIFS_TEST_LOGS:-}" ]; then

@@ -634,4 +634,4 @@ ok "a is back" wait_until 10 all_up
 is "$(M=$T/b pyerr "os.setxattr(M, 'user.omni.wait_ms', b'500'); open(M + '/0/1/midwrite')")" ENOENT \
    "... and the key is nowhere"
 
-tail -n 20 "$T/a.log" "$T/b.log" >&2; done_testing
+done_testing
