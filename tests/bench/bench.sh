@@ -315,10 +315,10 @@ CONN_LOOP=poll CONN_MAX=$((1 << 20)) CONN_KINDS=bytes CONN_EDGE="0 2" $CONN "$T/
 printf 'OmniFSConnector put -> get, across two nodes over loopback TCP (a to b):\n'
 # The floor under it, just before: a plain program's put (a copy, hashed
 # behind it by a second thread) then the stream and its copies (tcpceil.c),
-# 9 rounds each.
+# 21 rounds each, as the connector's large sizes.
 FLOOR=
-if read -r PG64 PUT64 < <("$B/bench/tcpceil" putget 64 9) &&
-	read -r PG256 PUT256 < <("$B/bench/tcpceil" putget 256 9); then
+if read -r PG64 PUT64 < <("$B/bench/tcpceil" putget 64 21) &&
+	read -r PG256 PUT256 < <("$B/bench/tcpceil" putget 256 21); then
 	printf '  floor, a plain program: 64 MiB %.1f ms (its put %.1f), 256 MiB %.1f ms (its put %.1f); 8x the shm connector is 27.6 and 119.1 ms\n' \
 		"$PG64" "$PUT64" "$PG256" "$PUT256"
 	FLOOR="64:$PG64 256:$PG256"

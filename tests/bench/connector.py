@@ -36,7 +36,7 @@ from omnifs.vllm_omni import OmniFSConnector
 
 SHM_MS = {4 << 10: 0.20, 1 << 20: 2.8, 64 << 20: 221.0, 256 << 20: 953.0}
 WARM = 2
-ROUNDS = {4 << 10: 300, 1 << 20: 60, 64 << 20: 9, 256 << 20: 9}
+ROUNDS = {4 << 10: 300, 1 << 20: 60, 64 << 20: 21, 256 << 20: 21}
 FROM, TO = os.environ.get("CONN_EDGE", "0 1").split()
 FLOOR = {int(m) << 20: float(ms)
          for m, ms in (w.split(":") for w in os.environ.get("CONN_FLOOR", "").split())}
