@@ -46,6 +46,26 @@ int name_of_request(const char *key, const char *id)
 	       !strcmp(key + k - n, id);
 }
 
+size_t name_request_ids(const char *key, struct name_span *out)
+{
+	size_t k = strlen(key), n = 0;
+
+	if (k > NAME_KEY_MAX)
+		return 0;
+	for (size_t i = 1; i <= k; i++)
+		if (!key[i] || key[i] == '_' || key[i] == '.')
+			out[n++] = (struct name_span){ 0, (unsigned short)i };
+	/* Every "_kv_cache_" holds a '_', so these are fewer than the
+	 * prefixes cut before each. */
+	if (!strncmp(key, "omni_", 5))
+		for (const char *p = key; (p = strstr(p, kv)); p++)
+			if (p + sizeof(kv) - 1 < key + k)
+				out[n++] = (struct name_span){
+					(unsigned short)(p - key + sizeof(kv) - 1),
+					(unsigned short)(key + k - p - (sizeof(kv) - 1)) };
+	return n;
+}
+
 size_t name_stem(const char *key, const char **stem)
 {
 	const char *s = key;

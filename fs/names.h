@@ -16,6 +16,12 @@ int name_check_key(const char *name);
  * the request first; views add ".rank<r>of<T>"), or vllm-omni's
  * "omni_<from>_to_<to>_kv_cache_<id>". */
 int name_of_request(const char *key, const char *id);
+/* The ids key would belong to by name_of_request: each prefix of it that
+ * ends before a '_' or a '.', key itself, and for "omni_..." what follows
+ * each "_kv_cache_" in it; each as [off, off + len) of key, into out
+ * (room for NAME_KEY_MAX + 1).  How many. */
+struct name_span { unsigned short off, len; };
+size_t name_request_ids(const char *key, struct name_span *out);
 
 /* So that finding a request's keys need not look at every key, keys are
  * indexed by their stem: their first NAME_STEM bytes, or for vllm-omni's

@@ -1,9 +1,59 @@
 /* Unit tests for stage and key names (SPEC §3). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include "../tap.h"
 #include "../../fs/names.h"
+
+/* Whether id is among the spans name_request_ids gives for key. */
+static int among_ids(const char *key, const char *id)
+{
+	struct name_span sp[NAME_KEY_MAX + 1];
+	size_t n = name_request_ids(key, sp), len = strlen(id);
+
+	for (size_t i = 0; i < n; i++)
+		if (sp[i].len == len && !memcmp(key + sp[i].off, id, len))
+			return 1;
+	return 0;
+}
+
+/* name_request_ids gives exactly the ids name_of_request says a key
+ * belongs to: keys and ids made of pieces that meet at every rule's
+ * edges ('_', '.', "omni_", "_kv_cache_", ids inside ids). */
+static void test_request_ids(void)
+{
+	static const char *const piece[] = {
+		"r", "r1", "_", ".", "omni_", "_kv_cache_", "kv_cache_", "0", "to", "x",
+	};
+	char key[NAME_KEY_MAX + 1], id[64];
+	int agree = 1, tried = 0, belongs = 0;
+
+	srand(21);
+	for (int t = 0; t < 200000 && agree; t++) {
+		size_t k = 0, n = 0;
+		for (int i = 1 + rand() % 8; i > 0; i--)
+			k += (size_t)snprintf(key + k, sizeof(key) - k, "%s", piece[rand() % 10]);
+		for (int i = 1 + rand() % 3; i > 0; i--)
+			n += (size_t)snprintf(id + n, sizeof(id) - n, "%s", piece[rand() % 10]);
+		if (name_check_key(key) || name_check_key(id))
+			continue;
+		tried++;
+		belongs += name_of_request(key, id);
+		agree = name_of_request(key, id) == among_ids(key, id);
+	}
+	ok(agree && tried > 100000 && belongs > 1000,
+	   "a key's possible request ids are the ones it belongs to (%d of %d; last %s, %s)",
+	   belongs, tried, key, id);
+	memset(key, '_', NAME_KEY_MAX);
+	key[0] = 'r';
+	key[NAME_KEY_MAX] = 0;
+	struct name_span sp[NAME_KEY_MAX + 1];
+	is(name_request_ids(key, sp), NAME_KEY_MAX, "a key of 255 with 254 '_': 255 ids, within room");
+	ok(among_ids("omni_0_to_1_kv_cache_r1", "r1") &&
+	   among_ids("omni_0_to_1_kv_cache_r1", "omni") &&
+	   !among_ids("omni_0_to_1_kv_cache_r1", "1_kv_cache_r1"), "a KV key's ids");
+}
 
 int main(void)
 {
@@ -59,5 +109,6 @@ int main(void)
 	ok(!name_stem_finds("0_012345678"), "one shorter than the stem is not");
 	ok(!name_stem_finds("omni_0123456789"), "nor one that starts as KV keys do");
 	ok(!name_stem_finds("0123456789_kv_cache_1"), "nor one holding kv_cache_");
+	test_request_ids();
 	return done_testing();
 }
