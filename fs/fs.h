@@ -23,6 +23,7 @@ struct fs_params {
 	size_t nrules;
 	unsigned max_threads;
 	unsigned spin_us;               /* how long an idle worker polls */
+	unsigned cleanup_hold_s;        /* ns_settings' */
 	struct pool *pool;
 	const struct cluster_conf *cluster;     /* NULL: a single node */
 };

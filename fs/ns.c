@@ -1481,6 +1481,7 @@ static void tables_fini(struct ns *ns)
 	htab_fini(&ns->bybase);
 	htab_fini(&ns->byreq);
 	htab_fini(&ns->gone_byoid);
+	ended_fini(&ns->ended);
 }
 
 int ns_create(struct ns **out, struct pool *pool, struct stats *st,
@@ -1515,7 +1516,8 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 	if (htab_init(&ns->byino, 1024) || htab_init(&ns->byname, 1024) ||
 	    htab_init(&ns->waiters, 1024) || htab_init(&ns->byoid, 1024) ||
 	    htab_init(&ns->bybase, 1024) || htab_init(&ns->byreq, 1024) ||
-	    htab_init(&ns->gone_byoid, 1024))
+	    htab_init(&ns->gone_byoid, 1024) ||
+	    ended_init(&ns->ended, set->cleanup_hold_s, NS_ENDED_MAX))
 		goto free_tables;
 	pthread_mutex_init(&ns->ev_lock, NULL);
 	pthread_cond_init(&ns->fcond, NULL);
@@ -1857,6 +1859,9 @@ static int key_write(struct ns *ns, struct node *n, int excl, uint32_t uid, uint
 		rc = -EEXIST;
 	} else if (n->obj && n->obj->state != OS_WRITING) {
 		rc = -EACCES;
+	} else if (!n->obj && ended_covers(&ns->ended, n->name, clock_mono_ns())) {
+		rc = -ECANCELED;        /* its request was cleaned up: nobody reads it */
+		stat_add(ns->st, ST_REFUSED, 1);
 	} else if (!n->obj && !obj_new(ns, n, uid, gid)) {
 		rc = -ENOMEM;
 	} else if (!(*h = handle_new(ns, n->obj, 1))) {
@@ -1966,6 +1971,8 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 			stat_add(ns->st, ST_GETS, 1);
 		if (o->owner >= 0 && o->next)   /* a copy, opened now */
 			replica_touch(ns, o);
+	} else if (!o && ended_covers(&ns->ended, n->name, clock_mono_ns())) {
+		rc = -ENOENT;           /* its request was cleaned up: none comes */
 	} else {
 		rc = waiter_queue(ns, n, w, 0, flags);
 	}

@@ -53,6 +53,9 @@ typedef void (*ns_wake_fn)(struct ns_waiter *w, int err, struct ns_handle *h);
 #define NS_STREAM_MIN ((64u << 20) + NS_CHUNK)
 #define NS_INLINE_MAX (64u << 10)      /* published objects this small and
 					  contiguous are offered with their bytes */
+/* Requests cleaned up within cleanup_hold_s (ns_settings) that a node
+ * keeps, the oldest forgotten first: about 300 B each at most. */
+#define NS_ENDED_MAX 65536
 
 /* Who asked this node to remove an object of its own, in the cluster's
  * words, handed back with the object's GONE: a peer index + 1 (0: no
@@ -139,6 +142,8 @@ struct ns_settings {
 	const char *node_name;
 	struct ns_policy dflt;
 	int64_t max_wait_ms;    /* > 0: no open waits longer (fs_mount says why) */
+	unsigned cleanup_hold_s;        /* how long new objects of a request that
+					   ns_cleanup removed are refused (0: not) */
 	const struct ns_rule *rules;
 	size_t nrules;
 	ns_wake_fn wake;        /* answers a waiting open; called unlocked */
@@ -359,7 +364,9 @@ int ns_unlink(struct ns *ns, uint64_t parent, const char *name);
  * published or being written (the writer's next write: ENOENT), and the
  * records of other nodes' where told[owner] says that owner removed its
  * own (told may be NULL).  Opens waiting for its keys fail with ENOENT
- * at once: the request is over.  How many of its own it removed. */
+ * at once: the request is over.  For cleanup_hold_s after it, a create
+ * of a new object of its keys fails with ECANCELED, and an open that
+ * would wait for one with ENOENT.  How many of its own it removed. */
 uint64_t ns_cleanup(struct ns *ns, const char *id, const uint8_t *told);
 /* The same-node hand-over (fs/direct.h).  where: a reader's handle of a
  * complete local object, its bytes as at most max iovecs (valid until the

@@ -19,6 +19,7 @@
 #include <xxh_x86dispatch.h>      /* libxxhash's AVX2/AVX-512 paths, chosen at run time */
 #endif
 
+#include "ended.h"
 #include "ns.h"
 #include "rangeset.h"
 #include "../transport/pool.h"
@@ -159,6 +160,7 @@ struct ns {
 	struct ns_settings set;
 	struct ns_rule *rules;
 	struct htab byino, byname, waiters, bybase, byreq;
+	struct ended ended;             /* requests cleaned up lately (ns_cleanup) */
 	uint64_t next_ino, next_wid, nobjects;
 	struct timerq tq;
 	struct node *root;

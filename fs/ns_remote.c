@@ -784,6 +784,11 @@ uint64_t ns_cleanup(struct ns *ns, const char *id, const uint8_t *told)
 	struct clean c = { .id = id, .told = told };
 
 	pthread_mutex_lock(&ns->lock);
+	if (ended_add(&ns->ended, id, clock_mono_ns())) {
+		char esc[NAME_ESC_MAX];
+		fprintf(stderr, "omnifs: cleanup of %s: no memory to refuse its later puts\n",
+			name_escape(id, esc));
+	}
 	if (name_stem_finds(id)) {      /* only the keys of its stem */
 		struct node *k = node_stem_ring(ns, id), *kn;
 		size_t left = 0;

@@ -1092,6 +1092,7 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 		.node_name = p->node_name, .dflt = p->dflt, .rules = p->rules,
 		.nrules = p->nrules, .wake = wait_answer,
 		.stale = attrs_stale, .sarg = fs, .max_wait_ms = kernel_wait_cap_ms(),
+		.cleanup_hold_s = p->cleanup_hold_s,
 	};
 	int rc = -ENOMEM;
 

@@ -61,6 +61,8 @@ static const struct {
 		"Objects hashed at publish from sums the GPU took of their blocks (GPU pools)", 0 },
 	[ST_WINDOWS_OUTSIDE] = { "windows_outside_pool",
 		"Streamed reads whose window the full pool had no room for, taken from host memory beside it", 0 },
+	[ST_REFUSED] = { "refused",
+		"Creates refused for a request cleaned up within cleanup_hold_s (ECANCELED)", 0 },
 };
 
 static const char *hist_name[H__COUNT] = {

@@ -31,6 +31,7 @@ void conf_defaults(struct conf *c)
 	c->dflt = (struct ns_policy){ .readers = 1, .wait_ms = 30000, .ttl_s = 0 };
 	c->threads = 4;
 	c->spin_us = 200;
+	c->cleanup_hold_s = 600;
 	c->rdma_stage = 256ull << 20;
 }
 
@@ -82,6 +83,18 @@ static int set_policy(int64_t *field, const char *key, const char *val,
 	if (parse_uint(val, max, field))
 		return ERR("option '%s=%s': expected a whole number from 0 to %" PRId64,
 			   key, val, max);
+	return 0;
+}
+
+/* An unsigned setting from 0 to max. */
+static int set_unsigned(unsigned *field, const char *key, const char *val,
+			unsigned max, char *err, size_t errlen)
+{
+	int64_t v;
+
+	if (parse_uint(val, max, &v))
+		return ERR("option '%s=%s': expected 0 to %u", key, val, max);
+	*field = (unsigned)v;
 	return 0;
 }
 
@@ -169,13 +182,10 @@ int conf_set(struct conf *c, const char *key, const char *val, char *err, size_t
 		c->threads = (unsigned)v;
 		return 0;
 	}
-	if (!strcmp(key, "spin_us")) {
-		int64_t v;
-		if (parse_uint(val, 100000, &v))
-			return ERR("option 'spin_us=%s': expected 0 to 100000", val);
-		c->spin_us = (unsigned)v;
-		return 0;
-	}
+	if (!strcmp(key, "spin_us"))
+		return set_unsigned(&c->spin_us, key, val, 100000, err, errlen);
+	if (!strcmp(key, "cleanup_hold_s"))
+		return set_unsigned(&c->cleanup_hold_s, key, val, 86400, err, errlen);
 	if (!strcmp(key, "secret_file")) {
 		if (access(val, R_OK))
 			return ERR("option 'secret_file=%s': %s", val, strerror(errno));
@@ -520,6 +530,7 @@ char *conf_render(const struct conf *c)
 		c->listen[0] ? c->listen : "(none)", conf_transport_name(c->transport));
 	fprintf(f, "wait_ms: %" PRId64 "\nreaders: %" PRId64 "\nttl_s: %" PRId64 "\n",
 		c->dflt.wait_ms, c->dflt.readers, c->dflt.ttl_s);
+	fprintf(f, "cleanup_hold_s: %u\n", c->cleanup_hold_s);
 	fprintf(f, "secret_file: %s\nstate_dir: %s\nallow_other: %s\nthreads: %u\nspin_us: %u\n",
 		c->secret_file ? c->secret_file : "(none)", c->state_dir ? c->state_dir : "(none)",
 		c->allow_other ? "true" : "false", c->threads, c->spin_us);

@@ -33,6 +33,7 @@ struct conf {
 	char *state_dir;                /* what is owed to peers, kept for a restart */
 	int allow_other;
 	unsigned threads, spin_us;
+	unsigned cleanup_hold_s;        /* ns_settings' */
 	uint64_t rdma_stage;            /* a GPU pool's copies for peers' READs; 0: none */
 	struct ns_rule *rules;
 	size_t nrules;

@@ -49,7 +49,7 @@ static const struct fuse_opt opt_spec[] = {
 static const char *const our_keys[] = {
 	"config", "node", "pool", "listen", "transport", "wait_ms", "readers",
 	"ttl_s", "secret_file", "state_dir", "threads", "spin_us", "allow_other",
-	"rdma_stage",
+	"rdma_stage", "cleanup_hold_s",
 };
 
 static int is_ours(const char *arg)
@@ -106,6 +106,8 @@ static void usage(void)
 	       "  wait_ms=N         how long an open waits for a key (default 30000)\n"
 	       "  readers=N         complete reads before an object is deleted (default 1)\n"
 	       "  ttl_s=N           delete unconsumed objects N s after publish (0: off)\n"
+	       "  cleanup_hold_s=N  refuse new objects of a request for N s after its\n"
+	       "                    cleanup (default 600, 0: off)\n"
 	       "  secret_file=FILE  cluster secret\n"
 	       "  state_dir=DIR     keep what peers are owed there, for a restart (default: none)\n"
 	       "  threads=N         FUSE worker threads (default 4)\n"
@@ -277,6 +279,7 @@ static int serve(struct conf *c, struct fuse_args *fargs, const char *mnt, int s
 		.transport = conf_transport_name(c->transport), .config_text = text,
 		.dflt = c->dflt, .rules = c->rules, .nrules = c->nrules,
 		.max_threads = c->threads, .spin_us = c->spin_us,
+		.cleanup_hold_s = c->cleanup_hold_s,
 	};
 	struct cluster_node *nodes = NULL;
 	static const enum xport_mode mode[] = {

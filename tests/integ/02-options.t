@@ -16,6 +16,8 @@ ok "pool=host:12Q refused" refused pool=host:12Q "pool=host:12Q"
 ok "pool=host:1 refused, saying the least there is" refused pool=host:1 "at least 4K"
 ok "wait_ms=-5 refused" refused wait_ms=-5 "wait_ms=-5"
 ok "readers=many refused" refused readers=many "readers=many"
+ok "cleanup_hold_s=-1 refused" refused cleanup_hold_s=-1 "cleanup_hold_s=-1"
+ok "cleanup_hold_s=86401 refused" refused cleanup_hold_s=86401 "expected 0 to 86400"
 ok "transport=udp refused" refused transport=udp "transport=udp"
 ok "listen=nohost refused" refused listen=nohost "listen=nohost"
 ok "node=.x refused" refused node=.x "node=.x"
@@ -116,7 +118,7 @@ for p in "$B/omnifs" "$B/mount.omnifs" "$B/omnikv" "$B"/tools/* "$B"/bench/*; do
 done
 
 # The file sets wait_ms and readers, the command line overrides wait_ms.
-printf 'pool: host:16M\nwait_ms: 111\nreaders: 3\nttl_s: 0\nedges:\n  "0->1": { readers: 2 }\n' >"$T/good.yaml"
+printf 'pool: host:16M\nwait_ms: 111\nreaders: 3\nttl_s: 0\ncleanup_hold_s: 2\nedges:\n  "0->1": { readers: 2 }\n' >"$T/good.yaml"
 start_node a "config=$T/good.yaml,wait_ms=222"
 ok "command line wins: wait_ms 222" grep -q "^wait_ms: 222$" "$T/a/.omni/config"
 ok "file applies: readers 3" grep -q "^readers: 3$" "$T/a/.omni/config"
@@ -126,4 +128,16 @@ echo v >"$T/a/0/1/k"
 is "$(xattr readers "$T/a/0/1/k")" "2" "edge rule applies to its edge"
 echo v >"$T/a/0/2/k"
 is "$(xattr readers "$T/a/0/2/k")" "3" "other edges get the default"
+
+# cleanup_hold_s: how long a node refuses new objects of a request it
+# cleaned up (README, "Cleaning up a request"); 2 s here.
+ok "file applies: cleanup_hold_s 2" grep -q "^cleanup_hold_s: 2$" "$T/a/.omni/config"
+is "$(PYTHONPATH="$SRC/contrib/python" $SYSPY -c \
+	"import omnifs, sys; print(*omnifs.Mount(sys.argv[1]).cleanup('r1'))" "$T/a" 2>&1)" "0 0" \
+	"a cleanup of r1"
+( echo late >"$T/a/0/1/r1_late" ) 2>"$T/late"
+ok "... a put of its key right after it: refused, Operation canceled" grep -q "Operation canceled" "$T/late"
+put_late() { ( echo late >"$T/a/0/1/r1_late" ) 2>/dev/null; }
+ok "... and taken once its 2 s are over" wait_until 10 put_late
+is "$(cat "$T/a/0/1/r1_late")" late "... and read"
 done_testing

@@ -258,6 +258,20 @@ ok "... and r7_w's writer's next write fails: ENOENT" grep -q "No such file" "$T
 exec {wfd}>&-
 ok "... its close publishes nothing" wait_until 2 gone_on c 0/9/r7_w
 is "$(clean_req a r7)" "0 0" "cleanup again: nothing to remove"
+# The request is over: every node refuses new objects of its keys for
+# cleanup_hold_s (600 s here), as from a stage that outlived its abort,
+# and an open of one fails at once instead of waiting out wait_ms.
+for n in a b c; do
+	( echo late >"$T/$n/0/9/r7_late$n" ) 2>"$T/late"
+	ok "... a late put of one of r7's keys on $n: Operation canceled" grep -q "Operation canceled" "$T/late"
+done
+is "$(of_r7 c)" 0 "... nothing of r7 kept"
+is "$(stat_of b refused)" 1 "... which b counts as refused"
+is "$(M=$T/b timeout 5 $PY -c 'import os, sys
+try:
+    open(os.environ["M"] + "/0/9/r7_never")
+except OSError as e:
+    print(os.strerror(e.errno))')" "No such file or directory" "... a read of one on b: ENOENT at once"
 rm -f "$T/a/0/9/r70"
 
 # --- the handshake and hostile bytes on the peer port -----------------------

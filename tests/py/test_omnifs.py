@@ -529,6 +529,37 @@ def test_cleanup_leaves_nothing_on_any_node():
         assert c.get("0", "1", r + "0") == (b"another request's", 17)
 
 
+def test_what_a_stage_puts_after_its_request_was_cleaned_up_is_not_kept(caplog):
+    """A stage worker that finishes after its request was aborted: its
+    puts, on any node, are refused (README, "Cleaning up a request"), and
+    gets of the request's keys answer None at once."""
+    r, other = rid(), rid()
+    with OmniFSConnector({"mount": B, "timeout_s": 30}) as b, \
+            OmniFSConnector({"mount": C, "timeout_s": 30}) as c:
+        b.put("0", "1", r + "_0_0", b"before")
+        assert c.cleanup(r) is True
+        used_b, used_c = pool_used(B), pool_used(C)
+        with caplog.at_level(logging.WARNING, logger="omnifs.vllm_omni"):
+            for conn, key, data in ((b, r + "_0_1", b"late"), (c, r, b"x" * 100000),
+                                    (b, "omni_0_to_1_kv_cache_" + r, b"kv"),
+                                    (c, r + ".rank0of2", b"shard")):
+                assert conn.put("0", "1", key, data) == (False, 0, None), key
+        assert caplog.text.count("its request was cleaned up; not kept") == 4
+        assert b.health()["put_failures"] == 2 and c.health()["put_failures"] == 2
+        with pytest.raises(OSError) as e:
+            open(os.path.join(B, "0", "1", r + "_0_2"), "wb").close()
+        assert e.value.errno == errno.ECANCELED, "a plain file too"
+        assert omnifs.Mount(B).stats()["refused"] >= 3
+        t = time.monotonic()
+        assert c.get("0", "1", r + "_0_1") is None
+        assert time.monotonic() - t < 5, "a get of its key: None at once, not after 30 s"
+        assert (pool_used(B), pool_used(C)) == (used_b, used_c), "nothing kept"
+        for m in (B, C):
+            assert [k for k in omnifs.Mount(m).keys("0", "1") if request_of(k, r)] == [], m
+        assert b.put("0", "1", other + "_0_1", b"fine")[0], "another request puts as ever"
+        assert c.get("0", "1", other + "_0_1") == (b"fine", 4)
+
+
 def test_file_name():
     assert file_name("r1_0_0@tensor/embed.prefill") == "r1_0_0@tensor%2Fembed.prefill"
     assert file_name("a%2Fb/c%") == "a%252Fb%2Fc%25", "a % is escaped first"
@@ -997,10 +1028,13 @@ def test_what_a_loop_gives_up_is_dropped_and_the_rest_stays():
         assert wait_fetches(c, (0, 1)) == (0, 1)
         assert c.get("0", "1", keep + "_0_0") == (keep.encode() + b"_0_0", len(keep) + 4)
         assert c.get("0", "1", r + "_0_1") is None, "given up: fetched again"
-        c.abandon_get(r + "_0_1")
-        assert c.get("0", "1", r + "_0_1") is None, "wanted again"
+        assert wait_fetches(c, (0, 0)) == (0, 0), "... and over at once: the request was cleaned up"
+        r2 = rid()
+        assert c.get("0", "1", r2 + "_0_1") is None, "not there: fetched"
+        c.abandon_get(r2 + "_0_1")
+        assert c.get("0", "1", r2 + "_0_1") is None, "wanted again"
         assert c.health()["fetching"] == 1
-        c.cleanup(r)                # as a model runner ends it: no fetch waits on
+        c.cleanup(r2)               # as a model runner ends it: no fetch waits on
         assert c.health()["fetching"] == 0
 
 

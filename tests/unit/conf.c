@@ -29,6 +29,8 @@ static void test_options(void)
 	is(set(&c, "listen", "[::1]:7070"), 0, "listen v6");
 	is(set(&c, "node", "a-1"), 0, "node");
 	ok(set(&c, "spin_us", "0") == 0 && c.spin_us == 0, "spin_us=0 turns polling off");
+	ok(c.cleanup_hold_s == 600, "cleanup_hold_s is 600 by default");
+	ok(set(&c, "cleanup_hold_s", "0") == 0 && c.cleanup_hold_s == 0, "cleanup_hold_s=0: off");
 	ok(set(&c, "state_dir", "/var/lib/omnifs") == 0 && !strcmp(c.state_dir, "/var/lib/omnifs"),
 	   "state_dir=/var/lib/omnifs");
 	ok(c.rdma_stage == 256ull << 20, "rdma_stage is 256 MiB by default");
@@ -45,6 +47,8 @@ static void test_options(void)
 		{ "secret_file", "/nonexistent/s", "secret_file" }, { "bogus", "1", "bogus" },
 		{ "threads", "0", "threads" }, { "readers", NULL, "readers" },
 		{ "spin_us", "-1", "spin_us" }, { "spin_us", "100001", "spin_us" },
+		{ "cleanup_hold_s", "86401", "cleanup_hold_s=86401': expected 0 to 86400" },
+		{ "cleanup_hold_s", "x", "cleanup_hold_s" }, { "cleanup_hold_s", NULL, "cleanup_hold_s" },
 		{ "state_dir", "var/lib/omnifs", "expected an absolute path" },
 		{ "state_dir", NULL, "state_dir" },
 		{ "rdma_stage", "-1", "expected 0 or a SIZE" },

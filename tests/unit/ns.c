@@ -398,6 +398,56 @@ static void test_create_known(void)
 	ns_down(ns, pool);
 }
 
+/* After a cleanup, for cleanup_hold_s, the request's keys take no new
+ * object (a stage worker that outlived its aborted request puts nothing
+ * that stays) and no open waits for one. */
+static void test_cleanup_hold(void)
+{
+	struct pool *pool;
+	struct stats st = { 0 };
+	struct ns_settings set = { .node_name = "n1", .dflt = { 1, 200, 0 }, .wake = wake,
+				   .cleanup_hold_s = 600 };
+	struct ns *ns = ns_up(&pool, &st, &set, "ns up, cleanup_hold_s 600");
+	struct ns_attr a;
+	struct ns_handle *w, *r;
+	uint64_t e = edge(ns, "0", "1");
+
+	ns_forget(ns, put3(ns, e, "h1_a"), 1);
+	ns_forget(ns, put3(ns, e, "h1_b"), 1);
+	is(ns_cleanup(ns, "h1", NULL), 2, "cleanup of h1: its 2 objects");
+	static const char *late[] = { "h1", "h1_a", "h1_0_1_0_1", "h1.rank0of2",
+				      "omni_0_to_1_kv_cache_h1" };
+	int refused = 0;
+	for (int i = 0; i < 5; i++)
+		refused += ns_create_key(ns, e, late[i], i & 1, 0, 0, &a, &w) == -ECANCELED;
+	ok(refused == 5 && stat_get(&st, ST_REFUSED) == 5 && stat_get(&st, ST_PUTS) == 2,
+	   "creates of its keys after it: ECANCELED, counted as refused, no put");
+	ok(ns_create_key(ns, e, "h10_a", 1, 0, 0, &a, &w) == 0, "another request's key: created");
+	ns_forget(ns, a.ino, 1);
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
+	ns_release(ns, w);
+	ns_lookup(ns, e, "h1_c", NS_LOOKUP_WAIT, &a);
+	woken = 0;
+	is(ns_open(ns, a.ino, O_RDONLY, waiter(ns), &r), -ENOENT,
+	   "an open of a key of it: ENOENT at once, nothing comes");
+	ok(woken == 0 && stat_get(&st, ST_WAITERS) == 0, "... no waiter queued");
+	ok(ns_lookup(ns, e, "h1_c", NS_LOOKUP_WAIT, &a) == 0 &&
+	   ns_create_known(ns, a.ino, 0, 0, O_WRONLY, &w) == -ECANCELED,
+	   "an O_CREAT open of a name the kernel kept: ECANCELED");
+	ns_forget(ns, a.ino, 2);
+	ns_down(ns, pool);
+
+	set.cleanup_hold_s = 0;
+	ns = ns_up(&pool, &st, &set, "ns up, cleanup_hold_s 0");
+	e = edge(ns, "0", "1");
+	ns_cleanup(ns, "h1", NULL);
+	ok(ns_create_key(ns, e, "h1_a", 1, 0, 0, &a, &w) == 0, "with 0, a put after the cleanup stays");
+	ns_forget(ns, a.ino, 1);
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
+	ns_release(ns, w);
+	ns_down(ns, pool);
+}
+
 /* An open that may not wait (no waiter: a view's source, a view's
  * summary) of a name whose object is being written, or was consumed
  * while the kernel kept the name, answers ENOENT: it queues nothing. */
@@ -857,6 +907,7 @@ int main(void)
 	test_claims();
 	test_consumed_later();
 	test_create_known();
+	test_cleanup_hold();
 	test_open_nowait();
 	test_gone();
 	return done_testing();

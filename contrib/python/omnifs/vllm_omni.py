@@ -159,7 +159,12 @@ class OmniFSConnector(_Base):
             else:
                 n = self._put_any(str(from_stage), str(to_stage), name, data)
         except Exception as e:
-            log.error("OmniFSConnector: put %s/%s/%s failed: %s", from_stage, to_stage, put_key, e)
+            if getattr(e, "errno", None) == errno.ECANCELED:     # README, "Cleaning up"
+                log.warning("OmniFSConnector: put %s/%s/%s: its request was cleaned up; "
+                            "not kept", from_stage, to_stage, put_key)
+            else:
+                log.error("OmniFSConnector: put %s/%s/%s failed: %s",
+                          from_stage, to_stage, put_key, e)
             self._count("put_failures")
             return False, 0, None
         self._count("puts", 1, "bytes_put", n)
