@@ -428,9 +428,11 @@ static void test_cleanup_hold(void)
 	ns_release(ns, w);
 	ns_lookup(ns, e, "h1_c", NS_LOOKUP_WAIT, &a);
 	woken = 0;
-	is(ns_open(ns, a.ino, O_RDONLY, waiter(ns), &r), -ENOENT,
+	struct ns_waiter *hw = waiter(ns);
+	is(ns_open(ns, a.ino, O_RDONLY, hw, &r), -ENOENT,
 	   "an open of a key of it: ENOENT at once, nothing comes");
 	ok(woken == 0 && stat_get(&st, ST_WAITERS) == 0, "... no waiter queued");
+	free(hw);       /* not queued: still ours */
 	ok(ns_lookup(ns, e, "h1_c", NS_LOOKUP_WAIT, &a) == 0 &&
 	   ns_create_known(ns, a.ino, 0, 0, O_WRONLY, &w) == -ECANCELED,
 	   "an O_CREAT open of a name the kernel kept: ECANCELED");
