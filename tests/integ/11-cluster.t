@@ -433,6 +433,8 @@ kill -CONT "${NODE_PID[b]}"
 ok "b is back with a" wait_until 10 peers_up a 2
 ok "b removes r9_b once a tells it" wait_until 10 gone_on b 1/0/r9_b
 ok "... and a does not list it again" wait_until 5 gone_on a 1/0/r9_b
+( echo late >"$T/b/1/0/r9_late" ) 2>"$T/late"
+ok "... and b, told late, refuses r9's late puts too" grep -q "Operation canceled" "$T/late"
 
 # --- a read completed while its owner is away is counted when it is back ----
 # (nobody hosts 8, and one read consumes its objects)
