@@ -152,6 +152,13 @@ kept_within() {
 	fuse=$(grep -lx omni-fuse /proc/"$1"/task/*/comm | wc -l)
 	[ "$kept" -le $((24 * fuse)) ]
 }
+# clean_req NODE ID: a cleanup of request ID from NODE's mount, as the
+# connector makes it (README, "Cleaning up a request"): "removed missed",
+# or its error
+clean_req() {
+	PYTHONPATH="$SRC/contrib/python" timeout 60 $SYSPY -c \
+		"import omnifs, sys; print(*omnifs.Mount(sys.argv[1]).cleanup(sys.argv[2]))" "$T/$1" "$2" 2>&1
+}
 health() { $PY -c "import json,sys; d=json.load(open('$T/$1/.omni/health')); print($2)"; }
 
 # pyerr CODE: runs Python CODE with M set to the mount; prints OK or the errno name.

@@ -132,9 +132,7 @@ is "$(xattr readers "$T/a/0/2/k")" "3" "other edges get the default"
 # cleanup_hold_s: how long a node refuses new objects of a request it
 # cleaned up (README, "Cleaning up a request"); 2 s here.
 ok "file applies: cleanup_hold_s 2" grep -q "^cleanup_hold_s: 2$" "$T/a/.omni/config"
-is "$(PYTHONPATH="$SRC/contrib/python" $SYSPY -c \
-	"import omnifs, sys; print(*omnifs.Mount(sys.argv[1]).cleanup('r1'))" "$T/a" 2>&1)" "0 0" \
-	"a cleanup of r1"
+is "$(clean_req a r1)" "0 0" "a cleanup of r1"
 ( echo late >"$T/a/0/1/r1_late" ) 2>"$T/late"
 ok "... a put of its key right after it: refused, Operation canceled" grep -q "Operation canceled" "$T/late"
 put_late() { ( echo late >"$T/a/0/1/r1_late" ) 2>/dev/null; }

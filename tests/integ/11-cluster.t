@@ -239,10 +239,6 @@ is "$(M=$T/c pyerr "os.unlink(M + '/0/9/fromA')")" ENOENT "rm again: ENOENT"
 is "$(stat_of a removed)" $((removed + 1)) "the owner counted the removal"
 
 # --- cleanup of a request: one ioctl, every node's objects of it ----------
-clean_req() {  # clean_req NODE ID: "removed missed", as NODE's daemon answers
-	PYTHONPATH="$SRC/contrib/python" $SYSPY -c \
-		"import omnifs, sys; print(*omnifs.Mount(sys.argv[1]).cleanup(sys.argv[2]))" "$T/$1" "$2" 2>&1
-}
 of_r7() { ls "$T/$1/0/9" "$T/$1/0/2" | grep -cE '^(r7([._].*)?|omni_.*_kv_cache_r7)$'; }
 for k in r7 r7_0_1 r7.rank0of2 r70 omni_0_to_9_kv_cache_r7; do echo x >"$T/a/0/9/$k"; done
 echo y >"$T/b/0/9/r7_b"

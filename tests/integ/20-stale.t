@@ -279,9 +279,7 @@ OMNIFS_TEST_PEER_UP_DELAY_MS=1500 start_node a "config=$T/omni.yaml,node=a,pool=
 owed_b() { health a "[p['owed'] for p in d['peers'] if p['name'] == 'b'][0]"; }
 b_state() { health a "[p['state'] for p in d['peers'] if p['name'] == 'b'][0]"; }
 said_more() { [ "$(grep -c "$1" "$T/a.log")" -gt "$2" ]; }
-is "$(PYTHONPATH="$SRC/contrib/python" $SYSPY -c 'import omnifs, sys
-print(*omnifs.Mount(sys.argv[1]).cleanup("r5"))' "$T/a" 2>&1)" "0 1" \
-   "a cleanup on a while b is down: b missed it"
+is "$(clean_req a r5)" "0 1" "a cleanup on a while b is down: b missed it"
 is "$(owed_b)" 1 "... and is owed it"
 n0=$(grep -c "resync of b in" "$T/a.log")
 n1=$(grep -c "resync of b now" "$T/a.log")

@@ -60,12 +60,6 @@ cont_all() {    # also a cleanup hook, which runs after stop_node forgot the pid
 }
 CLEANUP_HOOKS+=(cont_all)
 end=$(( $(date +%s) + SECS ))
-# clean_req NODE ID: a cleanup of request ID (one key here) from NODE, as
-# a model runner ends an aborted request; "removed missed", or its error
-clean_req() {
-	PYTHONPATH="$SRC/contrib/python" timeout 60 $SYSPY -c \
-		"import omnifs, sys; print(*omnifs.Mount(sys.argv[1]).cleanup(sys.argv[2]))" "$T/$1" "$2" 2>&1
-}
 kills=0 terms=0 stops=0 floods=0 cleans=0 BADEXIT=
 while [ "$(date +%s)" -lt "$end" ]; do
 	n=$(printf 'a\nb\nc' | sed -n "$((RANDOM % 3 + 1))p")
