@@ -218,6 +218,33 @@ int caller_cpu(pid_t tid)
 	return f && sscanf(f, "%d", &cpu) == 1 && cpu >= 0 ? cpu : -1;
 }
 
+/* /proc/<tid>/maps, a line a mapping: "start-end perms offset maj:min
+ * inode path", perms "rwxs" or "rwxp".  Read by lines: a process with
+ * torch loaded maps over a thousand files, but only writers that opened
+ * for reading too ask (fs/ops.c). */
+int caller_maps_shared(pid_t tid, dev_t dev, ino_t ino)
+{
+	char path[64], *line = NULL;
+	size_t cap = 0;
+	int found = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)tid);
+	FILE *f = tid > 0 ? fopen(path, "re") : NULL;
+	if (!f)
+		return -1;
+	while (!found && getline(&line, &cap, f) > 0) {
+		char perms[5];
+		unsigned maj, min;
+		unsigned long long i;
+
+		found = sscanf(line, "%*x-%*x %4s %*x %x:%x %llu", perms, &maj, &min, &i) == 4 &&
+			perms[3] == 's' && maj == major(dev) && min == minor(dev) && i == ino;
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
 enum caller_state caller_state(pid_t tid)
 {
 	char buf[1024];

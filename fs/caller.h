@@ -34,6 +34,10 @@ enum caller_intent caller_intent(pid_t tid);
  * 0: a task outside our pid namespace; no access).  dev 0: by the path
  * alone. */
 int caller_holds_fd(pid_t tid, const char *suffix, dev_t dev, ino_t ino);
+/* 1 if the task has a shared mapping of the file of device dev and inode
+ * ino: it holds the file as a descriptor would, and its dirty pages come
+ * as writes when it is unmapped.  0 if not, -1 if its maps cannot be read. */
+int caller_maps_shared(pid_t tid, dev_t dev, ino_t ino);
 enum caller_state { CALLER_ALIVE, CALLER_EXITING, CALLER_KILLED };
 /* Whether the task is exiting, and if so whether a signal killed it. */
 enum caller_state caller_state(pid_t tid);

@@ -1995,11 +1995,22 @@ int ns_handle_is_writer(const struct ns_handle *h)
 	return h->write;
 }
 
-void ns_handle_append(struct ns *ns, struct ns_handle *h)
+void ns_handle_flags(struct ns *ns, struct ns_handle *h, int flags)
+{
+	if (!h->write || (!(flags & O_APPEND) && (flags & O_ACCMODE) != O_RDWR))
+		return;         /* h->write is fixed at open */
+	pthread_mutex_lock(&ns->lock);
+	h->append = h->write && (flags & O_APPEND);
+	h->mappable = h->write && (flags & O_ACCMODE) == O_RDWR;
+	pthread_mutex_unlock(&ns->lock);
+}
+
+int ns_handle_mappable(struct ns *ns, const struct ns_handle *h)
 {
 	pthread_mutex_lock(&ns->lock);
-	h->append = h->write;
+	int mappable = h->mappable;
 	pthread_mutex_unlock(&ns->lock);
+	return mappable;
 }
 
 int ns_handle_writing_size(struct ns *ns, const struct ns_handle *h, uint64_t *size)

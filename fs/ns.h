@@ -291,11 +291,16 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 /* A fresh waiter id, to register for interrupts before ns_open. */
 uint64_t ns_waiter_id(struct ns *ns);
 int ns_handle_is_writer(const struct ns_handle *h);
-/* A writer opened with O_APPEND: each write through h goes at its
- * object's end, whatever offset it comes with.  The kernel appends at its
- * own idea of the size, which for a name it kept after that name's object
- * left is the old object's: `>>` of a consumed name wrote after a hole. */
-void ns_handle_append(struct ns *ns, struct ns_handle *h);
+/* What ns keeps of a writer's open flags (a reader's are ignored):
+ * O_APPEND: each write through h goes at its object's end, whatever offset
+ * it comes with.  The kernel appends at its own idea of the size, which for
+ * a name it kept after that name's object left is the old object's: `>>`
+ * of a consumed name wrote after a hole.  O_RDWR: see ns_handle_mappable. */
+void ns_handle_flags(struct ns *ns, struct ns_handle *h, int flags);
+/* A writer opened O_RDWR, which alone may map its file (mmap needs read
+ * access): a shared mapping's bytes come as writes until it goes, so its
+ * close may not be the last one even with no descriptor left. */
+int ns_handle_mappable(struct ns *ns, const struct ns_handle *h);
 /* The size of the object writer h writes, for h's own file: the kernel
  * asks through it for lseek's SEEK_END, where a C writer finds its end
  * (others' stat says 0 until the publish).  -ENOENT if h writes nothing. */

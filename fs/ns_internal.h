@@ -137,7 +137,8 @@ struct ns_handle {
 	struct object *obj;
 	struct stream *stream;          /* a streamed read's window (ns_stream.c) */
 	int write, flushed, counted, killed, served, source, placed, sole;
-	int append;                     /* writes go at the end (ns_handle_append) */
+	int append;                     /* writes go at the end (ns_handle_flags) */
+	int mappable;                   /* opened O_RDWR (ns_handle_mappable) */
 	int unseen;                     /* not in its object's opens (handle_unseen) */
 	int windowed;                   /* holds its stream's turn between two
 					 * OMNIFS_IOC_WINDOW (ns_direct_window) */

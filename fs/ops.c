@@ -28,6 +28,7 @@
 #include "caller.h"
 #include "callwait.h"
 #include "cluster.h"
+#include "kinit.h"
 #include "loop.h"
 #include "stats.h"
 #include "vfile.h"
@@ -145,6 +146,10 @@ static void op_init(void *data, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP    /* libfuse 3.16 on; kinit.h otherwise */
+	if (conn->capable & FUSE_CAP_DIRECT_IO_ALLOW_MMAP)
+		conn->want |= FUSE_CAP_DIRECT_IO_ALLOW_MMAP;
+#endif
 }
 
 /* 1 if a peer had parent/name (it is in ns now).  If learn is set, the
@@ -669,8 +674,7 @@ static void open_create(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		return (void)fuse_reply_err(req, rc == -ENOENT ? ESTALE : -rc);
 	if (fs_of(req)->cl && !ns_key_name(ns, ino, &parent, name))     /* one node: no claims */
 		claim_publish(fs_of(req), parent, name, h);
-	if (fi->flags & O_APPEND)
-		ns_handle_append(ns, h);
+	ns_handle_flags(ns, h, fi->flags);
 	fi->fh = (uintptr_t)h;
 	fi->direct_io = 1;
 	if (fuse_reply_open(req, fi))
@@ -751,8 +755,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	free(w);
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
-	if (fi->flags & O_APPEND)
-		ns_handle_append(fs->ns, h);    /* a second writer's */
+	ns_handle_flags(fs->ns, h, fi->flags);     /* a second writer's */
 	fi->fh = (uintptr_t)h;
 	fi->direct_io = 1;
 	/* A reader's close has nothing to tell us: its complete read was
@@ -781,8 +784,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (rc)
 		return (void)fuse_reply_err(req, -rc);
 	claim_publish(fs, parent, name, h);
-	if (fi->flags & O_APPEND)
-		ns_handle_append(fs->ns, h);
+	ns_handle_flags(fs->ns, h, fi->flags);
 	e.ino = a.ino;
 	to_stat(&a, &e.attr);
 	fi->fh = (uintptr_t)h;
@@ -872,6 +874,12 @@ static enum ns_close writer_close(fuse_req_t req, fuse_ino_t ino, struct ns_hand
 	if (!ns_handle_sole(ns, h)) {
 		ns_handle_path(ns, h, path, sizeof(path));
 		held = caller_holds_fd(tid, path, fs_of(req)->dev, (ino_t)ino);
+		/* A shared mapping holds the file as a descriptor does, and
+		 * its pages come as writes when it goes (Python's mmap keeps
+		 * a dup'd descriptor too; C's mmap-then-close does not). */
+		if ((held == 0 || held == -1) && ns_handle_mappable(ns, h) &&
+		    caller_maps_shared(tid, fs_of(req)->dev, (ino_t)ino) > 0)
+			held = 1;
 	}
 	/* Whether another descriptor is left we cannot tell: the publish
 	 * waits for the release, which comes when the last one anywhere
@@ -1138,6 +1146,8 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 	}
 	fs->mounted = 1;
 	fs->dev = mount_dev(p->mountpoint);
+	if ((rc = kinit_allow_mmap(fs->se)))
+		goto unmount;
 	if ((rc = ns_start(fs->ns)))
 		goto unmount;
 	if (fs->cl && (rc = cluster_start(fs->cl, fs->ns)))

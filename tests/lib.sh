@@ -63,6 +63,7 @@ wait_until() {
 
 all_gone() { local p; for p; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
 is_mounted() { grep -q " $1 fuse.omnifs " /proc/mounts; }
+kernel_at_least() { [ "$(printf '%s\n' "$1" "$(uname -r)" | sort -V | head -1)" = "$1" ]; }
 
 # How long a daemon may take to mount: it faults its whole pool in first.
 MOUNT_WAIT_S=${MOUNT_WAIT_S:-10}

@@ -49,6 +49,17 @@ ok "b lists a small object announced to it" wait_until 5 test -e "$T/b/0/1/s1"
 pulled=$(stat_of b bytes_pulled)
 is "$(cat "$T/b/0/1/s1")" small "and reads it"
 is "$(stat_of a bytes_served)" $(( (3 << 20 | 12345) * 2 )) "without a pull (served only the big one twice)"
+if kernel_at_least 6.6; then
+	cp "$T/r3" "$T/a/0/8/km"
+	is "$(M=$T/c pyerr "
+import hashlib, mmap
+print(hashlib.sha256(mmap.mmap(os.open(M + '/0/8/km', os.O_RDONLY), 0, prot=mmap.PROT_READ)).hexdigest())")" \
+	   "$(sha256sum <"$T/r3" | cut -d' ' -f1)
+OK" "c reads a's object through a shared mmap (pulled as read() pulls it)"
+	ok "... and that consumed it" wait_until 5 gone_on a 0/8/km
+else
+	skip "a shared mmap needs Linux 6.6"; skip "a shared mmap needs Linux 6.6"
+fi
 used_b() { health b "d['pool']['used']"; }
 listed_b() { [ "$(ls "$T/b/0/1" | grep -c '^p')" = 8 ]; }
 before=$(used_b)

@@ -80,7 +80,7 @@ except OSError as e:
 # (Linux 6.16, FUSE_NOTIFY_INC_EPOCH) asks a stat() of the name by a
 # lookup, so the GETATTR is the open file's; an older one's is ENOENT.
 gone_fstat() {
-	if [ "$(printf '%s\n' 6.16 "$(uname -r)" | sort -V | head -1)" = 6.16 ]; then
+	if kernel_at_least 6.16; then
 		echo "$1 0"
 	else
 		echo ENOENT

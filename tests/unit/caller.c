@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -187,6 +188,35 @@ static void descriptors(void)
 	unlink(other);
 }
 
+/* Its own mappings: a shared one holds the file, a private one does not
+ * (fs/ops.c asks for an O_RDWR writer whose descriptors are gone). */
+static void mappings(void)
+{
+	char path[160];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/mapped", dir);
+	int fd = open(path, O_CREAT | O_RDWR, 0600);
+	if (fd < 0 || ftruncate(fd, 8192) || fstat(fd, &st))
+		exit(1);
+	pid_t me = getpid();
+	is(caller_maps_shared(me, st.st_dev, st.st_ino), 0, "an open file, not mapped: no");
+	void *p = mmap(NULL, 8192, PROT_READ, MAP_PRIVATE, fd, 0);
+	is(caller_maps_shared(me, st.st_dev, st.st_ino), 0, "a private mapping: no");
+	void *q = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 4096);
+	close(fd);
+	if (p == MAP_FAILED || q == MAP_FAILED)
+		exit(1);
+	is(caller_maps_shared(me, st.st_dev, st.st_ino), 1, "a shared one, its descriptor closed: yes");
+	is(caller_maps_shared(me, st.st_dev + 1, st.st_ino), 0, "... not on another device");
+	is(caller_maps_shared(me, st.st_dev, st.st_ino + 1), 0, "... nor another inode");
+	munmap(q, 4096);
+	is(caller_maps_shared(me, st.st_dev, st.st_ino), 0, "unmapped: no");
+	munmap(p, 8192);
+	is(caller_maps_shared(0, st.st_dev, st.st_ino), -1, "pid 0 (outside our namespace): cannot tell");
+	unlink(path);
+}
+
 int main(void)
 {
 	if (!mkdtemp(dir))
@@ -194,6 +224,7 @@ int main(void)
 	one_task();
 	many_tasks();
 	descriptors();
+	mappings();
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	ok(system(cmd) == 0, "cleaned up");

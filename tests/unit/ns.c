@@ -376,8 +376,8 @@ static void test_create_known(void)
 	/* O_APPEND: at the object's end, whatever offset the write says */
 	ns_create_key(ns, e, "ap", 1, 0, 0, &a, &w);
 	ns_create_known(ns, a.ino, 0, 0, O_WRONLY, &w2);
-	ns_handle_append(ns, w);
-	ns_handle_append(ns, w2);
+	ns_handle_flags(ns, w, O_WRONLY | O_APPEND);
+	ns_handle_flags(ns, w2, O_WRONLY | O_APPEND);
 	ok(ns_write(ns, w, "abc", 3, 40) == 3 && ns_write(ns, w2, "de", 2, 0) == 2 &&
 	   ns_write(ns, w, "f", 1, 3) == 1, "appending writes, at offsets 40, 0, 3");
 	ns_flush(ns, w2, NS_CLOSE_DUP, NULL);
@@ -390,8 +390,23 @@ static void test_create_known(void)
 	ns_open(ns, a.ino, O_RDONLY, NULL, &r);
 	ok(ns_read(ns, r, 0, 16, iov, &niov, 4) == 6 && !memcmp(iov[0].iov_base, "abcdef", 6),
 	   "... in the order they came");
+	ns_handle_flags(ns, r, O_RDWR);
+	ok(!ns_handle_mappable(ns, r), "a reader is never a mappable writer");
 	ns_flush(ns, r, NS_CLOSE_LAST, NULL);
 	ns_release(ns, r);
+	ns_forget(ns, a.ino, 1);
+
+	/* O_RDWR: the writer may map its file (ops.c asks its maps) */
+	ns_create_key(ns, e, "rw", 1, 0, 0, &a, &w);
+	ns_create_known(ns, a.ino, 0, 0, O_WRONLY, &w2);
+	ns_handle_flags(ns, w, O_RDWR);
+	ns_handle_flags(ns, w2, O_WRONLY | O_APPEND);
+	ok(ns_handle_mappable(ns, w) && !ns_handle_mappable(ns, w2),
+	   "an O_RDWR writer may map its file, an O_WRONLY one cannot");
+	ns_flush(ns, w2, NS_CLOSE_DUP, NULL);
+	ns_release(ns, w2);
+	ns_flush(ns, w, NS_CLOSE_LAST, NULL);
+	ns_release(ns, w);
 	ns_forget(ns, a.ino, 1);
 	is(ns_create_known(ns, e, 0, 0, O_WRONLY, &w), -EISDIR, "an edge: EISDIR");
 	ns_forget(ns, ka.ino, 1);
