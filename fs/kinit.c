@@ -15,12 +15,18 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <linux/fuse.h>
 #include "kinit.h"
 
+#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
+int kinit_allow_mmap(struct fuse_session *se)
+{
+	(void)se;                       /* op_init asks libfuse for it */
+	return 0;
+}
+#else
 #ifndef FUSE_DIRECT_IO_ALLOW_MMAP
 #define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
 #endif
@@ -80,13 +86,9 @@ static ssize_t kinit_writev(int fd, struct iovec *iov, int count, void *userdata
 
 int kinit_allow_mmap(struct fuse_session *se)
 {
-#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
-	(void)se;                       /* op_init asks libfuse for it */
-	return 0;
-#else
 	static const struct fuse_custom_io io = { .read = kinit_read,
 						  .writev = kinit_writev };
 
 	return fuse_session_custom_io(se, &io, fuse_session_fd(se)) ? -EIO : 0;
-#endif
 }
+#endif

@@ -1147,7 +1147,7 @@ int fs_mount(struct fs **out, const struct fs_params *p, struct fuse_args *args)
 	fs->mounted = 1;
 	fs->dev = mount_dev(p->mountpoint);
 	if ((rc = kinit_allow_mmap(fs->se)))
-		goto unmount;
+		goto unmount;           /* libfuse printed why (no memory) */
 	if ((rc = ns_start(fs->ns)))
 		goto unmount;
 	if (fs->cl && (rc = cluster_start(fs->cl, fs->ns)))
