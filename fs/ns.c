@@ -2000,8 +2000,8 @@ void ns_handle_flags(struct ns *ns, struct ns_handle *h, int flags)
 	if (!h->write || (!(flags & O_APPEND) && (flags & O_ACCMODE) != O_RDWR))
 		return;         /* h->write is fixed at open */
 	pthread_mutex_lock(&ns->lock);
-	h->append = h->write && (flags & O_APPEND);
-	h->mappable = h->write && (flags & O_ACCMODE) == O_RDWR;
+	h->append = !!(flags & O_APPEND);
+	h->mappable = (flags & O_ACCMODE) == O_RDWR;
 	pthread_mutex_unlock(&ns->lock);
 }
 
