@@ -501,6 +501,8 @@ int rdma_open(struct rdma **out, const struct rdma_conf *c, char *err, size_t er
 	rd->test_stale = getenv("OMNIFS_TEST_STALE_RKEY") != NULL;
 	rd->test_rejects = env_uint("OMNIFS_TEST_RDMA_REJECTS", 0, 0, 1000);
 	rd->test_cm_hold_ms = env_uint("OMNIFS_TEST_CM_HOLD_MS", 0, 0, 10000);
+	rd->test_drop = rd->test_drop_every = env_uint("OMNIFS_TEST_RDMA_DROP", 0, 0, 1u << 30);
+	rd->test_dark = env_uint("OMNIFS_TEST_RDMA_DARK", 0, 0, 100);
 	pthread_mutex_init(&rd->lock, NULL);
 	pthread_cond_init(&rd->chk_cond, NULL);
 	if ((rc = open_device(rd, err, errlen)) || (rc = open_verbs(rd, err, errlen)))

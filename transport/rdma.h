@@ -103,14 +103,21 @@ int rdma_gpudirect(const struct rdma *rd, const char **why);
  * the TCP connection lasts. */
 int rdma_link_up(struct rdma *rd, int peer, const struct sockaddr *ip, uint16_t port,
 		 const uint8_t token[PROTO_TOKEN], char *why, size_t whylen);
-/* Our TCP connection to peer went: its READs fail with EIO, its grants go
+/* Our TCP connection to peer went: its pulls end (ECONNRESET), its grants go
  * (the owner let go of them with the connection). */
 void rdma_link_down(struct rdma *rd, int peer);
-/* xport_pull's RDMA path, same contract; -ENOTCONN (the pair is lost and
- * cannot be connected again), -ENOBUFS (the owner's stage has no room for
- * the object now), -EFBIG (nor ever), -EFAULT (dst is not the pool nor
- * registered memory: registered with an rdma that went) and -EIO also
- * mean progress is never called. */
+/* Why peer's queue pair last failed, or did not connect (after
+ * rdma_pull's -ENOTCONN). */
+void rdma_link_why(struct rdma *rd, int peer, char *why, size_t len);
+/* xport_pull's RDMA path, same contract, but for one more end that
+ * progress may report: -ECONNRESET, the queue pair failed under the pull
+ * (a READ in error, no progress for dead_ms, the peer's connection gone),
+ * so that bytes from upto on may still be had another way; returned, it
+ * failed as the pull began.  -ENOTCONN
+ * (the pair is lost and cannot be connected again), -ENOBUFS (the owner's
+ * stage has no room for the object now), -EFBIG (nor ever), -EFAULT (dst
+ * is not the pool nor registered memory: registered with an rdma that
+ * went) and -EIO also mean progress is never called. */
 int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 	      const struct iovec *dst, int ndst, unsigned flags,
 	      xport_progress_fn progress, void *arg);

@@ -99,6 +99,12 @@ struct rdma {
 	int test_stale;                 /* OMNIFS_TEST_STALE_RKEY (rdma_read.c) */
 	unsigned test_rejects;          /* OMNIFS_TEST_RDMA_REJECTS left (rdma_grant.c) */
 	unsigned test_cm_hold_ms;       /* OMNIFS_TEST_CM_HOLD_MS (cm_thread) */
+	/* OMNIFS_TEST_RDMA_DROP=N: every Nth READ's pair breaks as its
+	 * completion comes, as one in error would break it (rdma_read.c). */
+	unsigned test_drop_every, test_drop;
+	/* OMNIFS_TEST_RDMA_DARK=K: after each such break, the next K connects
+	 * of a pair fail at once, as ones that time out in the fabric do. */
+	unsigned test_dark, test_dark_left;
 };
 
 static inline void rdma_count(struct rdma *rd, enum xport_count what, uint64_t n)

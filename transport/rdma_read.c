@@ -23,6 +23,8 @@
  * A pull ends only when none of its READs is in flight, so the caller may
  * reuse its buffer at once; a pair that fails is put in the error state,
  * which flushes every READ on it, and connected again by the next pull.
+ * Its pulls end with ECONNRESET, not EIO: nothing is known to be wrong
+ * with the object's bytes, which the caller may get another way.
  * Grants belong to one connection of the pair (type-2 windows are bound
  * to the owner's end of it): a new connection asks again.
  */
@@ -200,6 +202,14 @@ static int pull_chunks(const struct xport_range *r, int checks, uint64_t *first,
 	return 1;
 }
 
+/* The owner's answer to a grant: ENOTCONN (no pair of ours there, yet or
+ * any more) and EIO (its windows would not bind on a pair in error) are
+ * the pair's failure, as a READ in error is. */
+static int grant_failed(int rc)
+{
+	return rc == -ENOTCONN || rc == -EIO ? -ECONNRESET : rc;
+}
+
 /* A grant for r under its lease that this connection of the pair can
  * use: cached, or asked for (the lock is dropped meanwhile).  Both the
  * lease and the grant are held for the pull. */
@@ -235,11 +245,13 @@ static int lease_grant(struct rdma *rd, struct rlink *l, const struct xport_rang
 		return 0;
 	}
 	pthread_mutex_unlock(&rd->lock);
-	rc = rd->c.grant(rd->c.ctx, l->peer, r->oid, r->lease, first,
-			 want ? PROTO_GRANT_HASHES : 0, upto, grant_got, &ng);
+	rc = grant_failed(rd->c.grant(rd->c.ctx, l->peer, r->oid, r->lease, first,
+				      want ? PROTO_GRANT_HASHES : 0, upto, grant_got, &ng));
 	pthread_mutex_lock(&rd->lock);
-	if (!rc && (!ng || l->gen != gen || l->state != L_UP))
-		rc = -EIO;      /* no answer we can use, or the pair reconnected */
+	if (!rc && !ng)
+		rc = -EIO;      /* no answer we can use */
+	if (!rc && (l->gen != gen || l->state != L_UP))
+		rc = -ECONNRESET;       /* the pair failed, or connected again */
 	if (!rc && want && !grant_covers(ng, first, last))
 		rc = -EIO;      /* it did not give the hashes asked for */
 	if (rc) {
@@ -376,6 +388,12 @@ static int link_connect(struct rdma *rd, struct rlink *l)
 		pthread_mutex_unlock(&rd->lock);
 		return rc;
 	}
+	if (rd->test_dark_left) {       /* as a connect that times out, at once */
+		rd->test_dark_left--;
+		snprintf(l->why, sizeof(l->why), "test: the fabric is dark (OMNIFS_TEST_RDMA_DARK)");
+		pthread_mutex_unlock(&rd->lock);
+		return -ENOTCONN;
+	}
 	if (rdma_create_id(rd->ch, &id, l, RDMA_PS_TCP)) {
 		snprintf(l->why, sizeof(l->why), "rdma_cm: %s", strerror(errno));
 		pthread_mutex_unlock(&rd->lock);
@@ -423,6 +441,13 @@ int rdma_link_up(struct rdma *rd, int peer, const struct sockaddr *ip, uint16_t 
 	if ((rc = link_connect(rd, l)))
 		snprintf(why, whylen, "%s", l->why);
 	return rc;
+}
+
+void rdma_link_why(struct rdma *rd, int peer, char *why, size_t len)
+{
+	pthread_mutex_lock(&rd->lock);
+	snprintf(why, len, "%s", rd->links[peer].why);
+	pthread_mutex_unlock(&rd->lock);
 }
 
 void rdma_link_down(struct rdma *rd, int peer)
@@ -565,7 +590,8 @@ static void link_fill(struct rdma *rd, struct rlink *l)
 			struct rpull *p = l->ring[(l->head + l->count - 1) % (rd->ring + 1)].p;
 			l->count--;
 			p->inflight--;
-			p->err = -EIO;
+			if (!p->err)
+				p->err = -ECONNRESET;
 			queue_push(l, p);
 		}
 		link_break(rd, l, "posting a READ failed");
@@ -662,11 +688,13 @@ static void pull_grow(struct rdma *rd, struct rlink *l, struct rpull *p,
 		unsigned gen = p->g->gen;
 		struct rgrant *ng = NULL;
 		pthread_mutex_unlock(&rd->lock);
-		rc = rd->c.grant(rd->c.ctx, l->peer, r->oid, r->lease, 0, 0, upto, grant_got, &ng);
+		rc = grant_failed(rd->c.grant(rd->c.ctx, l->peer, r->oid, r->lease, 0, 0, upto,
+					      grant_got, &ng));
 		pthread_mutex_lock(&rd->lock);
-		if (!rc && (!ng || l->gen != gen || l->state != L_UP || ng->size != p->g->size ||
-			    ng->ready < upto))
-			rc = -EIO;      /* the pair reconnected, or the owner did not copy it */
+		if (!rc && (!ng || ng->size != p->g->size || ng->ready < upto))
+			rc = -EIO;      /* the owner did not copy it */
+		if (!rc && (l->gen != gen || l->state != L_UP))
+			rc = -ECONNRESET;       /* the pair failed, or connected again */
 		if (!rc && ng->ready > p->g->ready)
 			p->g->ready = ng->ready;
 		grant_put(ng);
@@ -677,7 +705,7 @@ static void pull_grow(struct rdma *rd, struct rlink *l, struct rpull *p,
 		}
 	}
 	if (rc && !p->err) {
-		p->err = rc == -ENOENT ? -ENOENT : -EIO;
+		p->err = rc == -ENOENT || rc == -ECONNRESET ? rc : -EIO;
 		dequeue(l, p);
 	}
 	p->growing = 0;
@@ -714,7 +742,7 @@ int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 		/* The owner's answer (ENOENT: gone) reaches the caller as a
 		 * TCP pull's would: through progress, from the thread. */
 		pthread_mutex_lock(&rd->lock);
-		p->err = rc == -ENOENT ? -ENOENT : -EIO;
+		p->err = rc == -ENOENT || rc == -ECONNRESET ? rc : -EIO;
 		touch(rd, p);
 		pthread_mutex_unlock(&rd->lock);
 		return 0;
@@ -727,7 +755,7 @@ int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 		if (send)
 			rd->c.release(rd->c.ctx, peer, r->lease);
 		pull_free(p);
-		return rc ? rc : -EIO;
+		return rc ? rc : -ECONNRESET;
 	}
 	if (l->stale.armed)
 		post_stale(rd, l);
@@ -842,6 +870,17 @@ static void complete(struct rdma *rd, const struct ibv_wc *wc)
 
 	if (!l || !l->count || !l->id || !l->id->qp || wc->qp_num != l->id->qp->qp_num)
 		return;
+	/* A READ that completes after its pair broke counts as flushed, as
+	 * it would on a pair that broke in the fabric: its pull ends there. */
+	int landed = wc->status == IBV_WC_SUCCESS && l->state == L_UP;
+	const char *why = wc->status == IBV_WC_SUCCESS || wc->status == IBV_WC_WR_FLUSH_ERR
+			  ? NULL : ibv_wc_status_str(wc->status);
+	if (landed && rd->test_drop_every && !--rd->test_drop) {
+		rd->test_drop = rd->test_drop_every;
+		rd->test_dark_left = rd->test_dark;
+		landed = 0;
+		why = "test: the fabric dropped its READs (OMNIFS_TEST_RDMA_DROP)";
+	}
 	struct ring_ent re = l->ring[l->head];
 	l->head = (l->head + 1) % (rd->ring + 1);
 	l->count--;
@@ -851,17 +890,17 @@ static void complete(struct rdma *rd, const struct ibv_wc *wc)
 			ibv_wc_status_str(wc->status));
 	} else {
 		re.p->inflight--;
-		if (wc->status == IBV_WC_SUCCESS) {
+		if (landed) {
 			re.p->landed += re.len;
 			rdma_count(rd, XC_RDMA_READS, 1);
 		} else if (!re.p->err) {
-			re.p->err = -EIO;
+			re.p->err = -ECONNRESET;
 		}
 		touch(rd, re.p);
 	}
-	if (wc->status != IBV_WC_SUCCESS && wc->status != IBV_WC_WR_FLUSH_ERR) {
+	if (why) {
 		rdma_count(rd, XC_RDMA_ERRORS, 1);
-		link_break(rd, l, ibv_wc_status_str(wc->status));
+		link_break(rd, l, why);
 	}
 }
 
@@ -901,7 +940,8 @@ static void link_tend(struct rdma *rd, struct rlink *l, struct rdma_cm_id **gone
 	while (l->q_head) {
 		struct rpull *p = l->q_head;
 		dequeue(l, p);
-		p->err = -EIO;
+		if (!p->err)
+			p->err = -ECONNRESET;
 		touch(rd, p);
 	}
 	if (l->count && now - l->last_ns <= dead)
@@ -911,7 +951,8 @@ static void link_tend(struct rdma *rd, struct rlink *l, struct rdma_cm_id **gone
 		struct rpull *p = l->ring[l->head].p;
 		if (p) {
 			p->inflight--;
-			p->err = -EIO;
+			if (!p->err)
+				p->err = -ECONNRESET;
 			touch(rd, p);
 		}
 	}

@@ -1091,108 +1091,33 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 	return to.rc;
 }
 
-/* rdma_pull, asked again while the owner's stage has no room (rdma.h)
- * and transport=rdma forbids TCP: its reads make room as they end.  For
- * a third of dead_ms at most: this may be the thread that serves the
- * owner's connection (a fetch that an announce starts), and the owner
- * must not find it dead meanwhile.  With auto the caller moves the bytes
- * over TCP at once. */
-static int pull_rdma(struct xport *x, struct rdma *rd, int peer, const struct xport_range *r,
-		     const struct iovec *dst, int ndst, unsigned flags,
-		     xport_progress_fn progress, void *arg)
-{
-	uint64_t until = clock_mono_ns() + (uint64_t)x->c.dead_ms * 1000000u / 3;
-	int rc;
-
-	for (unsigned nap_us = 500;; nap_us = nap_us < 32000 ? nap_us * 2 : nap_us) {
-		rc = rdma_pull(rd, peer, r, dst, ndst, flags, progress, arg);
-		if (rc != -ENOBUFS || x->c.mode != XPORT_RDMA || clock_mono_ns() >= until)
-			return rc;
-		usleep(nap_us);
-	}
-}
-
-/* A pull from a peer whose bytes move by RDMA (by rd: NULL where this
- * node's device has just gone), or by nothing at all; -ENOBUFS: pull it
- * over TCP (its stage has no room, or this node's device went). */
-static int pull_other(struct xport *x, struct rdma *rd, int peer, int xp,
-		      const struct xport_range *r, const struct iovec *dst, int ndst,
-		      unsigned flags, xport_progress_fn progress, void *arg)
-{
-	struct peer *p = &x->peers[peer];
-	int rc;
-
-	if (xp == XP_NONE || (!rd && x->c.mode == XPORT_RDMA)) {
-		log_limited(x, &p->unread, "peer %s: not read from: %s (transport=rdma)",
-			    p->name, xp == XP_NONE ? p->why : "this node's RDMA device went");
-		return -EIO;
-	}
-	if (!rd)                /* the tender says so, peer by peer */
-		return -ENOBUFS;
-	rc = pull_rdma(x, rd, peer, r, dst, ndst, flags, progress, arg);
-	if (rc == -EFAULT && bufs_register(x, rd, dst, ndst))
-		rc = pull_rdma(x, rd, peer, r, dst, ndst, flags, progress, arg);
-	if (rc == -ENOTCONN) {  /* its pair cannot be had again: choose anew */
-		peer_down(x, peer, "its RDMA queue pair failed and does not reconnect");
-		return -EHOSTDOWN;
-	}
-	if (rc != -ENOBUFS && rc != -EFBIG && rc != -EFAULT)
-		return rc;
-	const char *why = rc == -EFAULT ? "a read's buffer cannot be registered with the device" :
-		rc == -EFBIG ? "an object is larger than its RDMA stage" :
-		x->c.mode == XPORT_RDMA ? "its RDMA stage had no room for an object in time" :
-		"its RDMA stage has no room for an object now";
-	if (x->c.mode == XPORT_RDMA) {
-		log_limited(x, &p->full, "peer %s: %s: EIO, not read over tcp (transport=rdma)",
-			    p->name, why);
-		return -EIO;
-	}
-	log_limited(x, &p->full, "peer %s: %s: read over tcp", p->name, why);
-	return -ENOBUFS;
-}
-
-int xport_pull(struct xport *x, int peer, const struct xport_range *r,
-	       const struct iovec *dst, int ndst, unsigned flags,
-	       xport_progress_fn progress, void *arg)
+/* A pull over TCP on *c (a reference, dropped here); on wait, a
+ * connection retired meanwhile is followed to the peer's next one
+ * (link_on), else the pull fails.  0, or -EHOSTDOWN, -ENOMEM. */
+static int pull_tcp(struct xport *x, struct xport_conn *c, int peer, const struct xport_range *r,
+		    const struct iovec *dst, int ndst, int wait, xport_progress_fn progress,
+		    void *arg)
 {
 	struct proto_msg m = { .type = PT_PULL,
 			       .u.pull = { r->oid, r->off, r->len, r->stride, r->count, r->lease } };
-	const uint64_t off = r->off, count = r->count;
-	uint64_t len = r->len;
-	struct xport_conn *c;
-	struct pending *p;
-	uint64_t room = 0;
-	int rc = -ENOMEM, xp;
+	struct pending *p = calloc(1, sizeof(*p));
+	int rc = -ENOMEM, linked = 0;
 
-	for (int i = 0; i < ndst; i++)
-		room += dst[i].iov_len;
-	if (!len || !count || ndst <= 0 || len > UINT64_MAX / count || room < len * count)
-		return -EINVAL;
-	len *= count;           /* the pieces arrive back to back */
-	if (!(c = peer_conn(x, peer)))
-		return -EHOSTDOWN;
-	pthread_mutex_lock(&x->lock);
-	xp = x->peers[peer].xp;
-	struct rdma *rd = xp == XP_RDMA ? rdma_hold_locked(x) : NULL;
-	pthread_mutex_unlock(&x->lock);
-	/* An owner whose stage is full serves this one over TCP (auto). */
-	if (xp != XP_TCP) {
-		rc = pull_other(x, rd, peer, xp, r, dst, ndst, flags, progress, arg);
-		rdma_unhold(x, rd);
-		if (rc != -ENOBUFS) {
-			conn_unref(x, c);
-			return rc;
-		}
-	}
-	rc = -ENOMEM;
-	p = calloc(1, sizeof(*p));
 	if (!p || !(p->dst = malloc((size_t)ndst * sizeof(*dst))))
 		goto fail;
 	memcpy(p->dst, dst, (size_t)ndst * sizeof(*dst));
-	*p = (struct pending){ .peer = peer, .pull = 1, .arg = arg, .off = off, .len = len,
+	*p = (struct pending){ .peer = peer, .pull = 1, .arg = arg, .off = r->off,
+			       .len = r->len * r->count,        /* the pieces back to back */
 			       .asked_ns = clock_mono_ns(), .dst = p->dst, .ndst = ndst,
 			       .progress = progress };
-	if (!link_on(x, &c, p)) {
+	if (wait) {
+		linked = link_on(x, &c, p);
+	} else {
+		pthread_mutex_lock(&x->lock);
+		linked = pending_link(x, c, p);
+		pthread_mutex_unlock(&x->lock);
+	}
+	if (!linked) {
 		rc = -EHOSTDOWN;        /* as if peer_conn() had found it down */
 		goto fail;
 	}
@@ -1207,6 +1132,221 @@ fail:
 	if (c)
 		conn_unref(x, c);
 	return rc;
+}
+
+/* A pull by RDMA whose queue pair fails under it (rdma.h: ECONNRESET; a
+ * fabric that drops RoCE, a READ in error) goes on over TCP from the end
+ * of its verified bytes, under auto: the read loses speed, not its bytes.
+ * Under rdma it fails with EIO.  The rest is asked for from the RDMA
+ * checker's thread, which must not wait: on the peer's connection as it
+ * is, or the pull fails (EIO), as it would have. */
+struct reroute {
+	struct xport *x;
+	int peer, ndst;
+	struct xport_range r;
+	struct iovec *dst;
+	uint64_t total;                 /* the pull's bytes */
+	uint64_t base;                  /* TCP's part starts there, once it runs */
+	uint64_t shown;                 /* what progress said last */
+	xport_progress_fn progress;
+	void *arg;
+};
+
+static void reroute_free(struct reroute *rr)
+{
+	free(rr->dst);
+	free(rr);
+}
+
+/* The TCP part's progress: the caller's, from where the RDMA part ended;
+ * never back (a piece is pulled again from its start). */
+static void rerouted(void *arg, uint64_t upto, int err)
+{
+	struct reroute *rr = arg;
+	uint64_t at = rr->base + upto;
+
+	if (at > rr->shown || err || at == rr->total)
+		rr->progress(rr->arg, at > rr->shown ? at : rr->shown, err);
+	rr->shown = at > rr->shown ? at : rr->shown;
+	if (err || at == rr->total)
+		reroute_free(rr);
+}
+
+/* Asks for what the RDMA part left, from upto (whole pieces): 0, or the
+ * caller hears the end. */
+static int reroute_tcp(struct reroute *rr, uint64_t upto)
+{
+	struct xport *x = rr->x;
+	struct xport_range r = rr->r;
+	uint64_t k = r.count == 1 ? 0 : upto / r.len;
+	struct iovec *dst = malloc((size_t)rr->ndst * sizeof(*dst));
+	int ndst = 0, rc = -ENOMEM;
+
+	if (!dst)
+		return rc;
+	rr->base = r.count == 1 ? upto : k * r.len;
+	if (r.count == 1) {
+		r.off += upto;
+		r.len -= upto;
+	} else {
+		r.off += k * r.stride;
+		r.count -= (uint32_t)k;
+	}
+	uint64_t at = 0;                /* dst from base on */
+	for (int i = 0; i < rr->ndst; at += rr->dst[i++].iov_len) {
+		if (at + rr->dst[i].iov_len <= rr->base)
+			continue;
+		uint64_t cut = rr->base > at ? rr->base - at : 0;
+		dst[ndst++] = (struct iovec){ (uint8_t *)rr->dst[i].iov_base + cut,
+					      rr->dst[i].iov_len - cut };
+	}
+	/* rr is the TCP part's from here: it may end, and rr go, at once. */
+	int peer = rr->peer;
+	struct xport_conn *c = peer_out(x, peer);
+	rc = c ? pull_tcp(x, c, peer, &r, dst, ndst, 0, rerouted, rr) : -EHOSTDOWN;
+	free(dst);
+	if (!rc)
+		log_limited(x, &x->peers[peer].rerouted, "peer %s: its RDMA queue pair "
+			    "failed under a read: the rest of it over tcp", x->peers[peer].name);
+	return rc;
+}
+
+/* The RDMA part's progress. */
+static void rdma_progress(void *arg, uint64_t upto, int err)
+{
+	struct reroute *rr = arg;
+
+	if (err == -ECONNRESET && upto == rr->total)
+		err = 0;                /* nothing was left for the pair to fail */
+	if (err == -ECONNRESET && rr->x->c.mode != XPORT_RDMA && !reroute_tcp(rr, upto))
+		return;
+	if (err == -ECONNRESET)
+		err = -EIO;
+	rr->shown = upto;
+	rr->progress(rr->arg, upto, err);
+	if (err || upto == rr->total)
+		reroute_free(rr);
+}
+
+/* rdma_pull, asked again while the owner's stage has no room (rdma.h)
+ * and transport=rdma forbids TCP: its reads make room as they end.  For
+ * a third of dead_ms at most: this may be the thread that serves the
+ * owner's connection (a fetch that an announce starts), and the owner
+ * must not find it dead meanwhile.  With auto the caller moves the bytes
+ * over TCP at once. */
+static int pull_rdma(struct xport *x, struct rdma *rd, int peer, const struct xport_range *r,
+		     const struct iovec *dst, int ndst, unsigned flags, struct reroute *rr)
+{
+	uint64_t until = clock_mono_ns() + (uint64_t)x->c.dead_ms * 1000000u / 3;
+	int rc;
+
+	for (unsigned nap_us = 500;; nap_us = nap_us < 32000 ? nap_us * 2 : nap_us) {
+		rc = rdma_pull(rd, peer, r, dst, ndst, flags, rdma_progress, rr);
+		if (rc != -ENOBUFS || x->c.mode != XPORT_RDMA || clock_mono_ns() >= until)
+			return rc;
+		usleep(nap_us);
+	}
+}
+
+/* A pull from a peer whose bytes move by RDMA (by rd: NULL where this
+ * node's device has just gone), or by nothing at all; -ENOBUFS: pull it
+ * over TCP (its stage has no room, or this node's device went). */
+static int pull_other(struct xport *x, struct rdma *rd, int peer, int xp,
+		      const struct xport_range *r, const struct iovec *dst, int ndst,
+		      unsigned flags, struct reroute *rr)
+{
+	struct peer *p = &x->peers[peer];
+	int rc;
+
+	if (xp == XP_NONE || (!rd && x->c.mode == XPORT_RDMA)) {
+		log_limited(x, &p->unread, "peer %s: not read from: %s (transport=rdma)",
+			    p->name, xp == XP_NONE ? p->why : "this node's RDMA device went");
+		return -EIO;
+	}
+	if (!rd)                /* the tender says so, peer by peer */
+		return -ENOBUFS;
+	rc = pull_rdma(x, rd, peer, r, dst, ndst, flags, rr);
+	if (rc == -EFAULT && bufs_register(x, rd, dst, ndst))
+		rc = pull_rdma(x, rd, peer, r, dst, ndst, flags, rr);
+	if (rc == -ENOTCONN) {  /* its pair did not connect again */
+		char e[96];
+		rdma_link_why(rd, peer, e, sizeof(e));
+		if (peer_unlinked(x, peer, e))
+			return -EHOSTDOWN;
+		if (x->c.mode == XPORT_RDMA)
+			return -EIO;
+		return -ENOBUFS;        /* over TCP, from now on */
+	}
+	if (rc != -ENOBUFS && rc != -EFBIG && rc != -EFAULT && rc != -ECONNRESET)
+		return rc;
+	const char *why = rc == -ECONNRESET ? "its RDMA queue pair failed as a read began" :
+		rc == -EFAULT ? "a read's buffer cannot be registered with the device" :
+		rc == -EFBIG ? "an object is larger than its RDMA stage" :
+		x->c.mode == XPORT_RDMA ? "its RDMA stage had no room for an object in time" :
+		"its RDMA stage has no room for an object now";
+	if (x->c.mode == XPORT_RDMA) {
+		log_limited(x, &p->full, "peer %s: %s: EIO, not read over tcp (transport=rdma)",
+			    p->name, why);
+		return -EIO;
+	}
+	log_limited(x, &p->full, "peer %s: %s: read over tcp", p->name, why);
+	return -ENOBUFS;
+}
+
+/* RDMA where the peer's bytes move so, with what reroute_tcp needs. */
+static int pull_by_rdma(struct xport *x, struct rdma *rd, int peer, int xp,
+			const struct xport_range *r, const struct iovec *dst, int ndst,
+			unsigned flags, xport_progress_fn progress, void *arg)
+{
+	struct reroute *rr = calloc(1, sizeof(*rr));
+	int rc;
+
+	if (!rr || !(rr->dst = malloc((size_t)ndst * sizeof(*dst)))) {
+		free(rr);
+		return -ENOMEM;
+	}
+	memcpy(rr->dst, dst, (size_t)ndst * sizeof(*dst));
+	rr->x = x;
+	rr->peer = peer;
+	rr->ndst = ndst;
+	rr->r = *r;
+	rr->total = r->len * r->count;
+	rr->progress = progress;
+	rr->arg = arg;
+	if ((rc = pull_other(x, rd, peer, xp, r, dst, ndst, flags, rr)))
+		reroute_free(rr);       /* progress was never called */
+	return rc;
+}
+
+int xport_pull(struct xport *x, int peer, const struct xport_range *r,
+	       const struct iovec *dst, int ndst, unsigned flags,
+	       xport_progress_fn progress, void *arg)
+{
+	struct xport_conn *c;
+	uint64_t room = 0;
+	int rc, xp;
+
+	for (int i = 0; i < ndst; i++)
+		room += dst[i].iov_len;
+	if (!r->len || !r->count || ndst <= 0 || r->len > UINT64_MAX / r->count ||
+	    room < r->len * r->count)
+		return -EINVAL;
+	if (!(c = peer_conn(x, peer)))
+		return -EHOSTDOWN;
+	pthread_mutex_lock(&x->lock);
+	xp = x->peers[peer].xp;
+	struct rdma *rd = xp == XP_RDMA ? rdma_hold_locked(x) : NULL;
+	pthread_mutex_unlock(&x->lock);
+	/* An owner whose stage is full serves this one over TCP (auto). */
+	if (xp != XP_TCP) {
+		rc = pull_by_rdma(x, rd, peer, xp, r, dst, ndst, flags, progress, arg);
+		rdma_unhold(x, rd);
+		if (rc != -ENOBUFS) {
+			conn_unref(x, c);
+			return rc;
+		}
+	}
+	return pull_tcp(x, c, peer, r, dst, ndst, 1, progress, arg);
 }
 
 void xport_release(struct xport *x, int peer, uint64_t lease)

@@ -446,6 +446,35 @@ static int relinked(struct xport *x, int i, int rc, const char *e)
 	return 0;
 }
 
+/* Peer i's queue pair failed and did not connect again (the fabric drops
+ * RoCE, while TCP gets through): it is tried again as one that did not
+ * connect at the handshake is, and its bytes move over its connection,
+ * which stays up (transport=rdma: not at all).  0, or -EHOSTDOWN where
+ * that connection is gone too. */
+int peer_unlinked(struct xport *x, int i, const char *e)
+{
+	struct peer *p = &x->peers[i];
+	int say;
+
+	pthread_mutex_lock(&x->lock);
+	if (!p->out) {
+		pthread_mutex_unlock(&x->lock);
+		return -EHOSTDOWN;
+	}
+	say = p->xp == XP_RDMA;
+	p->xp = x->c.mode == XPORT_RDMA ? XP_NONE : XP_TCP;
+	snprintf(p->why, sizeof(p->why), "its RDMA queue pair failed and did not connect "
+		 "again: %s (try 1; the next in %u s)", e, QP_RETRY_MS / 1000);
+	p->since_ns = clock_wall_ns();
+	p->qp_tries = 0;
+	p->qp_retry_ns = clock_mono_ns() + QP_RETRY_MS * 1000000ull;
+	pthread_mutex_unlock(&x->lock);
+	if (say)
+		fprintf(stderr, "omnifs: peer %s (%s): transport %s now (%s)\n", p->name, p->addr,
+			x->c.mode == XPORT_RDMA ? "none" : "tcp", p->why);
+	return 0;
+}
+
 /* Connects the queue pair of peer i again where it did not connect at the
  * handshake and its time has come: on the same connection, whose bytes
  * move over TCP (transport=rdma: not at all) until it does.  No other

@@ -135,6 +135,7 @@ struct peer {
 	struct ratelog refused, unread; /* its pulls we refused; reads of it we
 					   did not make (transport=rdma) */
 	struct ratelog full;            /* its stage had no room for a read */
+	struct ratelog rerouted;        /* reads whose RDMA pair failed under them */
 };
 
 struct xport {
@@ -221,5 +222,6 @@ void srv_end(struct xport *x, struct rdma_srv *s);
 void redial_tell(struct xport *x, struct xport_conn *c);
 int open_rdma(struct xport *x, char *err, size_t errlen);
 void *tender_thread(void *arg);
+int peer_unlinked(struct xport *x, int i, const char *e);
 
 #endif
