@@ -21,8 +21,9 @@ node a
 # b's and c's pairs break at every 37th READ (of 256 KiB: every 9.25 MiB),
 # as the completion of a READ in error breaks one: a count that no pull's
 # READs divide (a streamed read's are 8 each), so that it breaks under one.
+# c's next connect after a break fails (OMNIFS_TEST_RDMA_DARK).
 OMNIFS_TEST_RDMA_DROP=37 node b pool=host:128MiB
-OMNIFS_TEST_RDMA_DROP=37 node c pool=host:64MiB,transport=rdma
+OMNIFS_TEST_RDMA_DROP=37 OMNIFS_TEST_RDMA_DARK=1 node c pool=host:64MiB,transport=rdma
 both_rdma() { peer_is b a rdma && peer_is c a rdma; }
 ok "b and c read a by rdma" wait_until 20 both_rdma || peers_of b c
 drops() { grep -c "test: the fabric dropped its READs" "$T/$1.log"; }
@@ -105,4 +106,12 @@ is "$(M=$T/c pyerr "open(M + '/0/2/z', 'rb').read()")" EIO \
    "transport=rdma: a read whose pair is dropped under it fails with EIO"
 is "$(stat_of c bytes_pulled_tcp)" 0 "... and no byte of it moved over TCP"
 is "$(rerouted c)" 0 "... nor does c's log say so"
+is "$(M=$T/c pyerr "open(M + '/0/2/z', 'rb').read()")" EIO \
+   "... and where the pair does not connect again (dark once), the next read too"
+ok "... c's log says a moves no byte now, and why" grep -qF "omnifs: peer a ($IP:${PORT[a]}): transport none now (its RDMA queue pair failed and did not connect again: test: the fabric is dark (OMNIFS_TEST_RDMA_DARK) (try 1; the next in 1 s))" "$T/c.log"
+ok "c reads a by rdma again once its pair connects" wait_until 20 peer_is c a rdma
+head -c $((4 << 20)) /dev/urandom >"$T/w"
+cp "$T/w" "$T/a/0/2/w"
+ok "... and a's next object reads right" cmp "$T/w" "$T/c/0/2/w"
+is "$(stat_of c bytes_pulled_tcp)" 0 "... no byte of any read over TCP, all along"
 done_testing
