@@ -211,8 +211,9 @@ struct xport_range { uint64_t oid, off, len, stride, lease; uint32_t count; };
  * until progress reports an end).  progress(arg, upto, 0) as verified
  * bytes land in order; then progress(arg, upto, err) once at the end: 0
  * when all arrived, else -EIO (peer lost, stalled or a chunk that fails its
- * hash), or the owner's errno (ENOENT: gone).  Returns 0 or -EHOSTDOWN
- * (then progress is never called). */
+ * hash), or the owner's errno (ENOENT: gone).  A pull by RDMA whose queue
+ * pair fails under it goes on over TCP where the transport is auto (-EIO
+ * under rdma).  Returns 0 or -EHOSTDOWN (then progress is never called). */
 typedef void (*xport_progress_fn)(void *arg, uint64_t upto, int err);
 /* flags: XPORT_CALLER_CHECKS: the caller checks the bytes against sums
  * of its own (a view: its shards' per-head sums), so a transport that has
