@@ -454,8 +454,11 @@ static int relinked(struct xport *x, int i, int rc, const char *e)
 int peer_unlinked(struct xport *x, int i, const char *e)
 {
 	struct peer *p = &x->peers[i];
+	char why[sizeof(p->why)];
 	int say;
 
+	snprintf(why, sizeof(why), "its RDMA queue pair failed and did not connect again: %s "
+		 "(try 1; the next in %u s)", e, QP_RETRY_MS / 1000);
 	pthread_mutex_lock(&x->lock);
 	if (!p->out) {
 		pthread_mutex_unlock(&x->lock);
@@ -463,15 +466,14 @@ int peer_unlinked(struct xport *x, int i, const char *e)
 	}
 	say = p->xp == XP_RDMA;
 	p->xp = x->c.mode == XPORT_RDMA ? XP_NONE : XP_TCP;
-	snprintf(p->why, sizeof(p->why), "its RDMA queue pair failed and did not connect "
-		 "again: %s (try 1; the next in %u s)", e, QP_RETRY_MS / 1000);
+	memcpy(p->why, why, sizeof(why));
 	p->since_ns = clock_wall_ns();
 	p->qp_tries = 0;
 	p->qp_retry_ns = clock_mono_ns() + QP_RETRY_MS * 1000000ull;
 	pthread_mutex_unlock(&x->lock);
-	if (say)
+	if (say)        /* what it said then, not what a retry says by now */
 		fprintf(stderr, "omnifs: peer %s (%s): transport %s now (%s)\n", p->name, p->addr,
-			x->c.mode == XPORT_RDMA ? "none" : "tcp", p->why);
+			x->c.mode == XPORT_RDMA ? "none" : "tcp", why);
 	return 0;
 }
 
