@@ -1164,11 +1164,14 @@ static void rerouted(void *arg, uint64_t upto, int err)
 {
 	struct reroute *rr = arg;
 	uint64_t at = rr->base + upto;
+	int end = err || at == rr->total;
 
-	if (at > rr->shown || err || at == rr->total)
-		rr->progress(rr->arg, at > rr->shown ? at : rr->shown, err);
-	rr->shown = at > rr->shown ? at : rr->shown;
-	if (err || at == rr->total)
+	if (at > rr->shown)
+		rr->shown = at;
+	else if (!end)
+		return;         /* the piece pulled again has not passed it yet */
+	rr->progress(rr->arg, rr->shown, err);
+	if (end)
 		reroute_free(rr);
 }
 
@@ -1178,12 +1181,9 @@ static int reroute_tcp(struct reroute *rr, uint64_t upto)
 {
 	struct xport *x = rr->x;
 	struct xport_range r = rr->r;
-	uint64_t k = r.count == 1 ? 0 : upto / r.len;
-	struct iovec *dst = malloc((size_t)rr->ndst * sizeof(*dst));
-	int ndst = 0, rc = -ENOMEM;
+	uint64_t k = r.count == 1 ? 0 : upto / r.len, cut;
+	int i = 0;
 
-	if (!dst)
-		return rc;
 	rr->base = r.count == 1 ? upto : k * r.len;
 	if (r.count == 1) {
 		r.off += upto;
@@ -1192,19 +1192,17 @@ static int reroute_tcp(struct reroute *rr, uint64_t upto)
 		r.off += k * r.stride;
 		r.count -= (uint32_t)k;
 	}
-	uint64_t at = 0;                /* dst from base on */
-	for (int i = 0; i < rr->ndst; at += rr->dst[i++].iov_len) {
-		if (at + rr->dst[i].iov_len <= rr->base)
-			continue;
-		uint64_t cut = rr->base > at ? rr->base - at : 0;
-		dst[ndst++] = (struct iovec){ (uint8_t *)rr->dst[i].iov_base + cut,
-					      rr->dst[i].iov_len - cut };
-	}
+	/* dst from base on (base < total <= its room), cut in place: the
+	 * RDMA part is over with it, and pull_tcp keeps a copy. */
+	for (cut = rr->base; cut >= rr->dst[i].iov_len; i++)
+		cut -= rr->dst[i].iov_len;
+	rr->dst[i].iov_base = (uint8_t *)rr->dst[i].iov_base + cut;
+	rr->dst[i].iov_len -= cut;
 	/* rr is the TCP part's from here: it may end, and rr go, at once. */
 	int peer = rr->peer;
 	struct xport_conn *c = peer_out(x, peer);
-	rc = c ? pull_tcp(x, c, peer, &r, dst, ndst, 0, rerouted, rr) : -EHOSTDOWN;
-	free(dst);
+	int rc = c ? pull_tcp(x, c, peer, &r, rr->dst + i, rr->ndst - i, 0, rerouted, rr)
+		   : -EHOSTDOWN;
 	if (!rc)
 		log_limited(x, &x->peers[peer].rerouted, "peer %s: its RDMA queue pair "
 			    "failed under a read: the rest of it over tcp", x->peers[peer].name);
