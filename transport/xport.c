@@ -517,12 +517,17 @@ static void pending_del(struct xport *x, struct pending *p)
 /* Puts p in the table, if c is still its peer's connection.  peer_down()
  * clears that under the lock before it fails what is in flight, so a
  * request on a connection that went down meanwhile would otherwise wait
- * for an end that only a later connection's tick would bring.  Under
- * x->lock; 1 if linked. */
+ * for an end that only a later connection's tick would bring.  A pull
+ * with no c is held while its peer is connected to again (peer_lapse),
+ * and asked for on the next connection (pulls_resume).  Under x->lock; 1
+ * if linked. */
 static int pending_link(struct xport *x, struct xport_conn *c, struct pending *p)
 {
-	if (x->peers[p->peer].out != c)
+	const struct peer *pe = &x->peers[p->peer];
+
+	if (c ? pe->out != c : !p->pull || pe->out || !pe->rejoining)
 		return 0;
+	p->on = c ? c->name : 0;
 	p->reqid = ++x->next_reqid;
 	p->next = x->pending;
 	x->pending = p;
@@ -532,7 +537,7 @@ static int pending_link(struct xport *x, struct xport_conn *c, struct pending *p
 /* A pull off the table: its owner hears its end, once. */
 static void pull_told(struct pending *p, int err)
 {
-	p->progress(p->arg, p->got, err);
+	p->progress(p->arg, p->got > p->shown ? p->got : p->shown, err);
 	free(p->dst);
 	free(p);
 }
@@ -563,15 +568,16 @@ static void call_end(struct xport *x, struct pending *p, int err)
 	pthread_cond_broadcast(p->cond);
 }
 
-/* Fails what is in flight to peer: the connection is gone.  A call's
- * pending lives on its caller's stack, which call_end() hands back: it is
- * not touched once the lock is dropped. */
-static void pending_fail(struct xport *x, int peer)
+/* Fails what is in flight to peer: the connection is gone (pulls: the
+ * peer too, unless kept for its next connection).  A call's pending lives
+ * on its caller's stack, which call_end() hands back: it is not touched
+ * once the lock is dropped. */
+void pending_fail(struct xport *x, int peer, int keep_pulls)
 {
 	for (;;) {
 		pthread_mutex_lock(&x->lock);
 		struct pending *p = x->pending;
-		while (p && p->peer != peer)
+		while (p && (p->peer != peer || (keep_pulls && p->pull)))
 			p = p->next;
 		if (p && p->busy) {     /* a reply is being handed over: look again */
 			pthread_cond_wait(&x->unbusy, &x->lock);
@@ -608,7 +614,7 @@ static int rx_tick(struct xport_conn *c)
 	pthread_mutex_lock(&x->lock);
 	for (struct pending *p = x->pending; p && !stalled; p = p->next) {
 		uint64_t moved = p->asked_ns > c->last_data ? p->asked_ns : c->last_data;
-		if (p->peer == c->peer && p->pull && now - moved > dead)
+		if (p->peer == c->peer && p->pull && p->on == c->name && now - moved > dead)
 			stalled = p;
 	}
 	pthread_mutex_unlock(&x->lock);
@@ -691,7 +697,7 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 
 	pthread_mutex_lock(&x->lock);
 	struct pending *p = pending_find(x, h->reqid);
-	if (p && (!p->pull || p->peer != c->peer || m->u.data.off != p->off + p->got ||
+	if (p && (!p->pull || p->peer != c->peer || p->on != c->name || m->u.data.off != p->at ||
 		  m->u.data.len > p->len - p->got))
 		p = NULL;
 	if (p)
@@ -713,10 +719,13 @@ static int rx_data(struct xport_conn *c, const struct proto_hdr *h, const struct
 		err = -EIO;
 	} else if (!rc) {
 		p->got += m->u.data.len;
+		p->at += m->u.data.len;
 		ops_count(x, XC_PULLED, m->u.data.len);
 		ops_count(x, XC_PULLED_TCP, m->u.data.len);
-		if (p->got < p->len)
+		if (p->got < p->len && p->got > p->shown) {     /* not a piece again */
+			p->shown = p->got;
 			p->progress(p->arg, p->got, 0);
+		}
 	}
 	/* A failed read leaves it to the connection's end (pending_fail). */
 	pthread_mutex_lock(&x->lock);
@@ -808,12 +817,49 @@ static void peer_down(struct xport *x, int i, const char *why)
 	if (!x->stopping)
 		fprintf(stderr, "omnifs: peer %s (%s) down: %s\n", p->name, p->addr, why);
 	link_down(x, i);
-	pending_fail(x, i);
+	pending_fail(x, i, 0);
 	if (x->ops->peer_down)
 		x->ops->peer_down(x->ctx, i);
 	pthread_mutex_lock(&x->lock);
 	conn_put(c);
 	pthread_mutex_unlock(&x->lock);
+}
+
+/* Our connection to peer i was closed under us (reset or aborted: a
+ * middlebox's idle timer, a conntrack flush, a link that flapped) while
+ * the peer itself may well be up.  It is connected to again at once, and
+ * the pulls in flight on it wait for that (pulls_resume) rather than fail:
+ * only if the connect fails is the peer down (peer_connect, p->rejoining),
+ * its pulls failing then.  A peer that died refuses the connect, which
+ * takes a round trip.  Calls and told requests fail as on peer_down: a
+ * call may have been acted on, and what is told is owed again. */
+static void peer_lapse(struct xport *x, int i, const char *why)
+{
+	struct peer *p = &x->peers[i];
+
+	pthread_mutex_lock(&x->lock);
+	struct xport_conn *c = p->out;
+	if (c) {
+		snprintf(p->down_why, sizeof(p->down_why), "%s; connecting again", why);
+		c->lapsed = 1;
+		p->rejoining = 1;
+	}
+	p->out = NULL;
+	p->rejoin = 0;
+	p->since_ns = clock_wall_ns();
+	pthread_cond_broadcast(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+	if (!c)
+		return;
+	shutdown(c->fd, SHUT_RDWR);
+	fprintf(stderr, "omnifs: peer %s (%s): %s; connecting again, its reads waiting\n",
+		p->name, p->addr, why);
+	link_down(x, i);                /* its pulls by RDMA are held too (reroute_tcp) */
+	pending_fail(x, i, 1);
+	pthread_mutex_lock(&x->lock);
+	conn_put(c);
+	pthread_mutex_unlock(&x->lock);
+	peer_dial(x, i);
 }
 
 /* Peer i is connected to again once no request to it is in flight
@@ -896,8 +942,13 @@ void *rx_thread(void *arg)
 	}
 	if (rc == -EPROTO || rc == -EMSGSIZE)
 		ops_count(x, XC_BAD_FRAMES, 1);
-	peer_down(x, c->peer, rc == -ETIMEDOUT ? "silent too long" :
-		  rc == -ECONNRESET ? "connection closed" : strerror(-rc));
+	const char *why = rc == -ETIMEDOUT ? "silent too long" :
+			  rc == -ECONNRESET ? "connection closed" : strerror(-rc);
+	/* Silence or a bad frame: down.  A close: maybe the connection only. */
+	if ((rc == -ECONNRESET || rc == -ECONNABORTED || rc == -EPIPE) && !x->stopping)
+		peer_lapse(x, c->peer, why);
+	else
+		peer_down(x, c->peer, why);
 	return NULL;
 }
 
@@ -909,13 +960,14 @@ void conn_unref(struct xport *x, struct xport_conn *c)
 }
 
 /* Links p on *c (a reference, or NULL); where *c was let go of for a
- * rejoin since it was had, on the peer's next connection, which *c is
- * then.  1 if linked. */
+ * rejoin since it was had, or closed under us (peer_lapse), on the peer's
+ * next connection, which *c is then.  1 if linked. */
 static int link_on(struct xport *x, struct xport_conn **c, struct pending *p)
 {
 	while (*c) {
 		pthread_mutex_lock(&x->lock);
-		int linked = pending_link(x, *c, p), retired = !linked && (*c)->retired;
+		int linked = pending_link(x, *c, p);
+		int retired = !linked && ((*c)->retired || (*c)->lapsed);
 		pthread_mutex_unlock(&x->lock);
 		if (!retired)
 			return linked;
@@ -1091,22 +1143,29 @@ int xport_call(struct xport *x, int peer, const struct proto_msg *req,
 	return to.rc;
 }
 
+static struct proto_msg pull_msg(const struct xport_range *r)
+{
+	return (struct proto_msg){ .type = PT_PULL, .u.pull = { r->oid, r->off, r->len, r->stride,
+								 r->count, r->lease } };
+}
+
 /* A pull over TCP on *c (a reference, dropped here); on wait, a
  * connection retired meanwhile is followed to the peer's next one
- * (link_on), else the pull fails.  0, or -EHOSTDOWN, -ENOMEM. */
+ * (link_on), else the pull fails.  With no c it is held for the peer's
+ * next connection, if the peer is being connected to again.  0, or
+ * -EHOSTDOWN, -ENOMEM. */
 static int pull_tcp(struct xport *x, struct xport_conn *c, int peer, const struct xport_range *r,
 		    const struct iovec *dst, int ndst, int wait, xport_progress_fn progress,
 		    void *arg)
 {
-	struct proto_msg m = { .type = PT_PULL,
-			       .u.pull = { r->oid, r->off, r->len, r->stride, r->count, r->lease } };
+	struct proto_msg m = pull_msg(r);
 	struct pending *p = calloc(1, sizeof(*p));
 	int rc = -ENOMEM, linked = 0;
 
 	if (!p || !(p->dst = malloc((size_t)ndst * sizeof(*dst))))
 		goto fail;
 	memcpy(p->dst, dst, (size_t)ndst * sizeof(*dst));
-	*p = (struct pending){ .peer = peer, .pull = 1, .arg = arg, .off = r->off,
+	*p = (struct pending){ .peer = peer, .pull = 1, .arg = arg, .r = *r, .at = r->off,
 			       .len = r->len * r->count,        /* the pieces back to back */
 			       .asked_ns = clock_mono_ns(), .dst = p->dst, .ndst = ndst,
 			       .progress = progress };
@@ -1121,6 +1180,8 @@ static int pull_tcp(struct xport *x, struct xport_conn *c, int peer, const struc
 		rc = -EHOSTDOWN;        /* as if peer_conn() had found it down */
 		goto fail;
 	}
+	if (!c)
+		return 0;
 	/* From here the receiver ends it: a failed send closes the socket. */
 	conn_send(c, p->reqid, &m);
 	conn_unref(x, c);
@@ -1132,6 +1193,59 @@ fail:
 	if (c)
 		conn_unref(x, c);
 	return rc;
+}
+
+/* Under x->lock: a pull of peer's that its connection c has not asked
+ * for (its last one closed under it, or it was held meanwhile), made the
+ * rest of itself, from where its checked bytes end: a whole object's
+ * pulls no byte twice, a view's strided one its piece from the start. */
+static struct pending *pull_left(struct xport *x, int peer, const struct xport_conn *c,
+				 struct proto_msg *m)
+{
+	struct pending *p = x->pending;
+
+	while (p && (p->peer != peer || !p->pull || p->on == c->name))
+		p = p->next;
+	if (!p)
+		return NULL;
+	struct xport_range r = p->r;
+	if (r.count == 1) {
+		r.off += p->got;
+		r.len -= p->got;
+	} else {
+		uint64_t k = p->got / r.len;
+		p->got = k * r.len;
+		r.off += k * r.stride;
+		r.count -= (uint32_t)k;
+	}
+	*m = pull_msg(&r);
+	p->at = r.off;
+	p->on = c->name;
+	p->asked_ns = clock_mono_ns();
+	return p;
+}
+
+void pulls_resume(struct xport *x, int peer, struct xport_conn *c)
+{
+	struct proto_msg m;
+	struct pending *p;
+	unsigned n = 0;
+
+	for (;;) {
+		pthread_mutex_lock(&x->lock);
+		uint64_t reqid = (p = x->peers[peer].out == c ? pull_left(x, peer, c, &m) : NULL) ?
+				 p->reqid : 0;
+		pthread_mutex_unlock(&x->lock);
+		if (!p)
+			break;
+		/* Its DATA lands only on c's receiver, once this is sent. */
+		conn_send(c, reqid, &m);
+		n++;
+	}
+	if (n)
+		fprintf(stderr, "omnifs: peer %s (%s): %u read%s in flight go%s on from where "
+			"%s\n", x->peers[peer].name, x->peers[peer].addr, n, n == 1 ? "" : "s",
+			n == 1 ? "es" : "", n == 1 ? "it was" : "they were");
 }
 
 /* A pull by RDMA whose queue pair fails under it (rdma.h: ECONNRESET; a
@@ -1198,11 +1312,11 @@ static int reroute_tcp(struct reroute *rr, uint64_t upto)
 		cut -= rr->dst[i].iov_len;
 	rr->dst[i].iov_base = (uint8_t *)rr->dst[i].iov_base + cut;
 	rr->dst[i].iov_len -= cut;
-	/* rr is the TCP part's from here: it may end, and rr go, at once. */
+	/* rr is the TCP part's from here: it may end, and rr go, at once.
+	 * Where the connection closed too, it waits for the next one. */
 	int peer = rr->peer;
-	struct xport_conn *c = peer_out(x, peer);
-	int rc = c ? pull_tcp(x, c, peer, &r, rr->dst + i, rr->ndst - i, 0, rerouted, rr)
-		   : -EHOSTDOWN;
+	int rc = pull_tcp(x, peer_out(x, peer), peer, &r, rr->dst + i, rr->ndst - i, 0,
+			  rerouted, rr);
 	if (!rc)
 		log_limited(x, &x->peers[peer].rerouted, "peer %s: its RDMA queue pair "
 			    "failed under a read: the rest of it over tcp", x->peers[peer].name);
@@ -1898,6 +2012,9 @@ void xport_destroy(struct xport *x)
 	if (!x)
 		return;
 	xport_flush(x, 1);              /* what an rm held goes before the end */
+	/* The listener first: a peer that sees its connections close dials
+	 * again (peer_lapse), and must be refused, not left in a backlog. */
+	shutdown(x->lfd, SHUT_RDWR);
 	pthread_mutex_lock(&x->lock);
 	x->stopping = 1;
 	pthread_cond_broadcast(&x->cond);
@@ -1908,7 +2025,6 @@ void xport_destroy(struct xport *x)
 		if (x->peers[i].out)
 			shutdown(x->peers[i].out->fd, SHUT_RDWR);
 	pthread_mutex_unlock(&x->lock);
-	shutdown(x->lfd, SHUT_RDWR);
 	if (x->started) {
 		pthread_join(x->acceptor, NULL);
 		pthread_join(x->keeper, NULL);
@@ -1919,9 +2035,11 @@ void xport_destroy(struct xport *x)
 	while (x->dialers)      /* each sees stopping within a tick */
 		pthread_cond_wait(&x->cond, &x->lock);
 	pthread_mutex_unlock(&x->lock);
-	for (size_t i = 0; i < x->npeers; i++)
+	for (size_t i = 0; i < x->npeers; i++) {
 		if (x->peers[i].rx_joinable)
 			pthread_join(x->peers[i].rx, NULL);
+		pending_fail(x, (int)i, 0);     /* pulls held for a connect that never came */
+	}
 	pthread_mutex_lock(&x->lock);
 	while (x->nservers)
 		pthread_cond_wait(&x->cond, &x->lock);
@@ -1983,10 +2101,11 @@ int xport_heard_all(struct xport *x, int peer, uint64_t conn, uint64_t frames)
 	return all;
 }
 
+/* Up, or being connected to again (a rejoin, a lapse): asked, it waits. */
 int xport_peer_up(struct xport *x, int peer)
 {
 	pthread_mutex_lock(&x->lock);
-	int up = x->peers[peer].out != NULL;
+	int up = x->peers[peer].out || x->peers[peer].rejoining;
 	pthread_mutex_unlock(&x->lock);
 	return up;
 }

@@ -213,7 +213,9 @@ struct xport_range { uint64_t oid, off, len, stride, lease; uint32_t count; };
  * when all arrived, else -EIO (peer lost, stalled or a chunk that fails its
  * hash), or the owner's errno (ENOENT: gone).  A pull by RDMA whose queue
  * pair fails under it goes on over TCP where the transport is auto (-EIO
- * under rdma).  Returns 0 or -EHOSTDOWN (then progress is never called). */
+ * under rdma); one whose connection closes under it, on the peer's next
+ * (-EIO if none comes).  upto never goes back.  Returns 0 or -EHOSTDOWN
+ * (then progress is never called). */
 typedef void (*xport_progress_fn)(void *arg, uint64_t upto, int err);
 /* flags: XPORT_CALLER_CHECKS: the caller checks the bytes against sums
  * of its own (a view: its shards' per-head sums), so a transport that has

@@ -267,6 +267,8 @@ static int peer_connect(struct xport *x, int i)
 		fprintf(stderr, "omnifs: peer %s (%s) runs another cluster config than this node "
 			"(its nodes, addresses or stages differ): every node must run the same one\n",
 			p->name, p->addr);
+	if (!rc)
+		pulls_resume(x, i, c);  /* before the resync: a reader waits */
 	if (!rc && x->ops->peer_up)
 		x->ops->peer_up(x->ctx, i);
 	if (!rc && turned)      /* what it settled is no more: settle it again */
@@ -286,8 +288,10 @@ unclaim:
 	p->connecting = 0;
 	pthread_cond_broadcast(&x->cond);
 	pthread_mutex_unlock(&x->lock);
-	if (lost && !x->stopping) {
-		fprintf(stderr, "omnifs: peer %s (%s) down: %s\n", p->name, p->addr, down);
+	if (lost) {     /* its pulls held for this connect (peer_lapse) fail */
+		if (!x->stopping)
+			fprintf(stderr, "omnifs: peer %s (%s) down: %s\n", p->name, p->addr, down);
+		pending_fail(x, i, 0);
 		if (x->ops->peer_down)
 			x->ops->peer_down(x->ctx, i);
 	}

@@ -36,6 +36,7 @@ struct xport_conn {
 	int hears_redial;               /* ... and that it hears REDIAL */
 	uint64_t made_ns;               /* ... and when its WELCOME went (conn_start) */
 	int retired;                    /* ours, let go of for a rejoin (rejoin_locked) */
+	int lapsed;                     /* ours, closed under us (peer_lapse) */
 	int ended;                      /* ours, and its receiver saw its end first */
 	pthread_mutex_t send_lock;
 	atomic_int ping_owed;           /* the keeper found it busy: the sender pings */
@@ -79,8 +80,13 @@ struct pending {
 	xport_reply_fn on_reply;
 	xport_done_fn told;     /* a told request's end (xport_tell) */
 	void *arg;
-	/* A pull: where its bytes go, how far they got, when it was asked. */
-	uint64_t off, len, got, asked_ns;
+	/* A pull: what it asks (r), where its bytes go, how far they got
+	 * (got: its stream's bytes landed and checked; shown: the most that
+	 * progress said), when it was asked, on which connection (its name;
+	 * 0: none yet, held while its peer is connected to again) and the
+	 * offset its next DATA frame carries there (pulls_resume). */
+	struct xport_range r;
+	uint64_t len, got, shown, asked_ns, on, at;
 	struct iovec *dst;
 	int ndst;
 	xport_progress_fn progress;
@@ -194,6 +200,9 @@ int conn_send(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m);
 int conn_recv(struct xport_conn *c, struct proto_hdr *h, struct proto_msg *m,
 	      int (*tick)(struct xport_conn *c));
 int send_ping_locked(struct xport_conn *c);
+void pending_fail(struct xport *x, int peer, int keep_pulls);
+/* The pulls of peer that its last connection left, asked for on c. */
+void pulls_resume(struct xport *x, int peer, struct xport_conn *c);
 void rejoin(struct xport *x, int i, const struct xport_conn *c, uint32_t need,
 	    const char *why);
 void *rx_thread(void *arg);             /* our connection's receiver */
