@@ -1232,7 +1232,7 @@ static void list_peer(struct cluster *cl, int peer, const char *from, const char
 	struct ask a = { cl, peer, 0 };
 
 	news_first(cl);
-	if (xport_peer_up(cl->x, peer))  /* listing never waits for a peer to connect */
+	if (xport_peer_up(cl->x, peer))  /* never dials one that is down */
 		xport_call(cl->x, peer, &m, ask_reply, &a);
 }
 

@@ -133,6 +133,8 @@ struct xport_peer_info {
 	uint64_t since_ns;              /* of the last change, wall clock */
 };
 void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out);
+/* 1 if peer is up, or being connected to again (its connection closed
+ * under us): a request to it then waits for the connect. */
 int xport_peer_up(struct xport *x, int peer);
 /* This node's RDMA device, how it grants reads ("window" or "pool"), and
  * why it moves nothing now if it went ("rxe0 was removed": it is opened
