@@ -1195,12 +1195,18 @@ fail:
 	return rc;
 }
 
+/* A pull whose connection closed under it this many times in a row with
+ * none of its bytes landing in between fails (EIO): a peer that closes
+ * each connection a request comes on must not hold its reader for good. */
+#define PULL_RESUMES_MAX 3
+
 /* Under x->lock: a pull of peer's that its connection c has not asked
  * for (its last one closed under it, or it was held meanwhile), made the
  * rest of itself, from where its checked bytes end: a whole object's
- * pulls no byte twice, a view's strided one its piece from the start. */
+ * pulls no byte twice, a view's strided one its piece from the start.
+ * *stuck: it is off the table instead, to fail. */
 static struct pending *pull_left(struct xport *x, int peer, const struct xport_conn *c,
-				 struct proto_msg *m)
+				 struct proto_msg *m, int *stuck)
 {
 	struct pending *p = x->pending;
 
@@ -1209,6 +1215,13 @@ static struct pending *pull_left(struct xport *x, int peer, const struct xport_c
 	if (!p)
 		return NULL;
 	struct xport_range r = p->r;
+	uint64_t from = r.count == 1 ? p->got : p->got / r.len * r.len;
+	p->stuck = from > p->resumed || !p->stuck ? 1 : p->stuck + 1;
+	p->resumed = from;
+	if ((*stuck = p->stuck > PULL_RESUMES_MAX)) {
+		pending_del(x, p);
+		return p;
+	}
 	if (r.count == 1) {
 		r.off += p->got;
 		r.len -= p->got;
@@ -1230,14 +1243,22 @@ void pulls_resume(struct xport *x, int peer, struct xport_conn *c)
 	struct proto_msg m;
 	struct pending *p;
 	unsigned n = 0;
+	int stuck;
 
 	for (;;) {
 		pthread_mutex_lock(&x->lock);
-		uint64_t reqid = (p = x->peers[peer].out == c ? pull_left(x, peer, c, &m) : NULL) ?
-				 p->reqid : 0;
+		p = x->peers[peer].out == c ? pull_left(x, peer, c, &m, &stuck) : NULL;
+		uint64_t reqid = p ? p->reqid : 0;
 		pthread_mutex_unlock(&x->lock);
 		if (!p)
 			break;
+		if (stuck) {
+			fprintf(stderr, "omnifs: peer %s (%s): a read failed: its connection "
+				"closed under it %d times, no byte of it landing between\n",
+				x->peers[peer].name, x->peers[peer].addr, PULL_RESUMES_MAX + 1);
+			pull_told(p, -EIO);
+			continue;
+		}
 		/* Its DATA lands only on c's receiver, once this is sent. */
 		conn_send(c, reqid, &m);
 		n++;

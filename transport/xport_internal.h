@@ -87,6 +87,10 @@ struct pending {
 	 * offset its next DATA frame carries there (pulls_resume). */
 	struct xport_range r;
 	uint64_t len, got, shown, asked_ns, on, at;
+	/* Where it was last asked again from, and how many times in a row
+	 * from there (PULL_RESUMES_MAX). */
+	uint64_t resumed;
+	int stuck;
 	struct iovec *dst;
 	int ndst;
 	xport_progress_fn progress;

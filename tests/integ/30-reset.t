@@ -22,6 +22,7 @@ lapses() { grep -c "omnifs: peer a (127.0.0.1:$PA): .*; connecting again, its re
 downs() { grep -c "omnifs: peer a (127.0.0.1:$PA) down" "$T/b.log"; }
 goes_on() { grep -c "omnifs: peer a (127.0.0.1:$PA): [0-9]* reads\? in flight go" "$T/b.log"; }
 cut() { ss -K dst 127.0.0.1 dport = ":$PA" >/dev/null 2>&1; }
+at_least() { [ "$("$1")" -ge "$2" ]; }  # at_least COUNTER N
 # cut_at BYTES: once b has pulled BYTES more than at $p0, b's connection
 # to a is closed under it (a reset; a's to b stays).
 cut_at() {
@@ -29,7 +30,7 @@ cut_at() {
 }
 
 cut
-if ! wait_until 5 test "$(lapses)" = 1; then
+if ! wait_until 5 at_least lapses 1; then
 	skip "ss -K cannot cut a socket on this kernel (CONFIG_INET_DIAG_DESTROY)"
 	done_testing
 	exit
@@ -118,5 +119,30 @@ ok "... with EIO" grep -q "Input/output error" "$T/dead.err"
 ok "... b's log says a is down: connecting again failed" \
    grep -q "omnifs: peer a (127.0.0.1:$PA) down: connecting: " "$T/b.log"
 stop_node a
+
+# --- a peer that closes each connection a read comes on: the read fails --------
+# a back, serving each DATA frame 2 s late: the connection is closed under
+# the read again and again before any of its bytes lands.  After the
+# fourth close with none landing between, the read fails with EIO rather
+# than wait for good.
+OMNIFS_TEST_SERVE_DELAY_MS=2000 start_node a "config=$T/omni.yaml,node=a,pool=host:256MiB"
+ok "a is back" wait_until 10 peers_up b
+head -c 4M /dev/urandom >"$T/s"
+cp "$T/s" "$T/a/0/1/s"
+ok "b hears of s" wait_until 5 test -e "$T/b/0/1/s"
+( cat "$T/b/0/1/s" >/dev/null 2>"$T/stuck.err"; echo "rc=$?" >>"$T/stuck.err" ) &
+r=$!
+ok "a serves b's read of s" wait_until 5 grep -q "^0/1/s served out" "$T/a/.omni/transfers"
+g0=$(goes_on)
+for i in 1 2 3; do
+	cut
+	wait_until 5 at_least goes_on $((g0 + i)) || break
+done
+is "$(( $(goes_on) - g0 ))" 3 "closed under it three times, it goes on each time"
+cut
+ok "the fourth time, with no byte between, it fails" wait_until 5 all_gone "$r"
+ok "... with EIO" grep -q "Input/output error" "$T/stuck.err"
+ok "... and b's log says why" grep -q "omnifs: peer a (127.0.0.1:$PA): a read failed: its connection closed under it 4 times, no byte of it landing between" "$T/b.log"
+is "$(downs)" 1 "... and a is not down for it (once, when it was killed)"
 
 done_testing
