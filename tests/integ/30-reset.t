@@ -29,6 +29,21 @@ cut_at() {
 	wait_until 20 sh -c "[ \$(awk '\$1 == \"bytes_pulled:\" { print \$2 }' '$T/b/.omni/stats') -ge $((p0 + $1)) ]" && cut
 }
 
+# read_under_cut KEY WANT BYTES WHAT: b reads a's 0/1/KEY while its
+# connection to a is closed under the read at BYTES; it must read WANT's
+# bytes, and say it went on.
+read_under_cut() {
+	local g0 r
+	p0=$(pulled) g0=$(goes_on)
+	cat "$T/b/0/1/$1" >"$T/got" &
+	r=$!
+	ok "the connection closed under $4" cut_at "$3"
+	wait "$r"
+	ok "... it reads byte-exact" cmp "$2" "$T/got"
+	ok "... it went on" at_least goes_on $((g0 + 1))
+	rm -f "$T/got"
+}
+
 cut
 if ! wait_until 5 at_least lapses 1; then
 	skip "ss -K cannot cut a socket on this kernel (CONFIG_INET_DIAG_DESTROY)"
@@ -73,27 +88,14 @@ ok "... those in flight went on" test "$(goes_on)" -gt "$g0"
 for i in 0 1 2 3; do cp "$T/s.rank${i}of4" "$T/a/0/1/"; done
 "$B/omnikv" view --rank 3 --of 8 -o "$T/want" "$T"/s.rank?of4 || bail "omnikv view"
 ok "b hears of the shards" wait_until 5 test -e "$T/b/0/1/s.rank3of4"
-p0=$(pulled) g0=$(goes_on)
-cat "$T/b/0/1/s.rank3of8" >"$T/gv" &
-r=$!
-ok "the connection closed under a view that slices a shard" cut_at $((1 << 20))
-wait "$r"
-ok "... the view reads byte-exact" cmp "$T/want" "$T/gv"
-ok "... it went on" test "$(goes_on)" -gt "$g0"
+read_under_cut s.rank3of8 "$T/want" $((1 << 20)) "a view that slices a shard"
 rm "$T"/a/0/1/s.rank?of4
 
 # --- a streamed read: larger than b's pool ----------------------------------------
 head -c 96M /dev/urandom >"$T/big"
 cp "$T/big" "$T/a/0/1/big"
 ok "b hears of big" wait_until 5 test -e "$T/b/0/1/big"
-p0=$(pulled) g0=$(goes_on)
-cat "$T/b/0/1/big" >"$T/gbig" &
-r=$!
-ok "the connection closed under a read that streams through b's window" cut_at $((40 << 20))
-wait "$r"
-ok "... it reads byte-exact" cmp "$T/big" "$T/gbig"
-ok "... it went on" test "$(goes_on)" -gt "$g0"
-rm -f "$T/gbig"
+read_under_cut big "$T/big" $((40 << 20)) "a read that streams through b's window"
 
 # --- opens while it connects again ---------------------------------------------------
 for i in 1 2 3; do echo "y$i" >"$T/a/0/1/y$i"; done
