@@ -514,11 +514,11 @@ static void pending_del(struct xport *x, struct pending *p)
 		}
 }
 
-/* Puts p in the table, if c is still its peer's connection.  peer_down()
+/* Puts p in the table, if c is still its peer's connection.  conn_lost()
  * clears that under the lock before it fails what is in flight, so a
  * request on a connection that went down meanwhile would otherwise wait
  * for an end that only a later connection's tick would bring.  A pull
- * with no c is held while its peer is connected to again (peer_lapse),
+ * with no c is held while its peer is connected to again (conn_lost),
  * and asked for on the next connection (pulls_resume).  Under x->lock; 1
  * if linked. */
 static int pending_link(struct xport *x, struct xport_conn *c, struct pending *p)
@@ -797,69 +797,51 @@ static void rx_acks(struct xport_conn *c, const struct proto_msg *m)
 
 /* ---------------------------------------------------------------- our side */
 
-static void peer_down(struct xport *x, int i, const char *why)
-{
-	struct peer *p = &x->peers[i];
-
-	pthread_mutex_lock(&x->lock);
-	struct xport_conn *c = p->out;
-	if (c)
-		snprintf(p->down_why, sizeof(p->down_why), "%s", why);
-	p->out = NULL;
-	p->rejoin = 0;                  /* what waits for that connects anew */
-	p->since_ns = clock_wall_ns();
-	p->looked_ns = 0;               /* it may be back elsewhere: look at once */
-	pthread_cond_broadcast(&x->cond);
-	pthread_mutex_unlock(&x->lock);
-	if (!c)
-		return;
-	shutdown(c->fd, SHUT_RDWR);
-	if (!x->stopping)
-		fprintf(stderr, "omnifs: peer %s (%s) down: %s\n", p->name, p->addr, why);
-	link_down(x, i);
-	pending_fail(x, i, 0);
-	if (x->ops->peer_down)
-		x->ops->peer_down(x->ctx, i);
-	pthread_mutex_lock(&x->lock);
-	conn_put(c);
-	pthread_mutex_unlock(&x->lock);
-}
-
-/* Our connection to peer i was closed under us (reset or aborted: a
- * middlebox's idle timer, a conntrack flush, a link that flapped) while
- * the peer itself may well be up.  It is connected to again at once, and
- * the pulls in flight on it wait for that (pulls_resume) rather than fail:
+/* Our connection to peer i ended: the peer is down, or, where the
+ * connection was closed under us (lapse: reset or aborted by a
+ * middlebox's idle timer, a conntrack flush, a link that flapped), maybe
+ * only the connection.  Then it is connected to again at once, and the
+ * pulls in flight on it wait for that (pulls_resume) rather than fail:
  * only if the connect fails is the peer down (peer_connect, p->rejoining),
- * its pulls failing then.  A peer that died refuses the connect, which
- * takes a round trip.  Calls and told requests fail as on peer_down: a
- * call may have been acted on, and what is told is owed again. */
-static void peer_lapse(struct xport *x, int i, const char *why)
+ * its pulls failing then; a peer that died refuses the connect, which
+ * takes a round trip.  Calls and told requests fail either way: a call
+ * may have been acted on, and what is told is owed again. */
+static void conn_lost(struct xport *x, int i, const char *why, int lapse)
 {
 	struct peer *p = &x->peers[i];
 
 	pthread_mutex_lock(&x->lock);
 	struct xport_conn *c = p->out;
 	if (c) {
-		snprintf(p->down_why, sizeof(p->down_why), "%s; connecting again", why);
-		c->lapsed = 1;
-		p->rejoining = 1;
+		snprintf(p->down_why, sizeof(p->down_why), "%s%s", why,
+			 lapse ? "; connecting again" : "");
+		c->lapsed = lapse;
+		p->rejoining = lapse;
 	}
 	p->out = NULL;
-	p->rejoin = 0;
+	p->rejoin = 0;                  /* what waits for that connects anew */
 	p->since_ns = clock_wall_ns();
+	if (!lapse)
+		p->looked_ns = 0;       /* it may be back elsewhere: look at once */
 	pthread_cond_broadcast(&x->cond);
 	pthread_mutex_unlock(&x->lock);
 	if (!c)
 		return;
 	shutdown(c->fd, SHUT_RDWR);
-	fprintf(stderr, "omnifs: peer %s (%s): %s; connecting again, its reads waiting\n",
-		p->name, p->addr, why);
-	link_down(x, i);                /* its pulls by RDMA are held too (reroute_tcp) */
-	pending_fail(x, i, 1);
+	if (lapse)
+		fprintf(stderr, "omnifs: peer %s (%s): %s; connecting again, its reads "
+			"waiting\n", p->name, p->addr, why);
+	else if (!x->stopping)
+		fprintf(stderr, "omnifs: peer %s (%s) down: %s\n", p->name, p->addr, why);
+	link_down(x, i);                /* a lapse holds its RDMA pulls too (reroute_tcp) */
+	pending_fail(x, i, lapse);
+	if (!lapse && x->ops->peer_down)
+		x->ops->peer_down(x->ctx, i);
 	pthread_mutex_lock(&x->lock);
 	conn_put(c);
 	pthread_mutex_unlock(&x->lock);
-	peer_dial(x, i);
+	if (lapse)
+		peer_dial(x, i);
 }
 
 /* Peer i is connected to again once no request to it is in flight
@@ -945,10 +927,8 @@ void *rx_thread(void *arg)
 	const char *why = rc == -ETIMEDOUT ? "silent too long" :
 			  rc == -ECONNRESET ? "connection closed" : strerror(-rc);
 	/* Silence or a bad frame: down.  A close: maybe the connection only. */
-	if ((rc == -ECONNRESET || rc == -ECONNABORTED || rc == -EPIPE) && !x->stopping)
-		peer_lapse(x, c->peer, why);
-	else
-		peer_down(x, c->peer, why);
+	conn_lost(x, c->peer, why, (rc == -ECONNRESET || rc == -ECONNABORTED || rc == -EPIPE) &&
+		  !x->stopping);
 	return NULL;
 }
 
@@ -960,7 +940,7 @@ void conn_unref(struct xport *x, struct xport_conn *c)
 }
 
 /* Links p on *c (a reference, or NULL); where *c was let go of for a
- * rejoin since it was had, or closed under us (peer_lapse), on the peer's
+ * rejoin since it was had, or closed under us (conn_lost), on the peer's
  * next connection, which *c is then.  1 if linked. */
 static int link_on(struct xport *x, struct xport_conn **c, struct pending *p)
 {
@@ -1215,19 +1195,18 @@ static struct pending *pull_left(struct xport *x, int peer, const struct xport_c
 	if (!p)
 		return NULL;
 	struct xport_range r = p->r;
-	uint64_t from = r.count == 1 ? p->got : p->got / r.len * r.len;
+	uint64_t k = p->got / r.len, from = r.count == 1 ? p->got : k * r.len;
 	p->stuck = from > p->resumed || !p->stuck ? 1 : p->stuck + 1;
 	p->resumed = from;
 	if ((*stuck = p->stuck > PULL_RESUMES_MAX)) {
 		pending_del(x, p);
 		return p;
 	}
+	p->got = from;
 	if (r.count == 1) {
-		r.off += p->got;
-		r.len -= p->got;
+		r.off += from;
+		r.len -= from;
 	} else {
-		uint64_t k = p->got / r.len;
-		p->got = k * r.len;
 		r.off += k * r.stride;
 		r.count -= (uint32_t)k;
 	}
@@ -2034,7 +2013,7 @@ void xport_destroy(struct xport *x)
 		return;
 	xport_flush(x, 1);              /* what an rm held goes before the end */
 	/* The listener first: a peer that sees its connections close dials
-	 * again (peer_lapse), and must be refused, not left in a backlog. */
+	 * again (conn_lost), and must be refused, not left in a backlog. */
 	shutdown(x->lfd, SHUT_RDWR);
 	pthread_mutex_lock(&x->lock);
 	x->stopping = 1;

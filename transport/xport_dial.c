@@ -288,7 +288,7 @@ unclaim:
 	p->connecting = 0;
 	pthread_cond_broadcast(&x->cond);
 	pthread_mutex_unlock(&x->lock);
-	if (lost) {     /* its pulls held for this connect (peer_lapse) fail */
+	if (lost) {     /* its pulls held for this connect (conn_lost) fail */
 		if (!x->stopping)
 			fprintf(stderr, "omnifs: peer %s (%s) down: %s\n", p->name, p->addr, down);
 		pending_fail(x, i, 0);

@@ -36,7 +36,7 @@ struct xport_conn {
 	int hears_redial;               /* ... and that it hears REDIAL */
 	uint64_t made_ns;               /* ... and when its WELCOME went (conn_start) */
 	int retired;                    /* ours, let go of for a rejoin (rejoin_locked) */
-	int lapsed;                     /* ours, closed under us (peer_lapse) */
+	int lapsed;                     /* ours, closed under us (conn_lost) */
 	int ended;                      /* ours, and its receiver saw its end first */
 	pthread_mutex_t send_lock;
 	atomic_int ping_owed;           /* the keeper found it busy: the sender pings */
