@@ -210,6 +210,31 @@ static int grant_failed(int rc)
 	return rc == -ENOTCONN || rc == -EIO ? -ECONNRESET : rc;
 }
 
+/* A pull let go of its lease: under the lock.  1 if RELEASE must go now.
+ * A lease the owner dropped (gone) is off the link's list, where no
+ * rdma_release can find it: its last pull frees it, released or not. */
+static int lease_unpull(struct rdma *rd, struct rlink *l, struct rlease *ls)
+{
+	if (--ls->pulls || !(ls->released || ls->gone))
+		return 0;
+	int send = !ls->gone;
+	lease_free(rd, l, ls);
+	return send;
+}
+
+/* Under the lock: the owner dropped the link's leases with its
+ * connection (or we close).  Those a pull holds go with its end. */
+static void leases_drop(struct rdma *rd, struct rlink *l)
+{
+	for (struct rlease *ls = l->leases, *next; ls; ls = next) {
+		next = ls->next;
+		ls->gone = 1;
+		if (!ls->pulls)
+			lease_free(rd, l, ls);
+	}
+	l->leases = NULL;
+}
+
 /* A grant for r under its lease that this connection of the pair can
  * use: cached, or asked for (the lock is dropped meanwhile).  Both the
  * lease and the grant are held for the pull. */
@@ -255,9 +280,11 @@ static int lease_grant(struct rdma *rd, struct rlink *l, const struct xport_rang
 	if (!rc && want && !grant_covers(ng, first, last))
 		rc = -EIO;      /* it did not give the hashes asked for */
 	if (rc) {
-		ls->pulls--;
+		int send = lease_unpull(rd, l, ls);
 		pthread_mutex_unlock(&rd->lock);
 		grant_put(ng);
+		if (send)
+			rd->c.release(rd->c.ctx, l->peer, r->lease);
 		return rc;
 	}
 	ng->gen = gen;
@@ -268,16 +295,6 @@ static int lease_grant(struct rdma *rd, struct rlink *l, const struct xport_rang
 	*gp = ng;
 	pthread_mutex_unlock(&rd->lock);
 	return 0;
-}
-
-/* A pull let go of its lease: under the lock.  1 if RELEASE must go now. */
-static int lease_unpull(struct rdma *rd, struct rlink *l, struct rlease *ls)
-{
-	if (--ls->pulls || !ls->released)
-		return 0;
-	int send = !ls->gone;
-	lease_free(rd, l, ls);
-	return send;
 }
 
 int rdma_release(struct rdma *rd, int peer, uint64_t lease)
@@ -456,13 +473,7 @@ void rdma_link_down(struct rdma *rd, int peer)
 
 	pthread_mutex_lock(&rd->lock);
 	memset(&l->dst, 0, sizeof(l->dst));     /* no reconnects: no connection to name */
-	for (struct rlease *ls = l->leases, *next; ls; ls = next) {
-		next = ls->next;
-		ls->gone = 1;   /* the owner dropped them with the connection */
-		if (!ls->pulls)
-			lease_free(rd, l, ls);
-	}
-	l->leases = NULL;
+	leases_drop(rd, l);
 	l->stale.armed = 0;
 	link_break(rd, l, "the peer's connection ended");
 	pthread_mutex_unlock(&rd->lock);
@@ -1055,5 +1066,7 @@ void links_close(struct rdma *rd)
 			usleep(10000);
 		pthread_mutex_lock(&rd->lock);
 	}
+	for (size_t i = 0; i < rd->c.npeers; i++)
+		leases_drop(rd, &rd->links[i]);         /* a file still open at unmount */
 	pthread_mutex_unlock(&rd->lock);
 }
