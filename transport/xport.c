@@ -497,6 +497,7 @@ static void rejoin_locked(struct xport *x, int i)
 	p->out = NULL;
 	p->rejoin = 0;
 	p->rejoining = 1;
+	p->down_why[0] = '\0';         /* no fault: health says only "connecting" */
 	c->retired = 1;
 	shutdown(c->fd, SHUT_RD);
 	pthread_cond_broadcast(&x->cond);
@@ -2120,7 +2121,9 @@ void xport_peer_info(struct xport *x, int peer, struct xport_peer_info *out)
 	pthread_mutex_lock(&x->lock);
 	out->name = p->name;
 	out->addr = p->addr;
-	out->state = p->out ? "up" : "down";
+	/* A peer whose connection closed under us is connected to again,
+	 * its requests waiting: not down, for whoever watches health. */
+	out->state = p->out ? "up" : p->rejoining ? "connecting" : "down";
 	out->transport = p->out ? xp_name[p->xp] : "";
 	out->why = p->out ? p->why : "";
 	snprintf(out->down_why, sizeof(out->down_why), "%s", p->out ? "" : p->down_why);

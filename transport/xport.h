@@ -125,10 +125,10 @@ int xport_peer_index(const struct xport *x, const char *name);
 const char *xport_peer_name(const struct xport *x, int peer);
 struct xport_peer_info {
 	const char *name, *addr;
-	const char *state;              /* "up", "down" */
-	const char *transport;          /* in use: "rdma", "tcp", "none"; "" while down */
+	const char *state;              /* "up", "connecting" (again), "down" */
+	const char *transport;          /* in use: "rdma", "tcp", "none"; "" unless up */
 	const char *why;                /* why not "rdma" where we have it, or "" */
-	char down_why[128];             /* why it is down (the last fault), or "" */
+	char down_why[128];             /* why it is not up (the last fault), or "" */
 	int config_differs;             /* its cluster config is not ours */
 	uint64_t since_ns;              /* of the last change, wall clock */
 };

@@ -146,5 +146,20 @@ ok "the fourth time, with no byte between, it fails" wait_until 5 all_gone "$r"
 ok "... with EIO" grep -q "Input/output error" "$T/stuck.err"
 ok "... and b's log says why" grep -q "omnifs: peer a (127.0.0.1:$PA): a read failed: its connection closed under it 4 times, no byte of it landing between" "$T/b.log"
 is "$(downs)" 1 "... and a is not down for it (once, when it was killed)"
+stop_node a
+
+# --- what health says meanwhile ------------------------------------------------------
+# a back, holding each handshake 2 s: b's connect after a close takes that
+# long, and b's health says a is being connected to, not down, and why.
+OMNIFS_TEST_HANDSHAKE_HOLD_MS=2000 start_node a "config=$T/omni.yaml,node=a,pool=host:256MiB"
+ok "a is back" wait_until 10 peers_up b
+a_state() { health b "d['peers'][0]['state'] + ': ' + d['peers'][0].get('down_why', '')"; }
+is "$(a_state)" "up: " "b's health says a is up"
+d0=$(downs)
+cut
+a_connecting() { [[ "$(a_state)" == "connecting: "?*"; connecting again" ]]; }
+ok "... after the close, connecting, and why" wait_until 2 a_connecting
+ok "... then up again" wait_until 5 peers_up b
+is "$(downs)" "$d0" "... and never down"
 
 done_testing
