@@ -84,7 +84,9 @@ is "$(( $(pulled) - p0 ))" $((32 << 20)) "... no byte pulled twice"
 ok "... those in flight went on" test "$(goes_on)" -gt "$g0"
 
 # --- a view's strided pull --------------------------------------------------------
-"$B/tools/kvgen" shards 4 2048 8 128 4 "$T/s" || bail "kvgen shards"
+# 8 MiB of view, half a second at a's trickle: the close lands while
+# its pulls run.
+"$B/tools/kvgen" shards 4 8192 8 128 4 "$T/s" || bail "kvgen shards"
 for i in 0 1 2 3; do cp "$T/s.rank${i}of4" "$T/a/0/1/"; done
 "$B/omnikv" view --rank 3 --of 8 -o "$T/want" "$T"/s.rank?of4 || bail "omnikv view"
 ok "b hears of the shards" wait_until 5 test -e "$T/b/0/1/s.rank3of4"
