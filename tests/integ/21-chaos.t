@@ -1,7 +1,9 @@
 #!/bin/bash
 # 21-chaos.t - three nodes under writers and readers that check every
 # byte, while peers are killed (SIGKILL, SIGTERM) and restarted, stopped
-# and continued, and strangers flood their ports (issue 20).  At the end:
+# and continued, their connections reset under them (`ss -K`: a fault
+# that must cost no read and no write anything), and strangers flood
+# their ports (issue 20).  At the end:
 # no wrong byte, every key read or failed with an errno SPEC §9 documents,
 # and failed only where a fault explains it (or a cleanup of its request,
 # which the faults include: the write refused or cut short, the read
@@ -60,11 +62,11 @@ cont_all() {    # also a cleanup hook, which runs after stop_node forgot the pid
 }
 CLEANUP_HOOKS+=(cont_all)
 end=$(( $(date +%s) + SECS ))
-kills=0 terms=0 stops=0 floods=0 cleans=0 BADEXIT=
+kills=0 terms=0 stops=0 floods=0 cleans=0 resets=0 BADEXIT=
 while [ "$(date +%s)" -lt "$end" ]; do
 	n=$(printf 'a\nb\nc' | sed -n "$((RANDOM % 3 + 1))p")
 	t0=$(now)
-	case $((RANDOM % 6)) in
+	case $((RANDOM % 7)) in
 	0)      diag "kill -9 $n, restart"
 		disown "${NODE_PID[$n]}"   # no "Killed" from bash
 		kill -9 "${NODE_PID[$n]}"
@@ -92,6 +94,11 @@ while [ "$(date +%s)" -lt "$end" ]; do
 		$SYSPY "$SRC/tests/tools/strangers.py" "127.0.0.1:${PORT[$n]}" 100 2 >/dev/null
 		echo "flood $n $t0 $(now)" >>"$T/faults"
 		floods=$((floods + 1)) ;;
+	6)      # not in the faults file: no error may come of it
+		diag "reset $n's connections"
+		ss -K "( dport = :${PORT[$n]} or sport = :${PORT[$n]} )" >/dev/null 2>&1
+		wait_until 10 all_up
+		resets=$((resets + 1)) ;;
 	5)      # a key of this round's that a writer on any node is at or
 		# near: its write may be ahead (refused: ECANCELED), under way
 		# (cut short: ENOENT), or just done (its reader: ENOENT)
@@ -109,7 +116,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
 	esac
 	working || workers        # a new round once the last one is done
 done
-diag "$kills kills, $terms SIGTERMs, $stops stops, $floods floods, $cleans cleanups; $ROUNDS rounds of workers"
+diag "$kills kills, $terms SIGTERMs, $stops stops, $resets resets, $floods floods, $cleans cleanups; $ROUNDS rounds of workers"
 is "$BADEXIT" "" "every daemon stopped by SIGTERM under load exits with status 0"
 ok "every node is back up" wait_until 15 all_up
 idle() { ! working; }
