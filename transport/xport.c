@@ -276,7 +276,19 @@ static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid, int ho
 		iov[n++] = (struct iovec){ (void *)body, blen };
 	for (int i = 0; i < nextra; i++)
 		iov[n++] = extra[i];
+	/* A pull's DATA frames go out one after the other from its own
+	 * thread, which takes the lock again before a waiter for it wakes: a
+	 * reply, an ACKS or a PONG meanwhile would wait for the pull's end
+	 * (a RELEASE that stops it was not even read).  It goes between two
+	 * of them instead. */
+	int bulk = type == PT_DATA;
+	if (!bulk)
+		atomic_fetch_add(&c->waiting, 1);
 	pthread_mutex_lock(&c->send_lock);
+	if (!bulk)
+		atomic_fetch_sub(&c->waiting, 1);
+	while (bulk && atomic_load(&c->waiting))
+		pthread_cond_wait(&c->gap, &c->send_lock);
 	if (c->outgoing)                /* in the order they go */
 		atomic_fetch_add(&c->frames, 1);
 	if (type == PT_DATA && c->x->c.trickle_ms) {
@@ -287,6 +299,8 @@ static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid, int ho
 	}
 	if (!rc && atomic_exchange(&c->ping_owed, 0))
 		rc = send_ping_locked(c);
+	if (!bulk && !atomic_load(&c->waiting))
+		pthread_cond_broadcast(&c->gap);
 	pthread_mutex_unlock(&c->send_lock);
 	return rc;
 }
@@ -440,6 +454,7 @@ struct xport_conn *conn_new(struct xport *x, int fd, int peer, int outgoing)
 	c->refs = 1;
 	c->last_rx = clock_mono_ns();
 	pthread_mutex_init(&c->send_lock, NULL);
+	pthread_cond_init(&c->gap, NULL);
 	pthread_mutex_init(&c->defer_lock, NULL);
 	pthread_cond_init(&c->defer_cond, NULL);
 	c->defer_tail = &c->defer_head;
@@ -454,6 +469,7 @@ void conn_put(struct xport_conn *c)
 		return;
 	close(c->fd);
 	pthread_mutex_destroy(&c->send_lock);
+	pthread_cond_destroy(&c->gap);
 	pthread_mutex_destroy(&c->defer_lock);
 	pthread_cond_destroy(&c->defer_cond);
 	free(c->body);

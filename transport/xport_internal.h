@@ -39,6 +39,10 @@ struct xport_conn {
 	int lapsed;                     /* ours, closed under us (conn_lost) */
 	int ended;                      /* ours, and its receiver saw its end first */
 	pthread_mutex_t send_lock;
+	/* Senders of other frames waiting for send_lock: a pull's DATA
+	 * frames, sent back to back, let them go first (conn_sendv). */
+	atomic_int waiting;
+	pthread_cond_t gap;
 	atomic_int ping_owed;           /* the keeper found it busy: the sender pings */
 	/* Frames held (XPORT_HOLD) to go with the next, under send_lock:
 	 * a burst of small ones costs a few sends, not one each. */
