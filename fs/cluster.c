@@ -327,20 +327,24 @@ static void hook_consumed(void *ctx, int owner, uint64_t oid, const struct ns_co
 }
 
 /* A fetch runs under a lease of its own, so that its owner keeps the
- * object until the last byte is in, whichever transport moves it. */
-struct fetch { struct cluster *cl; void *token; uint64_t size, lease; int owner; };
+ * object until the last byte is in, whichever transport moves it.  An
+ * object removed under it with no reader left here is not worth its
+ * bytes: the lease goes at once, which stops them (xport_release). */
+struct fetch { struct cluster *cl; void *token; uint64_t size, lease; int owner, released; };
 
 /* The transport reports the end exactly once: an error, or all bytes in. */
 static void fetch_progress(void *arg, uint64_t upto, int err)
 {
 	struct fetch *f = arg;
 	int end = err || upto >= f->size;
+	int unwanted = ns_fetch_progress(f->cl->ns, f->token, upto, err);
 
-	ns_fetch_progress(f->cl->ns, f->token, upto, err);
-	if (end) {
+	if ((end || unwanted) && !f->released) {
+		f->released = 1;
 		xport_release(f->cl->x, f->owner, f->lease);
-		free(f);
 	}
+	if (end)
+		free(f);
 }
 
 static int hook_fetch(void *ctx, int owner, uint64_t oid, uint64_t size,
@@ -352,7 +356,7 @@ static int hook_fetch(void *ctx, int owner, uint64_t oid, uint64_t size,
 
 	if (!f)
 		return -ENOMEM;
-	*f = (struct fetch){ cl, token, size, ns_lease_id(cl->ns), owner };
+	*f = (struct fetch){ cl, token, size, ns_lease_id(cl->ns), owner, 0 };
 	struct xport_range r = { .oid = oid, .len = size, .stride = 1, .lease = f->lease,
 				 .count = 1 };
 	if ((rc = xport_pull(cl->x, owner, &r, dst, n, 0, fetch_progress, f))) {
@@ -621,9 +625,12 @@ static uint64_t iov_hash(const struct iovec *iov, int n)
 
 /* A whole object's chunks go out with the hashes kept at publish; any
  * other range (a view's) is gathered and hashed as it goes.  DATA frames
- * carry the stream position, m->u.pull.off plus the bytes before. */
+ * carry the stream position, m->u.pull.off plus the bytes before.  A
+ * pull whose lease e its reader released meanwhile ends there (ECANCELED:
+ * an object removed under a fetch nobody reads, a stream closed early). */
 static int serve_ranges(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
-			const struct proto_msg *m, struct ns_handle *h, uint64_t size)
+			const struct proto_msg *m, struct ns_handle *h, uint64_t size,
+			const struct lease *e)
 {
 	const uint64_t off = m->u.pull.off, len = m->u.pull.len, cnt = m->u.pull.count;
 	const uint64_t total = len * cnt;
@@ -635,6 +642,10 @@ static int serve_ranges(struct cluster *cl, struct xport_conn *c, uint64_t reqid
 		return -ENOMEM;
 	for (uint64_t pos = 0, n; !rc && pos < total; pos += n) {
 		uint64_t xxh3;
+		if (pos && e && leases_ended(cl->leases, e)) {
+			rc = -ECANCELED;
+			break;
+		}
 		n = total - pos < PROTO_CHUNK ? total - pos : PROTO_CHUNK;
 		struct iovec iov[64];
 		int k;
@@ -680,7 +691,7 @@ static void serving_run(struct serving *s)
 	struct proto_msg st = { .type = PT_STATUS };
 
 	if (!s->rc)
-		s->rc = serve_ranges(s->cl, s->c, s->reqid, &s->m, s->h, s->size);
+		s->rc = serve_ranges(s->cl, s->c, s->reqid, &s->m, s->h, s->size, s->e);
 	if (s->rc < 0) {
 		st.u.status.err = -s->rc;
 		xport_reply(s->c, s->reqid, &st);

@@ -157,6 +157,14 @@ void leases_end(struct leases *t, int peer, uint64_t id)
 	pthread_mutex_unlock(&t->lock);
 }
 
+int leases_ended(struct leases *t, const struct lease *e)
+{
+	pthread_mutex_lock(&t->lock);
+	int ended = e->ended;
+	pthread_mutex_unlock(&t->lock);
+	return ended;
+}
+
 /* Under the lock: the first lease of conn (NULL: of any) not yet ended. */
 static struct lease *lease_of(struct leases *t, const void *conn)
 {

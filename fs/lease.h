@@ -5,7 +5,8 @@
  * here as a served handle and the lease keeps it, as an open file keeps an
  * object, so `rm` or consumption elsewhere does not cut the read short;
  * RELEASE, or the end of the connection the lease came on (the reader's
- * node died, or went silent), lets go.  A lease read by RDMA is the same
+ * node died, or went silent), lets go, and a serve under it stops: a
+ * reader's node releases early what nobody there wants any more.  A lease read by RDMA is the same
  * lease: the grant (xport.h) opens the object as the first pull would.
  * A peer may hold LEASE_MAX at once: more is refused (EBUSY), so no peer
  * can pin the pool at will.
@@ -39,6 +40,9 @@ int leases_get(struct leases *t, const void *conn, int peer, uint64_t id, uint64
 void leases_put(struct leases *t, struct lease *e);
 /* RELEASE of peer's lease id. */
 void leases_end(struct leases *t, int peer, uint64_t id);
+/* Whether e was released (or its connection ended) while a serve uses
+ * it: the reader no longer wants the bytes, so the serve stops. */
+int leases_ended(struct leases *t, const struct lease *e);
 /* conn is gone: so are the leases that came on it. */
 void leases_drop(struct leases *t, const void *conn);
 

@@ -473,8 +473,11 @@ void ns_owner_lost(struct ns *ns, int owner);
  * out. */
 void ns_owner_renew(struct ns *ns, int owner, uint64_t since_ns);
 void ns_owner_swept(struct ns *ns, int owner);
-/* A fetch's bytes [0, upto) are here and verified; err ends it. */
-void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err);
+/* A fetch's bytes [0, upto) are here and verified; err ends it (ECANCELED:
+ * its lease was released, as asked).  1 if the rest is wanted by nobody
+ * (its object left its key, and nothing here holds it but the fetch): the
+ * caller may release its lease, and it ends soon. */
+int ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err);
 /* Requests from peers about objects this node owns.  ns_remove_name
  * removes the object named, if it is still oid (0: whichever it is), as
  * asker asked (NULL: no one; its GONE's o->asker says who).

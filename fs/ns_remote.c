@@ -232,15 +232,27 @@ int fetch_wait(struct ns *ns, struct ns_handle *h, uint64_t off, size_t len)
 
 static void gone_note(struct ns *ns, int owner, uint64_t oid);
 
-void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
+/* Under the lock: a fetch that goes on for nothing: its object left its
+ * key (removed, consumed or cleaned up; its owner said GONE), and
+ * nothing here holds it but the fetch. */
+static int fetch_unwanted(const struct object *o)
+{
+	return !o->node && o->refs == 1;
+}
+
+int ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 {
 	struct object *o = token;
 	struct ns_wakes wl = { 0 };
-	int final = err || upto >= o->size;
+	int final = err || upto >= o->size, unwanted;
 
 	if (o->stage) {         /* bound for a device pool: all of it, or none */
-		if (!final)
-			return;
+		if (!final) {
+			pthread_mutex_lock(&ns->lock);
+			unwanted = fetch_unwanted(o);
+			pthread_mutex_unlock(&ns->lock);
+			return unwanted;
+		}
 		/* In, and done for a GPU process that maps the pool too
 		 * (OMNIFS_IOC_CUDA) before anyone is told it is here. */
 		if (!err && (obj_copy_in(ns, o, 0, o->stage, o->size) || pool_sync(ns->pool)))
@@ -265,13 +277,15 @@ void ns_fetch_progress(struct ns *ns, void *token, uint64_t upto, int err)
 	} else if (o->node && o->node->waiters && (err || o->have)) {
 		wake_key(ns, o->node, err ? -EIO : 0, &wl);
 	}
-	if (err && err != -ENOENT)      /* (that fails no open now) */
+	if (err && err != -ENOENT && err != -ECANCELED) /* (those fail no open now) */
 		stat_add(ns->st, ST_ERRORS, 1);
 	pthread_cond_broadcast(&ns->fcond);
+	unwanted = !final && fetch_unwanted(o);
 	if (final)
 		obj_put(ns, o);
 	pthread_mutex_unlock(&ns->lock);
 	ns_wake(ns, &wl);
+	return unwanted;
 }
 
 /* ---------------------------------------------------------------- cluster */

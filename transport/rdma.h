@@ -122,7 +122,8 @@ int rdma_pull(struct rdma *rd, int peer, const struct xport_range *r,
 	      const struct iovec *dst, int ndst, unsigned flags,
 	      xport_progress_fn progress, void *arg);
 /* The lease's reads are over.  1: send RELEASE now; 0: it goes out
- * (conf->release) once the lease's last READ has completed. */
+ * (conf->release) once the lease's last READ has completed.  Pulls still
+ * under it post no more READs and end with ECANCELED. */
 int rdma_release(struct rdma *rd, int peer, uint64_t lease);
 
 /* The caller's memory [base, base+size) registered, for READs to land in

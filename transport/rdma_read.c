@@ -297,6 +297,8 @@ static int lease_grant(struct rdma *rd, struct rlink *l, const struct xport_rang
 	return 0;
 }
 
+static void link_fill(struct rdma *rd, struct rlink *l);
+
 int rdma_release(struct rdma *rd, int peer, uint64_t lease)
 {
 	struct rlink *l = &rd->links[peer];
@@ -311,6 +313,8 @@ int rdma_release(struct rdma *rd, int peer, uint64_t lease)
 		else
 			lease_free(rd, l, ls);
 	}
+	if (!now)
+		link_fill(rd, l);       /* its queued pulls stop posting */
 	pthread_mutex_unlock(&rd->lock);
 	return now;
 }
@@ -577,6 +581,17 @@ static void next_read(struct rdma *rd, struct rlink *l, struct rpull *p,
 		dequeue(l, p);  /* all posted, or what is readable yet */
 }
 
+/* Under the lock: a pull whose lease was released (rdma_release: nobody
+ * wants its bytes) posts no more READs; it ends once those in flight are
+ * in, with ECANCELED. */
+static void pull_cancel(struct rdma *rd, struct rlink *l, struct rpull *p)
+{
+	if (!p->err)
+		p->err = -ECANCELED;
+	dequeue(l, p);
+	touch(rd, p);
+}
+
 /* Under the lock: posts what the queued pulls have left, as far as the
  * ring has room.  A post that fails breaks the pair. */
 #define POST_BATCH 32
@@ -588,12 +603,16 @@ static void link_fill(struct rdma *rd, struct rlink *l)
 	while (l->state == L_UP && l->q_head && l->count < rd->ring) {
 		int n = 0;
 		while (n < POST_BATCH && l->q_head && l->count < rd->ring) {
+			if (l->q_head->ls && l->q_head->ls->released) {
+				pull_cancel(rd, l, l->q_head);
+				continue;
+			}
 			next_read(rd, l, l->q_head, &wr[n], &sge[n]);
 			if (n)
 				wr[n - 1].next = &wr[n];
 			n++;
 		}
-		if (!ibv_post_send(l->id->qp, wr, &bad))
+		if (!n || !ibv_post_send(l->id->qp, wr, &bad))
 			continue;
 		/* Those from bad on never went: out of the ring, failed, and
 		 * queued again, so that the tender of the broken pair ends them. */
@@ -823,6 +842,14 @@ static void pull_end(struct rdma *rd, struct rpull *p)
 	struct rlink *l = p->l;
 	uint64_t lease = p->ls ? p->ls->id : 0;
 
+	/* Cut short by a release, whatever else befell it: not to be read
+	 * on over TCP (xport.c's reroute) under a lease that is over. */
+	if (p->err && p->ls) {
+		pthread_mutex_lock(&rd->lock);
+		if (p->ls->released)
+			p->err = -ECANCELED;
+		pthread_mutex_unlock(&rd->lock);
+	}
 	p->progress(p->arg, p->err ? p->verified : p->total, p->err);
 	if (!p->ls) {           /* it failed before it had a grant */
 		pull_free(p);

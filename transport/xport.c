@@ -1201,9 +1201,10 @@ fail:
  * for (its last one closed under it, or it was held meanwhile), made the
  * rest of itself, from where its checked bytes end: a whole object's
  * pulls no byte twice, a view's strided one its piece from the start.
- * *stuck: it is off the table instead, to fail. */
+ * *end: it is off the table instead, to fail with this (EIO: stuck;
+ * ECANCELED: its lease was released, xport_release). */
 static struct pending *pull_left(struct xport *x, int peer, const struct xport_conn *c,
-				 struct proto_msg *m, int *stuck)
+				 struct proto_msg *m, int *end)
 {
 	struct pending *p = x->pending;
 
@@ -1215,7 +1216,8 @@ static struct pending *pull_left(struct xport *x, int peer, const struct xport_c
 	uint64_t k = p->got / r.len, from = r.count == 1 ? p->got : k * r.len;
 	p->stuck = from > p->resumed || !p->stuck ? 1 : p->stuck + 1;
 	p->resumed = from;
-	if ((*stuck = p->stuck > PULL_RESUMES_MAX)) {
+	*end = p->cancelled ? -ECANCELED : p->stuck > PULL_RESUMES_MAX ? -EIO : 0;
+	if (*end) {
 		pending_del(x, p);
 		return p;
 	}
@@ -1239,16 +1241,20 @@ void pulls_resume(struct xport *x, int peer, struct xport_conn *c)
 	struct proto_msg m;
 	struct pending *p;
 	unsigned n = 0;
-	int stuck;
+	int end;
 
 	for (;;) {
 		pthread_mutex_lock(&x->lock);
-		p = x->peers[peer].out == c ? pull_left(x, peer, c, &m, &stuck) : NULL;
+		p = x->peers[peer].out == c ? pull_left(x, peer, c, &m, &end) : NULL;
 		uint64_t reqid = p ? p->reqid : 0;
 		pthread_mutex_unlock(&x->lock);
 		if (!p)
 			break;
-		if (stuck) {
+		if (end == -ECANCELED) {
+			pull_told(p, end);
+			continue;
+		}
+		if (end) {
 			fprintf(stderr, "omnifs: peer %s (%s): a read failed: its connection "
 				"closed under it %d times, no byte of it landing between\n",
 				x->peers[peer].name, x->peers[peer].addr, PULL_RESUMES_MAX + 1);
@@ -1482,6 +1488,14 @@ void xport_release(struct xport *x, int peer, uint64_t lease)
 {
 	struct proto_msg m = { .type = PT_RELEASE, .u.release.lease = lease };
 
+	/* A pull over TCP still under it is not wanted: its owner stops at
+	 * the RELEASE, and a connection closed meanwhile does not ask it
+	 * again (pull_left). */
+	pthread_mutex_lock(&x->lock);
+	for (struct pending *p = x->pending; p; p = p->next)
+		if (p->pull && p->peer == peer && p->r.lease == lease)
+			p->cancelled = 1;
+	pthread_mutex_unlock(&x->lock);
 	struct rdma *rd = rdma_hold(x);
 	int later = rd && !rdma_release(rd, peer, lease);
 

@@ -213,7 +213,8 @@ struct xport_range { uint64_t oid, off, len, stride, lease; uint32_t count; };
  * until progress reports an end).  progress(arg, upto, 0) as verified
  * bytes land in order; then progress(arg, upto, err) once at the end: 0
  * when all arrived, else -EIO (peer lost, stalled or a chunk that fails its
- * hash), or the owner's errno (ENOENT: gone).  A pull by RDMA whose queue
+ * hash), -ECANCELED (its lease was released first: xport_release), or the
+ * owner's errno (ENOENT: gone).  A pull by RDMA whose queue
  * pair fails under it goes on over TCP where the transport is auto (-EIO
  * under rdma); one whose connection closes under it, on the peer's next
  * (-EIO if none comes).  upto never goes back.  Returns 0 or -EHOSTDOWN
@@ -230,7 +231,9 @@ int xport_pull(struct xport *x, int peer, const struct xport_range *r,
 	       const struct iovec *dst, int ndst, unsigned flags,
 	       xport_progress_fn progress, void *arg);
 /* The reads under lease on peer are over: its RELEASE goes out, once no
- * byte of them is still in flight. */
+ * byte of them is still in flight.  A pull still under it is not wanted:
+ * it ends soon, with ECANCELED (what landed stays reported), and moves
+ * no more of its bytes than were on their way. */
 void xport_release(struct xport *x, int peer, uint64_t lease);
 /* Memory pulls may land in besides the pool (zeroed): NULL on failure. */
 void *xport_buf_alloc(struct xport *x, size_t size);

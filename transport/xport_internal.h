@@ -95,6 +95,7 @@ struct pending {
 	 * from there (PULL_RESUMES_MAX). */
 	uint64_t resumed;
 	int stuck;
+	int cancelled;          /* its lease was released: never asked again */
 	struct iovec *dst;
 	int ndst;
 	xport_progress_fn progress;

@@ -1,0 +1,48 @@
+#!/bin/bash
+# 13-unwanted.t - an RDMA fetch that nobody wants any more stops (xport.h,
+# xport_release): once the object is removed with no reader left on the
+# reader's node, that node posts no more READs of it, its pool is free
+# again at once, and no error is counted or logged for it; the pull is
+# not taken over by TCP either.  An object that stays is fetched whole
+# after its reader went, as before.
+. "$(dirname "$0")/lib.sh"
+
+cluster a:'"0"' b:'"1"' <<EOF
+pool: host:128MiB
+wait_ms: 20000
+EOF
+node a
+# b READs 4 KiB at a time, one at once: a fetch takes long enough to act
+# under.  (A fetch: an object of at most 64 MiB; a larger one is streamed
+# to its readers a window at a time, and its reader's close ends that.)
+OMNIFS_TEST_RDMA_DEPTH=1 OMNIFS_TEST_RDMA_READ_KIB=4 node b
+ok "b reads a by rdma" wait_until 20 peer_is b a rdma
+SIZE=$((48 << 20))
+head -c "$SIZE" /dev/urandom >"$T/x"
+used() { health b "d['pool']['used']"; }
+b_empty() { [ "$(used)" = 0 ]; }
+pulled() { stat_of b bytes_pulled_rdma; }
+
+p0=$(pulled)
+cp "$T/x" "$T/a/0/1/k1"
+ok "b hears of k1" wait_until 20 test -e "$T/b/0/1/k1"
+ok "a reader on b reads k1's first bytes, byte-exact, and goes" cmp -n 4096 "$T/b/0/1/k1" "$T/x"
+rm "$T/a/0/1/k1"
+ok "k1 removed on a: b's pool is empty again" wait_until 20 b_empty
+p=$(( $(pulled) - p0 ))
+ok "... b stopped reading it ($p of $SIZE bytes)" test "$p" -lt $((SIZE / 2))
+is "$(stat_of b errors) $(stat_of b rdma_errors) $(stat_of b bytes_pulled_tcp)" "0 0 0" \
+   "... with no error, and no byte over TCP"
+quiet() { ! grep -E "fail|over tcp|go on" "$T/b.log"; }
+ok "... and nothing in b's log about it" quiet
+
+p0=$(pulled)
+cp "$T/x" "$T/a/0/1/k2"
+ok "b hears of k2" wait_until 20 test -e "$T/b/0/1/k2"
+cmp -n 4096 "$T/b/0/1/k2" "$T/x"
+whole() { [ "$(( $(pulled) - p0 ))" = "$SIZE" ]; }
+ok "k2, which stays, is fetched whole after its reader went" wait_until 60 whole ||
+	diag "pulled $(( $(pulled) - p0 )); used $(used); $(grep -v '^ *0$' "$T/b/.omni/stats" | tr '\n' ' ')"
+ok "... and the next reader reads it byte-exact" cmp "$T/b/0/1/k2" "$T/x"
+
+done_testing
