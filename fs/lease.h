@@ -5,9 +5,10 @@
  * here as a served handle and the lease keeps it, as an open file keeps an
  * object, so `rm` or consumption elsewhere does not cut the read short;
  * RELEASE, or the end of the connection the lease came on (the reader's
- * node died, or went silent), lets go, and a serve under it stops: a
- * reader's node releases early what nobody there wants any more.  A lease read by RDMA is the same
- * lease: the grant (xport.h) opens the object as the first pull would.
+ * node died, or went silent), lets go, and a serve under it stops there:
+ * a reader's node releases early what nobody there wants any more.  A
+ * lease read by RDMA is the same lease: the grant (xport.h) opens the
+ * object as the first pull would.
  * A peer may hold LEASE_MAX at once: more is refused (EBUSY), so no peer
  * can pin the pool at will.
  * Thread-safe.
