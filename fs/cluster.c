@@ -410,6 +410,7 @@ struct cluster_pulls {
 	pthread_cond_t cond;
 	size_t left, unheld;    /* pieces in flight; leases not held yet */
 	int err;
+	int released;           /* its leases went (cluster_pull_cancel) */
 };
 
 struct piece_ctx { struct cluster_pulls *ps; uint64_t total; size_t i; };
@@ -534,6 +535,23 @@ int cluster_pull_start(struct cluster *cl, const struct cluster_piece *pc, size_
 	return 0;
 }
 
+/* Lets go of the pieces' leases, once. */
+static void pulls_release(struct cluster_pulls *ps)
+{
+	pthread_mutex_lock(&ps->lock);
+	int done = ps->released;
+	ps->released = 1;
+	pthread_mutex_unlock(&ps->lock);
+	for (size_t i = 0; !done && i < ps->n; i++)
+		if (ps->lead[i] == i)
+			xport_release(ps->cl->x, ps->pc[i].owner, ps->lease[i]);
+}
+
+void cluster_pull_cancel(struct cluster_pulls *ps)
+{
+	pulls_release(ps);
+}
+
 int cluster_pull_wait(struct cluster_pulls *ps)
 {
 	pthread_mutex_lock(&ps->lock);
@@ -541,16 +559,18 @@ int cluster_pull_wait(struct cluster_pulls *ps)
 		pthread_cond_wait(&ps->cond, &ps->lock);
 	int rc = ps->err;
 	pthread_mutex_unlock(&ps->lock);
-	for (size_t i = 0; i < ps->n; i++)
-		if (ps->lead[i] == i)
-			xport_release(ps->cl->x, ps->pc[i].owner, ps->lease[i]);
+	pulls_release(ps);
+	return rc == -EHOSTDOWN ? -EIO : rc;
+}
+
+void cluster_pull_free(struct cluster_pulls *ps)
+{
 	pthread_cond_destroy(&ps->cond);
 	pthread_mutex_destroy(&ps->lock);
 	free(ps->lease);
 	free(ps->lead);
 	free(ps->held);
 	free(ps);
-	return rc == -EHOSTDOWN ? -EIO : rc;
 }
 
 static int hook_remove(void *ctx, const struct ns_objinfo *o)
@@ -626,8 +646,9 @@ static uint64_t iov_hash(const struct iovec *iov, int n)
 /* A whole object's chunks go out with the hashes kept at publish; any
  * other range (a view's) is gathered and hashed as it goes.  DATA frames
  * carry the stream position, m->u.pull.off plus the bytes before.  A
- * pull whose lease e its reader released meanwhile ends there (ECANCELED:
- * an object removed under a fetch nobody reads, a stream closed early). */
+ * pull whose lease e its reader released meanwhile (an object removed
+ * under a fetch nobody reads, a stream or a view closed early) ends
+ * there, or sends nothing if it was still queued: ECANCELED. */
 static int serve_ranges(struct cluster *cl, struct xport_conn *c, uint64_t reqid,
 			const struct proto_msg *m, struct ns_handle *h, uint64_t size,
 			const struct lease *e)
@@ -642,7 +663,7 @@ static int serve_ranges(struct cluster *cl, struct xport_conn *c, uint64_t reqid
 		return -ENOMEM;
 	for (uint64_t pos = 0, n; !rc && pos < total; pos += n) {
 		uint64_t xxh3;
-		if (pos && e && leases_ended(cl->leases, e)) {
+		if (e && leases_ended(cl->leases, e)) {
 			rc = -ECANCELED;
 			break;
 		}

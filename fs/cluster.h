@@ -102,6 +102,12 @@ struct cluster_pulls;
 int cluster_pull_start(struct cluster *cl, const struct cluster_piece *p, size_t n,
 		       void (*held)(void *arg, int err), void *arg, struct cluster_pulls **out);
 int cluster_pull_wait(struct cluster_pulls *ps);
+void cluster_pull_free(struct cluster_pulls *ps);       /* after the wait */
+/* Nobody wants the pieces' bytes any more (a view closed before they were
+ * all in): their leases go now, so the pulls end soon (xport_release),
+ * and the wait returns -ECANCELED unless another error came first.  Any
+ * time before the wait returns. */
+void cluster_pull_cancel(struct cluster_pulls *ps);
 
 /* Memory that pulls may land in (zeroed); NULL on failure. */
 void *cluster_buf_alloc(struct cluster *cl, size_t size);

@@ -56,6 +56,7 @@ struct view {
 	int reused;                      /* buf is a kept one: its gaps are not zero */
 	size_t bufsize;                 /* buf's own size, >= size */
 	struct job *opening;            /* an open to answer once its sources are held */
+	struct cluster_pulls *ps;       /* the fill's pulls in flight, or NULL */
 	struct view *onext, *oprev;     /* in env.jobs->open, from its answer on */
 };
 
@@ -511,13 +512,22 @@ static int pulls_start(struct view *v, const struct ns_srcinfo *si, const struct
 	if (!rc && pl->n)
 		rc = v->env.cl ? cluster_pull_start(v->env.cl, pl->pc, pl->n, answer_open, v,
 						    &pl->ps) : -EIO;
+	pthread_mutex_lock(&v->lock);
+	v->ps = pl->ps;         /* for view_close, which may cancel them */
+	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
 
 /* Waits for the pulls sent to end: 0, or the first error. */
-static int pulls_wait(struct pulls *pl)
+static int pulls_wait(struct view *v, struct pulls *pl)
 {
 	int rc = pl->ps ? cluster_pull_wait(pl->ps) : 0;
+
+	pthread_mutex_lock(&v->lock);
+	v->ps = NULL;
+	pthread_mutex_unlock(&v->lock);
+	if (pl->ps)
+		cluster_pull_free(pl->ps);
 
 	for (size_t i = 0; pl->iovs && i < pl->n; i++)
 		free(pl->iovs[i]);
@@ -635,7 +645,7 @@ static void fill(struct view *v, const struct ns_srcinfo *si, const struct kv_pl
 		answer_open(v, 0);
 	if (!rc)
 		rc = fill_local(v, si, p);
-	int prc = pulls_wait(&pl);
+	int prc = pulls_wait(v, &pl);
 	rc = rc ? rc : prc;
 	pthread_mutex_lock(&v->lock);
 	if (!v->err && (rc || !rangeset_covers(&v->ready, 0, v->size)))
@@ -1064,10 +1074,17 @@ void view_flush(struct view *v)
 		}
 }
 
+/* A view closed while its fill still pulls: nobody wants the rest of
+ * its bytes (a reader that read part of it, or none), so the pulls stop
+ * instead of bringing it all in for nothing (cluster_pull_cancel). */
 void view_close(struct view *v)
 {
 	open_del(v);
 	view_flush(v);
+	pthread_mutex_lock(&v->lock);
+	if (v->ps)
+		cluster_pull_cancel(v->ps);
+	pthread_mutex_unlock(&v->lock);
 	view_put(v);
 }
 

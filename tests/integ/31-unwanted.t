@@ -10,7 +10,8 @@
 # until they had: the reader's node releases the fetch's lease at once,
 # the owner stops serving it, and the pool is free again (xport.h,
 # xport_release).  A read still open keeps its fetch; an object that stays
-# is fetched whole, as before.
+# is fetched whole, as before.  A view closed before its bytes are in
+# stops its pulls the same way.
 . "$(dirname "$0")/../lib.sh"
 
 SIZE=$((32 << 20))
@@ -83,5 +84,23 @@ whole() { [ "$(( $(served) - s0 ))" = "$SIZE" ]; }
 ok "k4, which stays, is fetched whole after its reader went" wait_until 20 whole
 ok "... and the next reader reads it byte-exact" cmp "$T/b/0/1/k4" "$T/x"
 is "$(( $(served) - s0 ))" "$SIZE" "... from b's copy"
+
+# --- a view closed before its bytes are in ---------------------------------
+# A T = 1 view of four shards on a (32 MiB in all) pulls all of them; its
+# reader reads the first bytes and goes: the pulls stop with it.
+"$B/tools/kvgen" shards 4 4096 8 128 4 "$T/s" || bail "kvgen shards"
+for i in 0 1 2 3; do cp "$T/s.rank${i}of4" "$T/a/0/1/"; done
+"$B/omnikv" view --rank 0 --of 1 -o "$T/want" "$T"/s.rank?of4 || bail "omnikv view"
+VSIZE=$(stat -c %s "$T/want")
+ok "b hears of the shards" wait_until 10 test -e "$T/b/0/1/s.rank3of4"
+s0=$(served)
+ok "a reader on b reads the view's first bytes, byte-exact, and goes" \
+	cmp -n 4096 "$T/b/0/1/s.rank0of1" "$T/want"
+# a serves under a lease as long as the view's fill holds it
+unserved() { ! grep -q served "$T/a/.omni/transfers"; }
+ok "... a serves it no more" wait_until 20 unserved
+s=$(( $(served) - s0 ))
+ok "... a stopped serving it ($s of $VSIZE bytes)" test "$s" -le $((VSIZE / 4))
+ok "... and the next reader reads it whole, byte-exact" cmp "$T/b/0/1/s.rank0of1" "$T/want"
 
 done_testing

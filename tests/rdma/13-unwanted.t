@@ -4,7 +4,8 @@
 # reader's node, that node posts no more READs of it, its pool is free
 # again at once, and no error is counted or logged for it; the pull is
 # not taken over by TCP either.  An object that stays is fetched whole
-# after its reader went, as before.
+# after its reader went, as before.  A view closed before its bytes are
+# in stops its READs the same way.
 . "$(dirname "$0")/lib.sh"
 
 cluster a:'"0"' b:'"1"' <<EOF
@@ -44,5 +45,22 @@ whole() { [ "$(( $(pulled) - p0 ))" = "$SIZE" ]; }
 ok "k2, which stays, is fetched whole after its reader went" wait_until 60 whole ||
 	diag "pulled $(( $(pulled) - p0 )); used $(used); $(grep -v '^ *0$' "$T/b/.omni/stats" | tr '\n' ' ')"
 ok "... and the next reader reads it byte-exact" cmp "$T/b/0/1/k2" "$T/x"
+
+# A view closed before its bytes are in: a T = 1 view of four shards on a
+# (32 MiB in all), its reader reads the first bytes and goes.
+"$B/tools/kvgen" shards 4 2048 8 128 4 "$T/s" || bail "kvgen shards"
+for i in 0 1 2 3; do cp "$T/s.rank${i}of4" "$T/a/0/1/"; done
+"$B/omnikv" view --rank 0 --of 1 -o "$T/want" "$T"/s.rank?of4 || bail "omnikv view"
+VSIZE=$(stat -c %s "$T/want")
+ok "b hears of the shards" wait_until 20 test -e "$T/b/0/1/s.rank3of4"
+p0=$(pulled)
+ok "a reader on b reads the view's first bytes, byte-exact, and goes" \
+	cmp -n 4096 "$T/b/0/1/s.rank0of1" "$T/want"
+# a grants the reads under a lease as long as the view's fill holds it
+unserved() { ! grep -q served "$T/a/.omni/transfers"; }
+ok "... a holds the shards for it no more" wait_until 20 unserved
+p=$(( $(pulled) - p0 ))
+ok "... b stopped reading them ($p of $VSIZE bytes)" test "$p" -lt $((VSIZE / 2))
+ok "... and the next reader reads it whole, byte-exact" cmp "$T/b/0/1/s.rank0of1" "$T/want"
 
 done_testing
