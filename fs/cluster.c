@@ -535,8 +535,8 @@ int cluster_pull_start(struct cluster *cl, const struct cluster_piece *pc, size_
 	return 0;
 }
 
-/* Lets go of the pieces' leases, once. */
-static void pulls_release(struct cluster_pulls *ps)
+/* Lets go of the pieces' leases, once: early, or after the wait. */
+void cluster_pull_cancel(struct cluster_pulls *ps)
 {
 	pthread_mutex_lock(&ps->lock);
 	int done = ps->released;
@@ -547,11 +547,6 @@ static void pulls_release(struct cluster_pulls *ps)
 			xport_release(ps->cl->x, ps->pc[i].owner, ps->lease[i]);
 }
 
-void cluster_pull_cancel(struct cluster_pulls *ps)
-{
-	pulls_release(ps);
-}
-
 int cluster_pull_wait(struct cluster_pulls *ps)
 {
 	pthread_mutex_lock(&ps->lock);
@@ -559,7 +554,7 @@ int cluster_pull_wait(struct cluster_pulls *ps)
 		pthread_cond_wait(&ps->cond, &ps->lock);
 	int rc = ps->err;
 	pthread_mutex_unlock(&ps->lock);
-	pulls_release(ps);
+	cluster_pull_cancel(ps);        /* (its leases go, if they have not) */
 	return rc == -EHOSTDOWN ? -EIO : rc;
 }
 
