@@ -66,7 +66,6 @@ unwanted k1 a
 unwanted k2 b
 
 # --- kept: a reader still open, an object that stays ----------------------
-s0=$(served)
 cp "$T/x" "$T/a/0/1/k3"
 ok "b hears of k3" wait_until 10 test -e "$T/b/0/1/k3"
 exec 7<"$T/b/0/1/k3"
@@ -86,7 +85,7 @@ ok "... and the next reader reads it byte-exact" cmp "$T/b/0/1/k4" "$T/x"
 is "$(( $(served) - s0 ))" "$SIZE" "... from b's copy"
 
 # --- a view closed before its bytes are in ---------------------------------
-# A T = 1 view of four shards on a (32 MiB in all) pulls all of them; its
+# A T = 1 view of four shards on a (64 MiB in all) pulls all of them; its
 # reader reads the first bytes and goes: the pulls stop with it.
 "$B/tools/kvgen" shards 4 4096 8 128 4 "$T/s" || bail "kvgen shards"
 for i in 0 1 2 3; do cp "$T/s.rank${i}of4" "$T/a/0/1/"; done
