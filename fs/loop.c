@@ -7,11 +7,12 @@
  * meanwhile.  An idle leader polls the (non-blocking) device for spin_us,
  * yielding its core to any thread that can run, then sleeps in epoll; after
  * a release it sleeps at once, unless it has just answered an open.  A
- * handler about to wait on a peer, or to work on after its answer, steps
- * aside (loop_step_aside) the same way: one slow peer holds up only the
- * requests that need it.  A thread outside the loop that has answered an
- * open (a publish heard from a peer) wakes a sleeping leader to poll
- * (loop_expect): the reader's first read comes next, and finds it awake.
+ * handler about to wait on a peer (once its request is sent), or to work
+ * on after its answer, steps aside (loop_step_aside) the same way: one
+ * slow peer holds up only the requests that need it.  A thread outside
+ * the loop that has answered an open (a publish heard from a peer) wakes
+ * a sleeping leader to poll (loop_expect): the reader's first read comes
+ * next, and finds it awake.
  */
 #define _GNU_SOURCE
 #include "loop.h"

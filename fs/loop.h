@@ -21,7 +21,10 @@ int loop_serve(struct fuse_session *se, unsigned threads, unsigned spin_us,
 /* The calling request's handler is about to wait on the network, or to
  * work on after its answer: if its thread leads, a follower takes the
  * device now, so that this node's other requests are not held up behind
- * it.  Costs a thread wake-up, so only for work that may take long. */
+ * it.  Costs a thread wake-up, so only for work that may take long.  A
+ * call to a peer does it for its caller once the request has gone
+ * (cluster.c's op_waits), so that the wake-up costs that request
+ * nothing: only work before such a call needs it first. */
 void loop_step_aside(void);
 /* Called by a thread that has just answered an open: a read follows.
  * From outside the loop, a sleeping leader wakes now to poll for it

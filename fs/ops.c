@@ -37,6 +37,7 @@
 
 #define DIR_TIMEOUT 3600.0
 #define MAX_IOV 256             /* 1 MiB in 4 KiB pieces at worst */
+#define PUBLISH_QUICK (64u << 10)       /* hashed and checked in a few us */
 
 /* Virtual-file handles (directories' are ops_internal.h's); key handles
  * are ns handles.  A rendered .omni file: a read holds a reference while
@@ -174,7 +175,7 @@ int ask_peers(struct fs *fs, fuse_ino_t parent, const char *name, int will_wait,
 	 * objects on it. */
 	if (learn)
 		view_base(name, base, sizeof(base));
-	loop_step_aside();      /* a round trip: other requests go on */
+	/* A round trip: the call steps aside once it is asked (op_waits). */
 	return !cluster_ask(fs->cl, from, to, name, ms > 0 ? (unsigned)ms : 0,
 			    learn ? base : NULL);
 }
@@ -199,7 +200,6 @@ int exists_elsewhere(struct fs *fs, fuse_ino_t parent, const char *name, int *cl
 	if (cluster_hosts(fs->cl, to) ||
 	    (claim && *claim >= 0 && cluster_peer_hosts(fs->cl, *claim, to)))
 		return 0;
-	loop_step_aside();
 	return cluster_exists(fs->cl, from, to, name);
 }
 
@@ -898,6 +898,18 @@ static enum ns_close writer_close(fuse_req_t req, fuse_ino_t ino, struct ns_hand
 	return held > 0 ? NS_CLOSE_DUP : NS_CLOSE_LAST;
 }
 
+/* Whether a claimed publish has long work before its claim goes: the
+ * hashing the hasher has not done (all of an object written out of
+ * order) and a KV payload's checks.  Its claim's call steps aside once
+ * the claim is on its way (cluster.c's op_waits); a large one steps aside
+ * first, so that this node's other requests do not wait for its hashing. */
+static int publish_long(struct ns *ns, const struct ns_handle *h)
+{
+	uint64_t size;
+
+	return ns_handle_writing_size(ns, h, &size) || size > PUBLISH_QUICK;
+}
+
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
@@ -909,8 +921,8 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct ns *ns = fs_of(req)->ns;
 	struct ns_wakes readers = { 0 };
 	enum ns_close how = ns_handle_is_writer(h) ? writer_close(req, ino, h) : NS_CLOSE_LAST;
-	if (how == NS_CLOSE_LAST && ns_handle_claims(ns, h))
-		loop_step_aside();      /* its publish waits for the claim's answer */
+	if (how == NS_CLOSE_LAST && ns_handle_claims(ns, h) && publish_long(ns, h))
+		loop_step_aside();      /* see publish_long() */
 	/* The writer first, then the readers its publish answered: woken
 	 * first, a reader's next request would wait for this thread to
 	 * answer the writer, and on a small machine it would stand between

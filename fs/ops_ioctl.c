@@ -333,10 +333,8 @@ static void small_put(fuse_req_t req, fuse_ino_t parent, const struct omnifs_sma
 		return (void)fuse_reply_err(req, EEXIST);
 	if ((rc = ns_create_key(fs->ns, parent, key, 1, ctx->uid, ctx->gid, &a, &h)))
 		return (void)fuse_reply_err(req, -rc);
-	if (claim >= 0) {
-		loop_step_aside();      /* its publish waits for the host */
+	if (claim >= 0)         /* its publish waits for the host (op_waits) */
 		ns_handle_claim(fs->ns, h, claim, 1);
-	}
 	if (s->readers >= 0)
 		rc = ns_setxattr(fs->ns, a.ino, "user.omni.readers", v,
 				 (size_t)snprintf(v, sizeof(v), "%lld", (long long)s->readers));

@@ -143,6 +143,19 @@ static void sock_setup(int fd, unsigned dead_ms)
 
 /* ---------------------------------------------------------------- frames */
 
+/* The transport whose ops->waits() this thread owes, while it is in
+ * xport_call_each(): told before the first thing that would block it. */
+static __thread struct xport *waits_owed;
+
+static void waits_note(void)
+{
+	struct xport *x = waits_owed;
+
+	waits_owed = NULL;
+	if (x && x->ops->waits)
+		x->ops->waits(x->ctx);
+}
+
 /* Sends iov[0, n) whole, under c->send_lock. */
 static int send_locked(struct xport_conn *c, struct iovec *v, int n)
 {
@@ -150,9 +163,13 @@ static int send_locked(struct xport_conn *c, struct iovec *v, int n)
 
 	while (n > 0) {
 		struct msghdr mh = { .msg_iov = v, .msg_iovlen = (size_t)n };
-		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+		ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | (waits_owed ? MSG_DONTWAIT : 0));
 		if (w < 0 && errno == EINTR)
 			continue;
+		if (w < 0 && errno == EAGAIN && waits_owed) {
+			waits_note();   /* the socket is full: this will block */
+			continue;
+		}
 		if (w <= 0) {
 			rc = w < 0 ? -errno : -EPIPE;
 			/* Half a frame went out: the stream is unusable. */
@@ -284,7 +301,10 @@ static int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid, int ho
 	int bulk = type == PT_DATA;
 	if (!bulk)
 		atomic_fetch_add(&c->waiting, 1);
-	pthread_mutex_lock(&c->send_lock);
+	if (!waits_owed || pthread_mutex_trylock(&c->send_lock)) {
+		waits_note();
+		pthread_mutex_lock(&c->send_lock);
+	}
 	if (!bulk)
 		atomic_fetch_sub(&c->waiting, 1);
 	while (bulk && atomic_load(&c->waiting))
@@ -969,6 +989,7 @@ static int link_on(struct xport *x, struct xport_conn **c, struct pending *p)
 		if (!retired)
 			return linked;
 		conn_unref(x, *c);
+		waits_note();           /* the next one may have to be made */
 		*c = peer_conn(x, p->peer);
 	}
 	return 0;
@@ -1072,6 +1093,17 @@ static int call_send(struct xport *x, struct xport_conn **c, struct pending *p,
 	return link_on(x, c, p) ? conn_send(*c, p->reqid, req) : -EHOSTDOWN;
 }
 
+/* 1 if a request to peer goes out at once: its connection is up and is
+ * not to be let go of for a rejoin (peer_conn would wait, or connect). */
+static int peer_ready(struct xport *x, int peer)
+{
+	pthread_mutex_lock(&x->lock);
+	int ready = peer >= 0 && (size_t)peer < x->npeers && x->peers[peer].out &&
+		    !x->peers[peer].rejoin;
+	pthread_mutex_unlock(&x->lock);
+	return ready;
+}
+
 int xport_call_each(struct xport *x, struct xport_callee *to, int n,
 		    const struct proto_msg *req, xport_reply_fn on_reply)
 {
@@ -1085,15 +1117,21 @@ int xport_call_each(struct xport *x, struct xport_callee *to, int n,
 	if (n > 1 && !(call = calloc((size_t)n, sizeof(*call))))
 		return -ENOMEM;
 	clock_cond_init(&cond);
-	/* All asked before any answer is awaited: one round trip, not n. */
+	/* All asked before any answer is awaited: one round trip, not n.
+	 * Our caller hears that we wait once they are on the way (or before
+	 * a connect, a full socket). */
+	waits_owed = x;
 	for (int i = 0; i < n; i++) {
 		struct call *k = &call[i];
 		k->p = (struct pending){ .peer = to[i].peer, .on_reply = on_reply,
 					 .arg = to[i].arg, .cond = &cond };
+		if (!peer_ready(x, to[i].peer))
+			waits_note();
 		k->c = peer_conn(x, to[i].peer);
 		to[i].rc = call_send(x, &k->c, &k->p, to[i].req ? to[i].req : req);
 		waiting += !to[i].rc;
 	}
+	waits_note();
 	pthread_mutex_lock(&x->lock);
 	for (int timedout = 0; waiting; ) {
 		waiting = 0;

@@ -112,6 +112,12 @@ struct xport_ops {
 	int (*grant)(void *ctx, struct xport_conn *c, int peer, uint64_t oid, uint64_t lease,
 		     uint64_t first, uint32_t n, struct xport_grant *g);
 	void (*count)(void *ctx, enum xport_count what, uint64_t n);
+	/* The thread in xport_call*() is about to block on a peer: its
+	 * requests are sent, or what it does next may take a while (a
+	 * connect, a full socket).  Once per call; may be NULL.  A FUSE
+	 * thread lets the next requests go on meanwhile, and the wake-up
+	 * that costs goes while its request is on the way. */
+	void (*waits)(void *ctx);
 };
 
 /* Binds the listening socket; -errno with a reason in err. */

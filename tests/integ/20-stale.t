@@ -308,4 +308,26 @@ b_up() { [ "$(b_state)" = up ]; }
 ok "b is back, and a connects to it again" wait_until 10 b_up
 paid_b() { [ "$(owed_b)" = 0 ]; }
 ok "... and tells it the cleanup" wait_until 10 paid_b
+
+# --- a writer's close waits for its claim's answer, and nothing else on
+# its node does: the FUSE thread that sent the claim lets the next
+# requests go on (xport's waits).  b serves each claim 2 s late; a small
+# object's close steps aside only once its claim is on the way.
+stop_node b
+OMNIFS_TEST_HOLD_MS=2000 start_node b "config=$T/omni.yaml,node=b,pool=host:64MiB"
+ok "b is back, holding each claim it hears" wait_until 10 b_up
+echo mine >"$T/a/1/0/own"               # into 0, a's: claimed at a itself
+# (not a shell's redirection: a dup()ed writer publishes at its release,
+# after its close has returned)
+$SYSPY -c 'import sys; open(sys.argv[1], "w").write("claimed")' "$T/a/0/1/c" &
+W=$!                                    # into 1, b's: claimed at b, 2 s
+ok "b holds a's claim of c" wait_until 5 grep -q "holding the CLAIM of c" "$T/b.log"
+t0=$(date +%s%N)
+is "$(cat "$T/a/1/0/own")" mine "a serves a read of its own object meanwhile"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+ok "... at once ($ms ms), while c's close still waits" kill -0 "$W"
+ok "... within 1 s" test "$ms" -lt 1000
+wait "$W"
+is "$?" 0 "c's close is answered once b answers its claim"
+is "$(cat "$T/b/0/1/c")" claimed "... and b has c"
 done_testing
