@@ -170,6 +170,28 @@ static struct node *node_new(struct ns *ns, struct node *p, const char *name,
 	return n;
 }
 
+/* o left key while a file may still map it: mapped, or a reader's not yet
+ * done (node_renew). */
+static void went_join(struct node *key, struct object *o)
+{
+	if (!key->nlookup)
+		return;         /* the kernel has forgotten it: nothing maps it */
+	o->was = key;
+	o->was_next = key->went;
+	key->went = o;
+}
+
+/* No file may map o any more, or its key took a new inode: off its list. */
+static void went_leave(struct object *o)
+{
+	struct object **pp = &o->was->went;
+
+	while (*pp != o)
+		pp = &(*pp)->was_next;
+	*pp = o->was_next;
+	o->was = NULL;
+}
+
 /* Frees implicit nodes nobody needs any more, walking up the tree. */
 void node_maybe_free(struct ns *ns, struct node *n)
 {
@@ -189,6 +211,8 @@ void node_maybe_free(struct ns *ns, struct node *n)
 		if (n->next)
 			n->next->prev = n->prev;
 		p->nchild--;
+		while (n->went)         /* (never: a mapping holds the kernel's inode) */
+			went_leave(n->went);
 		free(n->left);
 		free(n->name);
 		free(n);
@@ -268,6 +292,89 @@ static void left_clear(struct node *n)
 	n->left = NULL;
 }
 
+static struct ghost *ghost_by_ino(struct ns *ns, uint64_t ino)
+{
+	struct hlink *l = htab_find(&ns->ghost_byino, ino);
+	return l ? (struct ghost *)((char *)l - offsetof(struct ghost, byino)) : NULL;
+}
+
+static void ghost_free(struct ns *ns, struct ghost *g)
+{
+	htab_del(&ns->ghost_byino, &g->byino);
+	g->prev->next = g->next;
+	g->next->prev = g->prev;
+	free(g);
+}
+
+/* The key whose inode ino was, if it is still there (a ghost's name may
+ * have moved on again since, a few times at most). */
+static struct node *ghost_key(struct ns *ns, uint64_t ino)
+{
+	struct ghost *g;
+	struct node *n = NULL;
+
+	for (int i = 0; i < 8 && !n && (g = ghost_by_ino(ns, ino)); i++)
+		n = node_by_ino(ns, ino = g->to);
+	return n;
+}
+
+/* Whether opens wait on n that its inode must answer (node_renew): all
+ * but the kernel's second tries of opens, which, rather than fail, may
+ * have a file of the old inode whose fstat() says the old object's. */
+static int waiters_hold(const struct node *n)
+{
+	for (const struct ns_waiter *w = n->waiters; w; w = w->next)
+		if (!(w->flags & NS_OPEN_RETRY))
+			return 1;
+	return 0;
+}
+
+/* Objects that left n may still be mapped (went): a mapping's, or a file
+ * of a reader not done with it, which could map it yet.  Before the name
+ * is given out again, or has another object, it takes a new inode, and
+ * the old one stays the kernel's as a ghost, with the attributes of the
+ * object that left it while a file could still ask (left); so a mapping
+ * keeps its pages and its size (a smaller next object made it SIGBUS,
+ * and a lookup of the bare name too), as after an rm and a new file of
+ * that name on any filesystem.  An open through the old inode, or through
+ * the name's inode while it is due a new one, hears ESTALE, and the kernel
+ * looks the name up again, which answers the new one.  The kernel's second
+ * try (NS_OPEN_RETRY), its last, opens the inode as it is, and, if it
+ * waits there, goes to the new one with the name (its file keeps the old:
+ * another object came and went between its lookup and its open).  Other
+ * opens waiting on the old inode keep it the name's: the name's next
+ * object answers them, which that inode must then show. */
+static void node_renew(struct ns *ns, struct node *n)
+{
+	struct ghost *g;
+
+	if (!n->went || waiters_hold(n))
+		return;
+	/* Where the kernel knows the old inode; out of memory, the name
+	 * goes on with it, as the kernel's files on it do. */
+	if (n->nlookup && (g = malloc(sizeof(*g)))) {
+		g->nlookup = n->nlookup;
+		if ((g->has_attr = !!n->left))
+			g->attr = *n->left;
+		htab_add(&ns->ghost_byino, &g->byino, n->ino);
+		g->next = ns->ghosts.next;
+		g->prev = &ns->ghosts;
+		g->next->prev = g;
+		ns->ghosts.next = g;
+		htab_del(&ns->byino, &n->byino);
+		n->ino = g->to = ++ns->next_ino;
+		htab_add(&ns->byino, &n->byino, n->ino);
+		n->nlookup = 0;
+		n->stale = 0;
+		n->long_entry = 0;
+		left_clear(n);
+		for (struct ns_waiter *w = n->waiters; w; w = w->next)
+			w->ino = n->ino;
+	}
+	while (n->went)
+		went_leave(n->went);
+}
+
 /* ---------------------------------------------------------------- objects */
 
 void obj_put(struct ns *ns, struct object *o)
@@ -311,6 +418,9 @@ struct object *obj_new(struct ns *ns, struct node *key, uint32_t uid, uint32_t g
 	o->node = key;
 	key->obj = o;
 	key->lost_ns = 0;               /* written again: no longer lost */
+	node_renew(ns, key);
+	while (key->went)               /* not renewed: opens wait on it */
+		went_leave(key->went);
 	key->stale = 0;
 	left_clear(key);
 	ns->nobjects++;
@@ -377,6 +487,11 @@ static void detach(struct ns *ns, struct object *o, enum stat_id why, int kernel
 	 * object now, as one made after this would (ENOENT at the deadline). */
 	for (struct ns_waiter *w = key->waiters; w; w = w->next)
 		w->window = 0;
+	o->was_ino = key->ino;
+	/* Mapped, or open by a reader not done with it, who may map it yet
+	 * (the loser of a race for it). */
+	if (o->maps || o->opens)
+		went_join(key, o);
 	key->obj = NULL;
 	o->node = NULL;
 	ns->nobjects--;
@@ -876,6 +991,23 @@ struct ns_handle *handle_new(struct ns *ns, struct object *o, int write)
 	ns->handles.next->prev = h;
 	ns->handles.next = h;
 	return h;
+}
+
+void ns_handle_mapped(struct ns *ns, struct ns_handle *h)
+{
+	pthread_mutex_lock(&ns->lock);
+	struct object *o = h->obj;
+	struct node *key;
+
+	if (!h->mapped) {
+		h->mapped = 1;
+		/* First mapped after it left, by a reader whose read counted:
+		 * in time while its key has no other object yet. */
+		if (!o->maps++ && !o->node && !o->was && (key = node_by_ino(ns, o->was_ino)) &&
+		    !key->obj)
+			went_join(key, o);
+	}
+	pthread_mutex_unlock(&ns->lock);
 }
 
 /* A reader's open of key's streamed object: answered by its window's
@@ -1475,6 +1607,7 @@ static void *deadline_thread(void *arg)
 static void tables_fini(struct ns *ns)
 {
 	htab_fini(&ns->byino);
+	htab_fini(&ns->ghost_byino);
 	htab_fini(&ns->byname);
 	htab_fini(&ns->waiters);
 	htab_fini(&ns->byoid);
@@ -1513,7 +1646,9 @@ int ns_create(struct ns **out, struct pool *pool, struct stats *st,
 			goto free_ns;
 		memcpy(ns->rules, set->rules, set->nrules * sizeof(*ns->rules));
 	}
-	if (htab_init(&ns->byino, 1024) || htab_init(&ns->byname, 1024) ||
+	ns->ghosts.next = ns->ghosts.prev = &ns->ghosts;
+	if (htab_init(&ns->byino, 1024) || htab_init(&ns->ghost_byino, 64) ||
+	    htab_init(&ns->byname, 1024) ||
 	    htab_init(&ns->waiters, 1024) || htab_init(&ns->byoid, 1024) ||
 	    htab_init(&ns->bybase, 1024) || htab_init(&ns->byreq, 1024) ||
 	    htab_init(&ns->gone_byoid, 1024) ||
@@ -1638,6 +1773,8 @@ void ns_destroy(struct ns *ns)
 	}
 	if (ns->root)
 		node_free_tree(ns, ns->root);
+	while (ns->ghosts.next && ns->ghosts.next != &ns->ghosts)
+		ghost_free(ns, ns->ghosts.next);
 	gone_fini(ns);
 	tables_fini(ns);
 	timerq_fini(&ns->tq);
@@ -1706,6 +1843,7 @@ int ns_lookup(struct ns *ns, uint64_t parent, const char *name,
 
 	pthread_mutex_lock(&ns->lock);
 	if ((p = node_by_ino(ns, parent)) && !(rc = node_resolve(ns, p, name, mode, &n))) {
+		node_renew(ns, n);
 		n->nlookup++;
 		n->stale = 0;
 		node_attr(ns, n, out);
@@ -1719,9 +1857,12 @@ void ns_forget(struct ns *ns, uint64_t ino, uint64_t nl)
 {
 	pthread_mutex_lock(&ns->lock);
 	struct node *n = node_by_ino(ns, ino);
+	struct ghost *g = n ? NULL : ghost_by_ino(ns, ino);
 	if (n && n->kind != NK_ROOT) {
 		n->nlookup = n->nlookup > nl ? n->nlookup - nl : 0;
 		node_maybe_free(ns, n);
+	} else if (g && (g->nlookup = g->nlookup > nl ? g->nlookup - nl : 0) == 0) {
+		ghost_free(ns, g);
 	}
 	pthread_mutex_unlock(&ns->lock);
 }
@@ -1732,12 +1873,18 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct ns_attr *out)
 
 	pthread_mutex_lock(&ns->lock);
 	struct node *n = node_by_ino(ns, ino);
+	struct ghost *g = n ? NULL : ghost_by_ino(ns, ino);
 	if (n && n->left) {             /* (never beside an object: obj_new) */
 		*out = *n->left;        /* only an open file can ask: left_keep */
 		rc = 0;
 	} else if (n && !n->stale) {    /* stale: see ns_open */
 		node_attr(ns, n, out);
 		rc = 0;
+	} else if (g && g->has_attr) {  /* as left: only open files ask */
+		*out = g->attr;
+		rc = 0;
+	} else if (g) {                 /* the kernel looks the name up again */
+		rc = -ESTALE;
 	}
 	pthread_mutex_unlock(&ns->lock);
 	return rc;
@@ -1907,10 +2054,19 @@ int ns_create_known(struct ns *ns, uint64_t ino, uint32_t uid, uint32_t gid, int
 
 	pthread_mutex_lock(&ns->lock);
 	struct node *n = node_by_ino(ns, ino);
-	if (!n || n->kind != NK_KEY)
+	if (!n && (flags & NS_OPEN_RETRY))      /* as ns_open */
+		n = ghost_key(ns, ino);
+	if (!n || n->kind != NK_KEY) {
 		rc = !n ? -ENOENT : -EISDIR;
-	else if (!(rc = key_write(ns, n, 0, uid, gid, h)) && (flags & O_TRUNC))
+		goto unlock;
+	}
+	if (n->went && !waiters_hold(n) && !(flags & NS_OPEN_RETRY)) {
+		rc = -ESTALE;           /* as ns_open */
+		goto unlock;
+	}
+	if (!(rc = key_write(ns, n, 0, uid, gid, h)) && (flags & O_TRUNC))
 		obj_set_size(n->obj, 0);
+unlock:
 	pthread_mutex_unlock(&ns->lock);
 	return rc;
 }
@@ -1924,13 +2080,21 @@ int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 
 	pthread_mutex_lock(&ns->lock);
 	struct node *n = node_by_ino(ns, ino);
+	/* The kernel's last try, or a view's source: the name's inode now */
+	if (!n && (flags & (NS_OPEN_RETRY | NS_OPEN_SOURCE)))
+		n = ghost_key(ns, ino);
 	struct object *o = n ? n->obj : NULL;
 	if (!n || n->kind != NK_KEY) {
-		rc = !n ? -ENOENT : -EISDIR;
-	} else if (n->stale && !(flags & (NS_OPEN_SOURCE | NS_OPEN_KEPT))) {
+		/* A ghost: through a name the kernel kept since, as below */
+		rc = n ? -EISDIR : ghost_by_ino(ns, ino) ? -ESTALE : -ENOENT;
+	} else if (n->went && !waiters_hold(n) && !(flags & (NS_OPEN_SOURCE | NS_OPEN_RETRY))) {
+		rc = -ESTALE;           /* the lookup takes a new inode: node_renew */
+	} else if (n->stale && !(flags & (NS_OPEN_SOURCE | NS_OPEN_KEPT | NS_OPEN_RETRY))) {
 		/* Through a name the kernel kept after its object left: the
 		 * kernel looks it up again and opens what that says (ops.c's
-		 * open_kept does that lookup's work itself: NS_OPEN_KEPT). */
+		 * open_kept does that lookup's work itself: NS_OPEN_KEPT; and
+		 * the kernel's second try, after its lookup, another object
+		 * came and went: NS_OPEN_RETRY opens what is here now). */
 		rc = -ESTALE;
 	} else if ((flags & O_ACCMODE) != O_RDONLY) {
 		if (!o)
@@ -2300,6 +2464,10 @@ void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease
 	rangeset_fini(&h->seen);
 	if (!h->write && !h->unseen)
 		h->obj->opens--;
+	if (h->mapped)
+		h->obj->maps--;
+	if (h->obj->was && !h->obj->maps && !h->obj->opens)
+		went_leave(h->obj);
 	obj_put(ns, h->obj);
 	free(h);
 }

@@ -269,8 +269,8 @@ int ns_create_key(struct ns *ns, uint64_t parent, const char *name, int excl,
 /* The O_CREAT open of a key node that ns_lookup(NS_LOOKUP_KNOWN) gave, or
  * of one whose name the kernel kept after its object left (stale):
  * as ns_create_key without O_EXCL, by inode; O_TRUNC in flags empties an
- * object being written.  No lookup reference is counted (an open's reply
- * adds none). */
+ * object being written; NS_OPEN_RETRY as ns_open's.  No lookup reference
+ * is counted (an open's reply adds none). */
 int ns_create_known(struct ns *ns, uint64_t ino, uint32_t uid, uint32_t gid, int flags,
 		    struct ns_handle **h);
 /* Opens a key.  0 with *h, or -EINPROGRESS when the open waits: then w is
@@ -286,8 +286,14 @@ int ns_create_known(struct ns *ns, uint64_t ino, uint32_t uid, uint32_t gid, int
 					   bytes are elsewhere: start no pull */
 #define NS_OPEN_KEPT   (1 << 27)        /* through a name the kernel kept after
 					   its object left: as after a lookup */
+#define NS_OPEN_RETRY  (1 << 26)        /* the kernel's second try of an open
+					   that heard -ESTALE, its last: none for
+					   objects that left it mapped (node_renew) */
 int ns_open(struct ns *ns, uint64_t ino, int flags, struct ns_waiter *w,
 	    struct ns_handle **h);
+/* h's file is mapped (ops.c tells by its reads through the kernel's page
+ * cache): the key's next object, while it is, comes under a new inode. */
+void ns_handle_mapped(struct ns *ns, struct ns_handle *h);
 /* A fresh waiter id, to register for interrupts before ns_open. */
 uint64_t ns_waiter_id(struct ns *ns);
 int ns_handle_is_writer(const struct ns_handle *h);

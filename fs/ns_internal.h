@@ -42,6 +42,13 @@ struct object {
 	uint64_t reads, created_ns, published_ns;
 	unsigned refs, writers, writers_flushed;
 	unsigned opens;                 /* readers' handles a file may fstat() */
+	/* Handles whose files are mapped (ns_handle_mapped).  Once it left
+	 * its key with some, or with readers' files open (opens), on that
+	 * key's went list until no file has it (see node_renew). */
+	unsigned maps;
+	struct node *was;
+	struct object *was_next;
+	uint64_t was_ino;               /* its key's inode when it left */
 	int error;
 	uint32_t uid, gid;
 	/* The hash follows a sequential writer (see "hashing" below):
@@ -114,6 +121,18 @@ struct node {
 	 * file of the kernel's was open on it: what that file's fstat() is
 	 * answered (see left_keep), until the name has an object again. */
 	struct ns_attr *left;
+	struct object *went;            /* objects that left it, maybe mapped */
+};
+
+/* An inode the kernel still has after its name took a new one (ns.c's
+ * node_renew): only files open on the object that left it use it, and
+ * they are answered that object's attributes until the kernel forgets it. */
+struct ghost {
+	struct hlink byino;
+	struct ghost *next, *prev;      /* ns->ghosts, to free them at the end */
+	uint64_t nlookup, to;           /* to: the name's inode that took over */
+	int has_attr;                   /* else its GETATTR says ESTALE */
+	struct ns_attr attr;
 };
 
 /* Other nodes' objects that they said are gone, or that an rm here took,
@@ -139,6 +158,7 @@ struct ns_handle {
 	int write, flushed, counted, killed, served, source, placed, sole;
 	int append;                     /* writes go at the end (ns_handle_flags) */
 	int mappable;                   /* opened O_RDWR (ns_handle_mappable) */
+	int mapped;                     /* its file is mapped (ns_handle_mapped) */
 	int unseen;                     /* not in its object's opens (handle_unseen) */
 	int windowed;                   /* holds its stream's turn between two
 					 * OMNIFS_IOC_WINDOW (ns_direct_window) */
@@ -161,6 +181,8 @@ struct ns {
 	struct ns_settings set;
 	struct ns_rule *rules;
 	struct htab byino, byname, waiters, bybase, byreq;
+	struct htab ghost_byino;
+	struct ghost ghosts;            /* list head */
 	struct ended ended;             /* requests cleaned up lately (ns_cleanup) */
 	uint64_t next_ino, next_wid, nobjects;
 	struct timerq tq;

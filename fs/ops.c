@@ -33,6 +33,7 @@
 #include "stats.h"
 #include "vfile.h"
 #include "view.h"
+#include "../transport/clock.h"
 #include "../transport/pool.h"
 
 #define DIR_TIMEOUT 3600.0
@@ -258,6 +259,46 @@ static int opens_to_create(struct fs *fs, pid_t tid, uint64_t ino)
 		fs->creating.tid = 0;
 	pthread_mutex_unlock(&fs->creating.lock);
 	return known || caller_intent(tid) == CALLER_OPEN_CREATE;
+}
+
+/* A thread whose open heard ESTALE, and when (tid << 32 | us, wrapping),
+ * in a slot by thread.  The kernel tries that open once more at once,
+ * after a lookup, and that try must not hear it again (NS_OPEN_RETRY).  A
+ * second try that creates (op_create) takes the slot too; one that never
+ * comes leaves it to go stale. */
+#define RETRY_US 20000u
+#define RETRY_SLOTS (sizeof(((struct fs *)0)->retrying) / sizeof(((struct fs *)0)->retrying[0]))
+
+static _Atomic uint64_t *retry_slot(struct fs *fs, pid_t tid)
+{
+	return &fs->retrying[(uint32_t)tid % RETRY_SLOTS];
+}
+
+static uint32_t now_us(void)
+{
+	return (uint32_t)(clock_mono_ns() / 1000);
+}
+
+/* An open's error; an ESTALE is remembered. */
+static void open_fail(fuse_req_t req, int err)
+{
+	pid_t tid = fuse_req_ctx(req)->pid;
+
+	if (err == ESTALE && tid > 0)
+		atomic_store(retry_slot(fs_of(req), tid), (uint64_t)(uint32_t)tid << 32 | now_us());
+	fuse_reply_err(req, err);
+}
+
+/* NS_OPEN_RETRY if tid's open is the kernel's second try of one that
+ * heard ESTALE, else 0; the slot is taken either way. */
+static int retrying(struct fs *fs, pid_t tid)
+{
+	uint64_t v = tid > 0 ? atomic_load(retry_slot(fs, tid)) : 0;
+
+	if (!v || v >> 32 != (uint32_t)tid ||
+	    !atomic_compare_exchange_strong(retry_slot(fs, tid), &v, 0))
+		return 0;
+	return now_us() - (uint32_t)v < RETRY_US ? NS_OPEN_RETRY : 0;
 }
 
 /* Said once, so that what follows from a caller we cannot see is no
@@ -639,7 +680,7 @@ static void view_answer(void *arg, int err, struct view *v)
 	struct ns_handle *h;
 
 	if (err == -EXDEV) {            /* the name is the one shard: wait for it */
-		err = ns_open(fs->ns, w->ino, w->fi.flags | NS_OPEN_EXACT | w->kept, &w->w, &h);
+		err = ns_open(fs->ns, w->ino, w->fi.flags | NS_OPEN_EXACT | w->oflags, &w->w, &h);
 		if (err == -EINPROGRESS)
 			return;
 		return wait_answer(&w->w, err, err ? NULL : h);
@@ -661,17 +702,17 @@ static void view_answer(void *arg, int err, struct view *v)
 /* An O_CREAT open that found its name (op_lookup's NS_LOOKUP_KNOWN, or
  * an object being written): it creates as op_create would, but the
  * kernel has the inode already. */
-static void open_create(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void open_create(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int oflags)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct ns *ns = fs_of(req)->ns;
 	struct ns_handle *h;
 	char name[NAME_KEY_MAX + 1];
 	uint64_t parent;
-	int rc = ns_create_known(ns, ino, ctx->uid, ctx->gid, fi->flags, &h);
+	int rc = ns_create_known(ns, ino, ctx->uid, ctx->gid, fi->flags | oflags, &h);
 
 	if (rc)         /* ENOENT: gone meanwhile; the kernel looks again */
-		return (void)fuse_reply_err(req, rc == -ENOENT ? ESTALE : -rc);
+		return open_fail(req, rc == -ENOENT ? ESTALE : -rc);
 	if (fs_of(req)->cl && !ns_key_name(ns, ino, &parent, name))     /* one node: no claims */
 		claim_publish(fs_of(req), parent, name, h);
 	ns_handle_flags(ns, h, fi->flags);
@@ -692,7 +733,7 @@ static void open_create(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
  * on it, and is so again if that one leaves unpublished.  1 if answered;
  * else 0 with a filled (a reader's), or -errno. */
 static int open_kept(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
-		     struct ns_attr *a)
+		     int oflags, struct ns_attr *a)
 {
 	struct fs *fs = fs_of(req);
 	pid_t pid = fuse_req_ctx(req)->pid;
@@ -704,7 +745,7 @@ static int open_kept(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
 		if (!opens_to_create(fs, pid, ino))
 			return -ESTALE;
-		open_create(req, ino, fi);
+		open_create(req, ino, fi, oflags);
 		return 1;
 	}
 	if (fs->cl)
@@ -720,26 +761,29 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct ns_attr a;
 	struct ns_handle *h;
 	struct op_wait *w;
-	int rc, kept = 0;
+	int rc, oflags = retrying(fs, fuse_req_ctx(req)->pid);
 
 	if ((rc = ns_getattr(fs->ns, ino, &a)) == -ENOENT) {
-		if ((rc = open_kept(req, ino, fi, &a)) > 0)
+		if ((rc = open_kept(req, ino, fi, oflags, &a)) > 0)
 			return;
-		kept = NS_OPEN_KEPT;
+		oflags |= NS_OPEN_KEPT;
+	} else if (rc == -ESTALE && (oflags & NS_OPEN_RETRY)) {  /* one the name left: ns_open */
+		a = (struct ns_attr){ .ino = ino, .kind = NK_KEY };
+		rc = 0;
 	}
 	if (rc)
-		return (void)fuse_reply_err(req, -rc);
+		return open_fail(req, -rc);
 	if (a.kind == NK_VFILE)
 		return open_vfile(req, ino, fi);
 	if ((fi->flags & O_ACCMODE) != O_RDONLY &&
 	    opens_to_create(fs, fuse_req_ctx(req)->pid, ino))
-		return open_create(req, ino, fi);
+		return open_create(req, ino, fi, oflags);
 	if (!(w = calloc(1, sizeof(*w))))
 		return (void)fuse_reply_err(req, ENOMEM);
 	w->req = req;
 	w->fi = *fi;
 	w->ino = ino;
-	w->kept = kept;
+	w->oflags = oflags;
 	w->w.ctx = w;
 	w->w.interrupted = wait_interrupted;
 	w->w.wait_ms = callwait_take(&fs->cw, fuse_req_ctx(req)->pid);
@@ -747,14 +791,14 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* Registered before queueing; an interrupt that comes first is
 	 * seen by wait_interrupted() under ns's lock. */
 	fuse_req_interrupt_func(req, wait_interrupt, (void *)(uintptr_t)w->w.id);
-	rc = ns_open(fs->ns, ino, fi->flags | kept, &w->w, &h);
+	rc = ns_open(fs->ns, ino, fi->flags | oflags, &w->w, &h);
 	if (rc == -EINPROGRESS)
 		return;                 /* answered by wait_answer() */
 	if (rc == -EAGAIN)
 		return open_view(fs, w, 1);     /* answered by view_answer() */
 	free(w);
 	if (rc)
-		return (void)fuse_reply_err(req, -rc);
+		return open_fail(req, -rc);
 	ns_handle_flags(fs->ns, h, fi->flags);     /* a second writer's */
 	fi->fh = (uintptr_t)h;
 	fi->direct_io = 1;
@@ -778,6 +822,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int rc, excl = !!(fi->flags & O_EXCL);
 
 	(void)mode;
+	(void)retrying(fs, ctx->pid);   /* a second try that creates: no more to come */
 	if (excl && exists_elsewhere(fs, parent, name, NULL))
 		return (void)fuse_reply_err(req, EEXIST);
 	rc = ns_create_key(fs->ns, parent, name, excl, ctx->uid, ctx->gid, &a, &h);
@@ -827,6 +872,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct ns *ns = fs_of(req)->ns;
 	struct ns_handle *h = (struct ns_handle *)(uintptr_t)fi->fh;
 	int streams = ns_handle_streams(h);     /* h may go once the reply is out */
+	/* A file served with direct_io reads through the page cache only
+	 * for a mapping, and the kernel names no lock owner then. */
+	if (!fi->lock_owner)
+		ns_handle_mapped(ns, h);
 	ssize_t got = ns_read(ns, h, (uint64_t)off, size, iov, &n, MAX_IOV);
 	if (got < 0)
 		return (void)fuse_reply_err(req, (int)-got);

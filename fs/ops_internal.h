@@ -28,6 +28,10 @@ struct fs {
 	/* The thread that op_lookup last let through a kept name for an
 	 * O_CREAT open (NS_LOOKUP_KNOWN), and that name's inode. */
 	struct { pthread_mutex_t lock; pid_t tid; uint64_t ino; } creating;
+	/* Threads whose open heard ESTALE (tid << 32 | when, about in us),
+	 * in a slot by thread: the kernel tries that open once more (ops.c's
+	 * retrying). */
+	_Atomic uint64_t retrying[64];
 	unsigned max_threads, spin_us;
 	int mounted;
 	dev_t dev;                      /* the mount's, for caller_holds_fd (0: unknown) */
@@ -42,7 +46,7 @@ struct op_wait {
 	fuse_req_t req;
 	struct fuse_file_info fi;
 	fuse_ino_t ino;
-	int kept;                       /* NS_OPEN_KEPT: through a stale name */
+	int oflags;                     /* ns_open's own: NS_OPEN_KEPT, _RETRY */
 };
 
 /* An open directory (its fi->fh).  Its entries are taken at its first

@@ -60,6 +60,25 @@ OK" "c reads a's object through a shared mmap (pulled as read() pulls it)"
 else
 	skip "a shared mmap needs Linux 6.6"; skip "a shared mmap needs Linux 6.6"
 fi
+# c's mapping of a's object outlives it when a removes it and writes the
+# key again smaller (04-objects.t does it on one node): c's name takes a
+# new inode.
+is "$(M=$T/c pyerr "
+import mmap, time
+p, w = M + '/0/9/remap', '$T/a/0/9/remap'
+open(w, 'wb').write(b'a' * 8192)
+m = mmap.mmap(os.open(p, os.O_RDONLY), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+assert m[:] == b'a' * 8192
+os.unlink(w)
+for i in range(500):            # until c hears of it (a GONE): 5 s at most
+    if not os.path.exists(p): break
+    time.sleep(0.01)
+open(w, 'wb').write(b'b' * 100)
+assert open(p, 'rb').read() == b'b' * 100, 'a new reader'
+m.madvise(mmap.MADV_DONTNEED)
+assert m[:] == b'a' * 8192, 'the mapping changed'
+os.unlink(w)")" "OK" \
+   "c's mapping of a's object keeps its bytes when a removes it and writes the key again smaller"
 used_b() { health b "d['pool']['used']"; }
 listed_b() { [ "$(ls "$T/b/0/1" | grep -c '^p')" = 8 ]; }
 before=$(used_b)

@@ -532,11 +532,13 @@ static void test_gone(void)
 
 /* An rm through this node's kernel of an object a reader has open: the
  * kernel forgot the name, so only that reader's fstat() can ask (a
- * GETATTR without its file), and gets the object's last attributes. */
+ * GETATTR without its file), and gets the object's last attributes; the
+ * name written again takes a new inode, so the reader's mapping keeps
+ * its own (node_renew). */
 static void test_left(struct ns *ns, uint64_t e)
 {
 	struct iovec iov[2];
-	struct ns_handle *r, *wr;
+	struct ns_handle *r, *r2, *wr;
 	struct ns_attr a;
 	int niov;
 
@@ -581,16 +583,68 @@ static void test_left(struct ns *ns, uint64_t e)
 	   "getattr: the object's last attributes, gone");
 	ok(ns_read(ns, r, 0, 8, iov, &niov, 2) == 3 && !memcmp(iov[0].iov_base, "abc", 3),
 	   "its bytes are still read");
-	ok(!ns_create_key(ns, e, "l", 1, 0, 0, &a, &wr) && a.ino == li, "a writer creates the name again");
-	ok(ns_getattr(ns, li, &a) == 0 && !a.gone && a.mode == (S_IFREG | 0644),
-	   "... its object answers from then on");
+	ok(!ns_create_key(ns, e, "l", 1, 0, 0, &a, &wr) && a.ino != li,
+	   "a writer creates the name again: a new inode, as a file is open on the old one");
+	uint64_t li2 = a.ino;
+	ok(ns_getattr(ns, li2, &a) == 0 && !a.gone && a.mode == (S_IFREG | 0644),
+	   "... its object answers there");
+	ok(ns_getattr(ns, li, &a) == 0 && a.size == 3 && a.gone,
+	   "... the old inode still the last attributes of the object that left it");
+	is(ns_open(ns, li, O_RDONLY, NULL, &r2), -ESTALE, "an open through the old inode: ESTALE");
+	ok(ns_read(ns, r, 0, 8, iov, &niov, 2) == 3 && !memcmp(iov[0].iov_base, "abc", 3),
+	   "the file open on it still reads its bytes");
 	ns_flush(ns, wr, NS_CLOSE_LAST, NULL);
 	ns_release(ns, wr);
 	ns_flush(ns, r, NS_CLOSE_LAST, NULL);
 	ns_release(ns, r);
+	ns_forget(ns, li, 7);    /* four put3s above, a create and a lookup each */
+	ok(ns_getattr(ns, li, &a) == 0, "the old inode stays while the kernel knows it");
+	ns_forget(ns, li, 1);
+	is(ns_getattr(ns, li, &a), -ENOENT, "the kernel forgets the old inode: gone");
 	ns_unlink(ns, e, "l");
-	ok(ns_getattr(ns, li, &a) == 0 && !a.gone && a.size == 0, "an rm of an object nobody has open: the name's");
-	ns_forget(ns, li, 3);
+	ok(ns_getattr(ns, li2, &a) == 0 && !a.gone && a.size == 0, "an rm of an object nobody has open: the name's");
+	ok(!ns_create_key(ns, e, "l", 1, 0, 0, &a, &wr) && a.ino == li2,
+	   "written again with no file open on the last one: the same inode");
+	ns_flush(ns, wr, NS_CLOSE_LAST, NULL);
+	ns_release(ns, wr);
+	ns_forget(ns, li2, 2);
+
+	/* A mapping's read consumes it and its file stays open: that file no
+	 * longer asks for its attributes (count_read), and the kernel's
+	 * entry of the name is its inode, which a stat() uses. */
+	uint64_t mi = put3(ns, e, "m");
+	ok(ns_open(ns, mi, O_RDONLY, NULL, &r) == 0, "a reader opens an object");
+	ns_handle_mapped(ns, r);
+	ok(ns_read(ns, r, 0, 8, iov, &niov, 2) == 3, "... maps it and reads it whole (consumed)");
+	is(ns_open(ns, mi, O_RDONLY, NULL, &r2), -ESTALE,
+	   "an open through the name's inode meanwhile: ESTALE (the kernel looks it up again)");
+	is(ns_open(ns, mi, O_RDONLY | NS_OPEN_RETRY, NULL, &r2), -ENOENT,
+	   "... but not its second try: it opens the name as it is (empty; this one may not wait)");
+	ok(!ns_create_key(ns, e, "m", 1, 0, 0, &a, &wr) && a.ino != mi,
+	   "the name written again: a new inode");
+	is(ns_getattr(ns, mi, &a), -ESTALE, "the old one: ESTALE (a stat() looks the name up again)");
+	ns_write(ns, wr, "xy", 2, 0);
+	ns_flush(ns, wr, NS_CLOSE_LAST, NULL);
+	ns_release(ns, wr);
+	is(ns_open(ns, mi, O_RDONLY, NULL, &r2), -ESTALE, "an open through the old inode: ESTALE");
+	ok(ns_open(ns, mi, O_RDONLY | NS_OPEN_RETRY, NULL, &r2) == 0 &&
+	   ns_read(ns, r2, 0, 8, iov, &niov, 2) == 2 && !memcmp(iov[0].iov_base, "xy", 2),
+	   "... its second try: the name's object now");
+	ns_release(ns, r2);
+	ns_forget(ns, a.ino, 1);
+	ns_release(ns, r);
+	ns_forget(ns, mi, 2);
+
+	/* A reader that read it whole and closed nothing: no file maps it. */
+	mi = put3(ns, e, "p");
+	ok(ns_open(ns, mi, O_RDONLY, NULL, &r) == 0 && ns_read(ns, r, 0, 8, iov, &niov, 2) == 3,
+	   "a reader reads an object whole (consumed), its file open, not mapped");
+	ok(!ns_create_key(ns, e, "p", 1, 0, 0, &a, &wr) && a.ino == mi,
+	   "the name written again: the same inode (nothing to keep)");
+	ns_flush(ns, wr, NS_CLOSE_LAST, NULL);
+	ns_release(ns, wr);
+	ns_release(ns, r);
+	ns_forget(ns, mi, 3);
 }
 
 int main(void)
