@@ -42,7 +42,7 @@ def reader(path, mapper, out):
             if mapper:
                 m = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
                 first = m[:]
-                time.sleep(0.001)
+                time.sleep(0.001)       # not a wait: holds the mapping while the key moves on
                 m.madvise(mmap.MADV_DONTNEED)
                 if m[:] != first:
                     errs["the mapping changed"] = 1
