@@ -211,7 +211,7 @@ void node_maybe_free(struct ns *ns, struct node *n)
 		if (n->next)
 			n->next->prev = n->prev;
 		p->nchild--;
-		while (n->went)         /* (never: a mapping holds the kernel's inode) */
+		while (n->went)         /* joined under an ioctl's own lookup, now over */
 			went_leave(n->went);
 		free(n->left);
 		free(n->name);

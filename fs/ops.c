@@ -267,7 +267,6 @@ static int opens_to_create(struct fs *fs, pid_t tid, uint64_t ino)
  * second try that creates (op_create) takes the slot too; one that never
  * comes leaves it to go stale. */
 #define RETRY_US 20000u
-#define RETRY_SLOTS (sizeof(((struct fs *)0)->retrying) / sizeof(((struct fs *)0)->retrying[0]))
 
 static _Atomic uint64_t *retry_slot(struct fs *fs, pid_t tid)
 {

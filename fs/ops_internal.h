@@ -16,6 +16,8 @@
 #include "vfile.h"
 #include "view.h"
 
+#define RETRY_SLOTS 64          /* fs.retrying: threads whose open heard ESTALE */
+
 struct fs {
 	struct fuse_session *se;
 	struct ns *ns;
@@ -31,7 +33,7 @@ struct fs {
 	/* Threads whose open heard ESTALE (tid << 32 | when, about in us),
 	 * in a slot by thread: the kernel tries that open once more (ops.c's
 	 * retrying). */
-	_Atomic uint64_t retrying[64];
+	_Atomic uint64_t retrying[RETRY_SLOTS];
 	unsigned max_threads, spin_us;
 	int mounted;
 	dev_t dev;                      /* the mount's, for caller_holds_fd (0: unknown) */
