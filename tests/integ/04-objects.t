@@ -71,6 +71,26 @@ assert 'manyfd' not in os.listdir(M + '/s/t')
 os.close(dup)
 assert open(M + '/s/t/manyfd', 'rb').read() == b'many'")" "OK" \
 	"a dup found among 300 descriptors holds the publish until its own close"
+# a descriptor handed to a child process is the child's: the parent's
+# close publishes (it looks through its own descriptors only) and the
+# child's writes after it fail; closed after the child is done, the
+# object has both (README, "Publish")
+is "$(pyerr "
+import subprocess, sys
+child = [sys.executable, '-c', 'import os, sys; sys.stdin.read(1); os.write(1, b\"child\")']
+with open(M + '/s/t/kid', 'wb') as f:
+    f.write(b'head'); f.flush()
+    p = subprocess.Popen(child, stdin=subprocess.PIPE, stdout=f, stderr=subprocess.PIPE)
+p.stdin.write(b'g'); p.stdin.close()
+err = p.stderr.read(); p.wait()
+assert b'PermissionError' in err, err
+assert open(M + '/s/t/kid', 'rb').read() == b'head'
+with open(M + '/s/t/kid2', 'wb') as f:
+    f.write(b'head'); f.flush()
+    p = subprocess.Popen(child, stdin=subprocess.PIPE, stdout=f)
+    p.stdin.write(b'g'); p.stdin.close(); p.wait()
+assert open(M + '/s/t/kid2', 'rb').read() == b'headchild'")" "OK" \
+	"a child's copy of the writer's descriptor: the parent's close publishes, the child's writes after it fail with EACCES; closed after the child, both"
 
 # cp holds its source open while it closes the copy: a source whose path
 # ends as the key's (/saved/s/t/cp1 for s/t/cp1) is not a dup of the
