@@ -6,7 +6,7 @@
  * (STRANGERS_PER_HOST from one host) are in their handshake at once, the
  * oldest closed to make room (a real peer's handshake takes two round
  * trips, so a flood cannot starve it).  Only a peer that proved itself
- * gets a server thread (xport.c), so threads are bounded by the cluster,
+ * gets a server thread (xport_serve.c), so threads are bounded by the cluster,
  * never by strangers.
  */
 #define _GNU_SOURCE

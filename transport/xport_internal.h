@@ -1,12 +1,13 @@
-/* xport_internal.h - what xport.c, xport_dial.c, xport_accept.c and
- * xport_rdma.c share: the state of peers, connections and requests in
- * flight, and the few calls each makes into the others.
+/* xport_internal.h - what xport.c, xport_dial.c, xport_accept.c,
+ * xport_serve.c and xport_rdma.c share: the state of peers, connections
+ * and requests in flight, and the few calls each makes into the others.
  *
- * xport.c moves frames: requests, replies, pulls and their DATA, on both
- * sides of a connection.  xport_dial.c makes our connections (the client's
- * handshake, the dialers, the keeper's pings); xport_accept.c takes peers'
- * connections through the server's handshake; xport_rdma.c holds this
- * node's RDMA device for them, and lets it go and opens it again.
+ * xport.c moves frames: our requests, their replies, our pulls and their
+ * DATA.  xport_dial.c makes our connections (the client's handshake, the
+ * dialers, the keeper's pings); xport_accept.c takes peers' connections
+ * through the server's handshake; xport_serve.c serves the requests that
+ * come on them; xport_rdma.c holds this node's RDMA device for them, and
+ * lets it go and opens it again.
  *
  * Locks: x->lock guards the peers' state and the table of requests in
  * flight; no lock is held while bytes move, except a connection's send
@@ -206,6 +207,15 @@ struct xport_conn *conn_new(struct xport *x, int fd, int peer, int outgoing);
 void conn_put(struct xport_conn *c);            /* under x->lock */
 void conn_unref(struct xport *x, struct xport_conn *c);
 int conn_send(struct xport_conn *c, uint64_t reqid, const struct proto_msg *m);
+/* A frame of a header, a body and extra bytes, or held to go with the
+ * next (hold, in a thread that sends_bursts) */
+int conn_sendv(struct xport_conn *c, uint8_t type, uint64_t reqid, int hold,
+	       const uint8_t *body, size_t blen, const struct iovec *extra, int nextra);
+int conn_send_body(struct xport_conn *c, uint8_t type, uint64_t reqid,
+		   const uint8_t *body, int len);
+/* This thread calls xport_flush at the end of each burst of its work, so
+ * its frames may be held for the next. */
+void sends_bursts(void);
 int conn_recv(struct xport_conn *c, struct proto_hdr *h, struct proto_msg *m,
 	      int (*tick)(struct xport_conn *c));
 int send_ping_locked(struct xport_conn *c);
@@ -215,6 +225,8 @@ void pulls_resume(struct xport *x, int peer, struct xport_conn *c);
 void rejoin(struct xport *x, int i, const struct xport_conn *c, uint32_t need,
 	    const char *why);
 void *rx_thread(void *arg);             /* our connection's receiver */
+
+/* xport_serve.c: peers' connections, once through their handshake */
 void *server_thread(void *arg);         /* a peer's connection's server */
 
 /* xport_dial.c: our connections */
