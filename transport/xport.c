@@ -8,7 +8,7 @@
  * Threads: an acceptor, whose event loop also takes each new connection
  * through the handshake; one server thread per authenticated connection,
  * which reads its peer's requests in order, and beside it a sender of the
- * bytes of its pulls over TCP (xport_defer); one receiver
+ * bytes of its pulls over TCP (both xport_serve.c's); one receiver
  * thread per connection we made, which reads replies and DATA frames; a
  * keeper that pings and reconnects.  So threads are bounded by the cluster, never by
  * strangers (xport_accept.c).  A peer has one connection to us: its newer
