@@ -242,6 +242,10 @@ struct node *node_child(struct ns *ns, struct node *p, const char *name);
  * (<base>.rank<i>of<S>), by the base index: the edge is not walked. */
 void node_foreach_shard(struct ns *ns, struct node *edge, const char *base,
 			void (*fn)(struct node *k, void *arg), void *arg);
+/* Keys that are views of each other (<base>, <base>.rank<i>of<N>) share
+ * base_hash (their edge's index, ns->bybase) and same_base. */
+uint64_t base_hash(uint64_t parent, const char *name);
+int same_base(const char *a, const char *b);
 /* A ring of the keys whose stem is that of name (NULL if none). */
 struct node *node_stem_ring(struct ns *ns, const char *name);
 int node_resolve(struct ns *ns, struct node *p, const char *name,
@@ -294,22 +298,43 @@ struct ns_handle *handle_new(struct ns *ns, struct object *o, int write);
 /* No fstat() can come through h (a peer's pull, a view's source, a reader
  * whose complete read was counted): its object's opens stop counting it. */
 void handle_unseen(struct ns_handle *h);
+/* h reads for a view, not for a file of the kernel's. */
+void handle_source(struct ns_handle *h);
 /* Reader h has had [off, end): a complete read counts at once. */
 void read_seen(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t end);
 /* Frees h (no reads counted, no writer's publish); a streamed reader's
  * owner and lease, for the owner to be told the lease is over. */
 void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease);
 
+/* Waiters whose object failed or went are told, or ask the peers again. */
+void waiters_reask(struct ns *ns, struct object *o, int refused, struct ns_wakes *wl);
+/* Drops the lock and delivers queued events. */
+void ns_unlock(struct ns *ns);
+
+/* ----------------------------------------------------------- ns_wait.c */
+
+/* Queues open w on key n until it is published or (fetch) until a remote
+ * object's first bytes are here: -EINPROGRESS, or -ENOENT where it may
+ * not wait, -ENOMEM, -EINTR. */
+int waiter_queue(struct ns *ns, struct node *n, struct ns_waiter *w, int fetch, int flags);
+/* Takes w out of its key's queue, the id table and the deadline heap. */
+void waiter_dequeue(struct ns *ns, struct ns_waiter *w);
+/* A reader's open of key's streamed object: its window's first pull
+ * answers it, or it waits for room until *deadline (NULL: a first wait,
+ * the edge's wait_ms).  -EINPROGRESS or -errno. */
+int window_open(struct ns *ns, struct node *key, struct ns_waiter *w, int flags,
+		const uint64_t *deadline, struct ns_wakes *wl);
 /* Waking waiters: queued under the lock, answered by ns_wake() after it
- * is dropped.  ns_unlock() drops it and delivers queued events. */
+ * is dropped. */
 void wake_push(struct ns_wakes *wl, struct ns_waiter *w, int err, struct ns_handle *h);
 void wake_key(struct ns *ns, struct node *key, int err, struct ns_wakes *wl);
 void waiters_peer_lost(struct ns *ns);
 void wake_readers(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_sources(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_views(struct ns *ns, struct node *k, struct ns_wakes *wl);
-void waiters_reask(struct ns *ns, struct object *o, int refused, struct ns_wakes *wl);
-void ns_unlock(struct ns *ns);
+/* The deadline thread (ns_init starts it): ends waits at their deadline,
+ * retries opens waiting for a window, expires objects, sweeps lost keys. */
+void *deadline_thread(void *arg);
 
 /* ----------------------------------------------------------- ns_hash.c */
 
@@ -325,7 +350,7 @@ int obj_hash(struct ns *ns, struct object *o, uint64_t *h);     /* unlocked */
 /* How long an open of a known remote object waits for its fetch on an
  * edge whose opens do not wait (wait_ms 0), and how often a waiter whose
  * time ran out while its published object's bytes still come looks again
- * (ns.c, waiter_fetching). */
+ * (ns_wait.c, waiter_fetching). */
 #define FETCH_WAIT_MS 10000
 
 struct fetch_start {
@@ -358,12 +383,12 @@ int obj_streamed(const struct object *o);
 int stream_wanted(const struct ns_handle *h);
 /* A reader's handle on streamed o and its window, for the open w, which
  * the window's first pull answers: -EINPROGRESS (ns_wake(wl) pumps it),
- * or -errno (-ENOMEM; -ENOSPC, no room for a window: ns.c's window_open
+ * or -errno (-ENOMEM; -ENOSPC, no room for a window: ns_wait.c's window_open
  * waits for some). */
 int stream_open(struct ns *ns, struct object *o, struct ns_waiter *w, struct ns_wakes *wl);
 /* A reader's open of o is refused ENOSPC: counted, and said in the log. */
 void stream_refused(struct ns *ns, const struct object *o);
-/* Pool room or a window came back (ns.c): opens waiting for a window try
+/* Pool room or a window came back (ns_wait.c): opens waiting for a window try
  * again. */
 void window_room(struct ns *ns);
 void stream_pump_all(struct ns *ns, struct stream *list);       /* unlocked: ns_wake's */

@@ -10,7 +10,7 @@
  * all in use, waiting for readers elsewhere that a read here must not wait
  * for), up to a quarter of the pool's size in all (OUTSIDE_SHARE), so that
  * the pool's size bounds what its streams take beside it too (past that an
- * open waits for one: ns.c's window_open).  Each slot pulls one aligned
+ * open waits for one: ns_wait.c's window_open).  Each slot pulls one aligned
  * piece ahead of the reader, its bytes are received straight into it and
  * stay in cache until the read hands them on, and a slot the reader has
  * left behind pulls the next piece.  Nothing of the object stays here
