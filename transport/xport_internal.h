@@ -1,13 +1,15 @@
-/* xport_internal.h - what xport.c, xport_dial.c, xport_accept.c,
- * xport_serve.c and xport_rdma.c share: the state of peers, connections
- * and requests in flight, and the few calls each makes into the others.
+/* xport_internal.h - what xport.c, xport_pull.c, xport_dial.c,
+ * xport_accept.c, xport_serve.c and xport_rdma.c share: the state of
+ * peers, connections and requests in flight, and the few calls each makes
+ * into the others.
  *
- * xport.c moves frames: our requests, their replies, our pulls and their
- * DATA.  xport_dial.c makes our connections (the client's handshake, the
- * dialers, the keeper's pings); xport_accept.c takes peers' connections
- * through the server's handshake; xport_serve.c serves the requests that
- * come on them; xport_rdma.c holds this node's RDMA device for them, and
- * lets it go and opens it again.
+ * xport.c moves frames: our requests, their replies, and the DATA of our
+ * pulls; xport_pull.c starts those pulls, by RDMA or over TCP, and takes
+ * them on after a fault.  xport_dial.c makes our connections (the
+ * client's handshake, the dialers, the keeper's pings); xport_accept.c
+ * takes peers' connections through the server's handshake; xport_serve.c
+ * serves the requests that come on them; xport_rdma.c holds this node's
+ * RDMA device for them, and lets it go and opens it again.
  *
  * Locks: x->lock guards the peers' state and the table of requests in
  * flight; no lock is held while bytes move, except a connection's send
@@ -220,11 +222,24 @@ int conn_recv(struct xport_conn *c, struct proto_hdr *h, struct proto_msg *m,
 	      int (*tick)(struct xport_conn *c));
 int send_ping_locked(struct xport_conn *c);
 void pending_fail(struct xport *x, int peer, int keep_pulls);
-/* The pulls of peer that its last connection left, asked for on c. */
-void pulls_resume(struct xport *x, int peer, struct xport_conn *c);
+/* The table of requests in flight, under x->lock: p in it if c is still
+ * its peer's connection (1), or out of it. */
+int pending_link(struct xport *x, struct xport_conn *c, struct pending *p);
+void pending_del(struct xport *x, struct pending *p);
+/* p linked on *c, or on the peer's next connection if *c went meanwhile
+ * (*c is then that one).  Unlocked; 1 if linked. */
+int link_on(struct xport *x, struct xport_conn **c, struct pending *p);
+/* A pull off the table: its owner hears its end, once. */
+void pull_told(struct pending *p, int err);
 void rejoin(struct xport *x, int i, const struct xport_conn *c, uint32_t need,
 	    const char *why);
 void *rx_thread(void *arg);             /* our connection's receiver */
+
+/* xport_pull.c: our pulls */
+/* The pulls of peer that its last connection left, asked for on c. */
+void pulls_resume(struct xport *x, int peer, struct xport_conn *c);
+/* xport_buf_alloc's buffers that their owners left, at the end. */
+void xbufs_free(struct xport *x);
 
 /* xport_serve.c: peers' connections, once through their handshake */
 void *server_thread(void *arg);         /* a peer's connection's server */
