@@ -1,4 +1,23 @@
-/* cluster.c - ns across nodes, over the peers of xport. */
+/* cluster.c - ns across nodes, over the peers of xport (cluster.h says
+ * what it offers).  In this order:
+ *
+ *   ns hooks   what ns tells the cluster: a publish announced and an
+ *              object of ours gone, a claim where an edge's claims meet,
+ *              a removal or a complete read told to the owner, a fetch or
+ *              a stream's window pulled, a key asked for again;
+ *   views      the pulls of a view's pieces from their owners, each
+ *              owner's lease held until the view is done;
+ *   serving    a peer's requests (lookups, listings, claims, pulls,
+ *              removals), on its connection's server thread (xport);
+ *   peers      a peer up: told again what it should know of ours; down:
+ *              its objects leave our listings;
+ *   asking     our questions (a key, an edge's listing, EXISTS), what is
+ *              owed to a peer that was down (in memory, and in state_dir's
+ *              log for a restart), cleanup, and the relist thread, which
+ *              lists again what a peer that came up owns on our stages'
+ *              edges, and asks again for the keys readers here wait for;
+ *   lifecycle
+ */
 #define _GNU_SOURCE
 #include "cluster.h"
 
