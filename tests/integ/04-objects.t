@@ -167,6 +167,9 @@ is "$(pyerr "os.setxattr(M + '/s/t/r3', 'user.omni.size', b'3')")" "EACCES" "oth
 is "$(pyerr "os.setxattr(M + '/s/t/r3', 'user.other', b'3')")" "ENOTSUP" "foreign attributes are not kept"
 echo r >&6; exec 6>&-
 is "$(pyerr "os.setxattr(M + '/s/t/r3', 'user.omni.readers', b'5')")" "EACCES" "readers after publish: EACCES"
+is "$(pyerr "os.removexattr(M + '/s/t/r3', 'user.omni.readers')")" "EACCES" "omni attributes cannot be removed"
+is "$(pyerr "os.removexattr(M + '/s/t/r3', 'user.other')")" "ENOTSUP" "nor foreign ones, none being kept"
+ok "setfattr -x fails too" sh -c "! setfattr -x user.omni.readers '$E/r3' 2>/dev/null"
 for i in 1 2; do cat "$E/r3" >/dev/null; done
 is "$(xattr reads "$E/r3")" "2" "two complete reads counted"
 cat "$E/r3" >/dev/null

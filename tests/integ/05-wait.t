@@ -18,6 +18,45 @@ wait "$r"; is "$?" "0" "the reader exits 0"
 is "$(cat "$T/k1.out")" "hello" "and read every byte"
 is "$(waiters)" "0" "no waiters left"
 
+# openat2(2) keeps its flags in the caller's memory (struct open_how), not
+# in a register as open(2) and openat(2) do: a reader that waits and a
+# writer that creates are told apart through it all the same.
+cat >"$T/oa2.py" <<'PYEOF'
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class How(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+def openat2(path, flags):
+    how = How(flags, 0o644 if flags & os.O_CREAT else 0, 0)      # else EINVAL
+    fd = libc.syscall(ctypes.c_long(437), ctypes.c_long(-100), path.encode(),    # SYS_openat2, AT_FDCWD
+                      ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "openat2", path)
+    return fd
+path, how = sys.argv[1], sys.argv[2]
+try:
+    if how == "read":
+        fd = openat2(path, os.O_RDONLY)
+        sys.stdout.write(os.read(fd, 100).decode())
+    else:
+        fd = openat2(path, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if how == "excl" else 0))
+        os.write(fd, b"via openat2")
+    os.close(fd)
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))
+PYEOF
+$PY "$T/oa2.py" "$M/p/q/oa2" read >"$T/oa2.out" 2>&1 &
+r=$!
+ok "openat2: a reader waits for a key not yet written" wait_until 5 waiting 1
+is "$(timeout 5 $PY "$T/oa2.py" "$M/p/q/oa2" create)" "" "openat2: a writer's O_CREAT creates it at once"
+ok "and its publish answers the waiting reader" wait_until 5 all_gone $r
+is "$(cat "$T/oa2.out")" "via openat2" "which read every byte"
+is "$(timeout 5 $PY "$T/oa2.py" "$M/p/q/oa2" excl)" "" "openat2: O_EXCL of the key its read consumed creates it"
+is "$(timeout 5 $PY "$T/oa2.py" "$M/p/q/oa2" excl)" "EEXIST" "and again, now that it is published: EEXIST"
+rm -f "$M/p/q/oa2"
+is "$(waiters)" "0" "no waiters left"
+
 t0=$(date +%s%N)
 is "$(pyerr "open(M + '/fast/x/never', 'rb')")" "ENOENT" "wait_ms runs out: ENOENT"
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
