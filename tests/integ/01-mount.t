@@ -126,6 +126,19 @@ ok "... saying it took the dead mount away" \
 ok "... and serves, mounted once" sh -c "echo two > '$T/k/a/b/c' && [ \"\$(cat '$T/k/a/b/c')\" = two ] &&
 	[ \$(grep -c ' $T/k ' /proc/mounts) = 1 ]"
 fusermount3 -u "$T/k"
+# The same with a slash at the end of the mount point: realpath then looks
+# at the dead mount itself, and its ENOTCONN must not stop the new daemon.
+start_node k pool=host:16M
+kill -9 "${NODE_PID[k]}"
+wait "${NODE_PID[k]}" 2>/dev/null
+unset "NODE_PID[k]"
+"$B/omnifs" -o pool=host:16M "$T/k/" 2>"$T/k.err"
+is "$?" 0 "a mount point written with a / at its end, over a dead mount: mounts"
+ok "... saying it took the dead mount away" \
+   grep -qx "omnifs: $T/k held the mount of an omnifs daemon that is gone (killed?); unmounted it" "$T/k.err"
+ok "... and serves, mounted once" sh -c "echo three > '$T/k/a/b/c' && [ \"\$(cat '$T/k/a/b/c')\" = three ] &&
+	[ \$(grep -c ' $T/k ' /proc/mounts) = 1 ]"
+fusermount3 -u "$T/k"
 mkdir -p "$T/other"
 "$B/bench/ceilingfs" "$T/other" 16 >/dev/null 2>&1 &
 other=$!
