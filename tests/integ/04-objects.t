@@ -130,6 +130,10 @@ now=$(date +%s%N)
 pub=$(xattr published_ns "$E/big")
 ok "user.omni.published_ns is recent wall-clock ns" test $((now - pub)) -ge 0 -a $((now - pub)) -lt 60000000000
 ok "getfattr -d lists them all" sh -c "getfattr --absolute-names -d '$E/big' | grep -c user.omni | grep -qx 7"
+exec 6>"$E/unset"
+is "$(xattr readers "$E/unset")" "1" "user.omni.readers while written and never set: the edge's (1)"
+exec 6>&-
+is "$(getfattr --absolute-names -d "$E" 2>&1; echo "exit $?")" "exit 0" "a directory has no attributes: getfattr -d lists none"
 if $SYSPY -c "import xxhash" 2>/dev/null; then
 	xxh() { $SYSPY -c "import sys, xxhash; print(xxhash.xxh3_64_hexdigest(open(sys.argv[1],'rb').read()))" "$1"; }
 	is "$(xattr xxh3 "$E/big")" "$(xxh "$T/rand")" "xxh3 matches an independent hash"
