@@ -19,6 +19,7 @@ edges:
   "0->1": { readers: 2 }
   "0->9": { readers: 0 }
   "0->8": { readers: 1 }
+  "0->4": { wait_ms: 0 }
 EOF
 sed "s|secret_file: .*|secret_file: $T/wrong|" "$T/omni.yaml" >"$T/wrong.yaml"
 
@@ -117,6 +118,14 @@ ok "b, told of one key by a and by c, lives on" kill -0 "${NODE_PID[b]}"
 ok "... and serves one of them whole" grep -qx "from[AC]" "$T/b/0/1/dup"
 rm -f "$T/a/0/1/dup" "$T/c/0/1/dup"
 ok "... and the key leaves b with both" wait_until 5 gone_on b 0/1/dup
+
+# --- an edge whose opens do not wait -----------------------------------------
+# Its opens (wait_ms 0) still wait for the bytes of a key published
+# elsewhere (the fetch's own bound, SPEC §9): only a key published nowhere
+# is ENOENT at once.
+cp "$T/r3" "$T/a/0/4/k0"
+ok "wait_ms 0: b reads a's 3 MiB object all the same" cmp "$T/r3" "$T/b/0/4/k0"
+is "$(M=$T/b pyerr "open(M + '/0/4/none', 'rb')")" "ENOENT" "... and a key published nowhere is ENOENT at once"
 
 # --- waiting opens answered by a remote publish ----------------------------
 $PY -c "import sys; sys.stdout.write(open('$T/b/0/1/w1').read())" >"$T/w1.b" 2>&1 &
