@@ -108,6 +108,12 @@ ok "a state_dir that cannot be made refused" refused "config=$T/two.yaml,node=a,
 
 "$B/omnifs" "$T/nonexistent-dir" >"$T/err" 2>&1
 is "$?" "2" "missing mount point: exit 2"
+is "$("$B/omnifs" 2>&1; echo "exit $?")" "omnifs: no mount point (try omnifs -h)
+exit 2" "no mount point given: one line, exit 2"
+mkdir -p "$T/m2"
+is "$("$B/omnifs" "$T/m" "$T/m2" 2>&1; echo "exit $?")" "omnifs: unexpected argument '$T/m2'
+exit 2" "two mount points: the second named, exit 2"
+ok "... and nothing mounted" sh -c "! grep -q ' $T/m' /proc/mounts"
 "$B/omnifs" -h >"$T/out" 2>&1
 ok "-h prints usage" grep -q "usage: omnifs" "$T/out"
 ok "-V prints the version" sh -c "'$B/omnifs' -V | grep -q '^omnifs [0-9]'"
