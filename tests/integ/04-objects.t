@@ -134,6 +134,28 @@ exec 6>"$E/unset"
 is "$(xattr readers "$E/unset")" "1" "user.omni.readers while written and never set: the edge's (1)"
 exec 6>&-
 is "$(getfattr --absolute-names -d "$E" 2>&1; echo "exit $?")" "exit 0" "a directory has no attributes: getfattr -d lists none"
+# Requests an object cannot honour are refused, and change nothing.
+cat >"$T/libc.py" <<'PYEOF'
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(rc):
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return rc
+PYEOF
+is "$(pyerr "exec(open('$T/libc.py').read())
+fd = os.open(M + '/s/t/fa', os.O_WRONLY | os.O_CREAT)
+os.write(fd, b'abc')
+try:
+    call(libc.fallocate(fd, 1, ctypes.c_long(0), ctypes.c_long(1 << 20)))   # FALLOC_FL_KEEP_SIZE
+finally:
+    os.close(fd)")" "ENOTSUP" "fallocate keeping the size (or punching a hole): EOPNOTSUPP"
+is "$(pyerr "os.rmdir(M + '/s/t/fa')")" "ENOTDIR" "rmdir of an object: ENOTDIR"
+is "$(pyerr "exec(open('$T/libc.py').read())
+call(libc.getxattr((M + '/s/t/fa').encode(), b'user.omni.xxh3', ctypes.create_string_buffer(4), 4))")" \
+   "ERANGE" "getxattr into a buffer too small for the value: ERANGE"
+is "$(cat "$E/fa")" "abc" "... and the object is as written"
 if $SYSPY -c "import xxhash" 2>/dev/null; then
 	xxh() { $SYSPY -c "import sys, xxhash; print(xxhash.xxh3_64_hexdigest(open(sys.argv[1],'rb').read()))" "$1"; }
 	is "$(xattr xxh3 "$E/big")" "$(xxh "$T/rand")" "xxh3 matches an independent hash"
