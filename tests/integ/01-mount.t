@@ -114,31 +114,27 @@ is "$("$B/omnifs" -o pool=host:16M "$T/k" 2>&1; echo "exit $?")" \
    "omnifs: mount point '$T/k': omnifs is mounted there already (fusermount3 -u $T/k to replace it)
 exit 2" "a second daemon on a live mount: refused, in one line"
 ok "... and the first still serves" sh -c "echo one > '$T/k/a/b/c' && [ \"\$(cat '$T/k/a/b/c')\" = one ]"
-kill -9 "${NODE_PID[k]}"
-wait "${NODE_PID[k]}" 2>/dev/null
-unset "NODE_PID[k]"
+kill_k() { kill -9 "${NODE_PID[k]}"; wait "${NODE_PID[k]}" 2>/dev/null; unset "NODE_PID[k]"; }
+kill_k
 is "$(stat -f -c %T "$T/k" 2>&1)" "stat: cannot read file system information for '$T/k': Transport endpoint is not connected" \
    "a daemon killed by SIGKILL leaves its mount dead"
-"$B/omnifs" -o pool=host:16M "$T/k" 2>"$T/k.err"
-is "$?" 0 "a new daemon there mounts"
-ok "... saying it took the dead mount away" \
-   grep -qx "omnifs: $T/k held the mount of an omnifs daemon that is gone (killed?); unmounted it" "$T/k.err"
-ok "... and serves, mounted once" sh -c "echo two > '$T/k/a/b/c' && [ \"\$(cat '$T/k/a/b/c')\" = two ] &&
-	[ \$(grep -c ' $T/k ' /proc/mounts) = 1 ]"
-fusermount3 -u "$T/k"
+# remount_k MOUNTPOINT WORD WHAT: a new daemon at MOUNTPOINT ($T/k, however
+# written) over k's dead mount takes it away, says so, and serves WORD.
+remount_k() {
+	"$B/omnifs" -o pool=host:16M "$1" 2>"$T/k.err"
+	is "$?" 0 "$3"
+	ok "... saying it took the dead mount away" \
+	   grep -qx "omnifs: $T/k held the mount of an omnifs daemon that is gone (killed?); unmounted it" "$T/k.err"
+	ok "... and serves, mounted once" sh -c "echo $2 > '$T/k/a/b/c' && [ \"\$(cat '$T/k/a/b/c')\" = $2 ] &&
+		[ \$(grep -c ' $T/k ' /proc/mounts) = 1 ]"
+	fusermount3 -u "$T/k"
+}
+remount_k "$T/k" two "a new daemon there mounts"
 # The same with a slash at the end of the mount point: realpath then looks
 # at the dead mount itself, and its ENOTCONN must not stop the new daemon.
 start_node k pool=host:16M
-kill -9 "${NODE_PID[k]}"
-wait "${NODE_PID[k]}" 2>/dev/null
-unset "NODE_PID[k]"
-"$B/omnifs" -o pool=host:16M "$T/k/" 2>"$T/k.err"
-is "$?" 0 "a mount point written with a / at its end, over a dead mount: mounts"
-ok "... saying it took the dead mount away" \
-   grep -qx "omnifs: $T/k held the mount of an omnifs daemon that is gone (killed?); unmounted it" "$T/k.err"
-ok "... and serves, mounted once" sh -c "echo three > '$T/k/a/b/c' && [ \"\$(cat '$T/k/a/b/c')\" = three ] &&
-	[ \$(grep -c ' $T/k ' /proc/mounts) = 1 ]"
-fusermount3 -u "$T/k"
+kill_k
+remount_k "$T/k/" three "a mount point written with a / at its end, over a dead mount: mounts"
 mkdir -p "$T/other"
 "$B/bench/ceilingfs" "$T/other" 16 >/dev/null 2>&1 &
 other=$!
