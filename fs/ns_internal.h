@@ -306,7 +306,8 @@ void read_seen(struct ns *ns, struct ns_handle *h, uint64_t off, uint64_t end);
  * owner and lease, for the owner to be told the lease is over. */
 void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease);
 
-/* Waiters whose object failed or went are told, or ask the peers again. */
+/* o left its key while opens wait there, or (refused) a peer's object of
+ * its name was refused for it: the peers are asked for theirs (wl). */
 void waiters_reask(struct ns *ns, struct object *o, int refused, struct ns_wakes *wl);
 /* Drops the lock and delivers queued events. */
 void ns_unlock(struct ns *ns);
@@ -332,7 +333,7 @@ void waiters_peer_lost(struct ns *ns);
 void wake_readers(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_sources(struct ns *ns, struct node *key, struct ns_wakes *wl);
 void wake_views(struct ns *ns, struct node *k, struct ns_wakes *wl);
-/* The deadline thread (ns_init starts it): ends waits at their deadline,
+/* The deadline thread (ns_start starts it): ends waits at their deadline,
  * retries opens waiting for a window, expires objects, sweeps lost keys. */
 void *deadline_thread(void *arg);
 
@@ -383,13 +384,13 @@ int obj_streamed(const struct object *o);
 int stream_wanted(const struct ns_handle *h);
 /* A reader's handle on streamed o and its window, for the open w, which
  * the window's first pull answers: -EINPROGRESS (ns_wake(wl) pumps it),
- * or -errno (-ENOMEM; -ENOSPC, no room for a window: ns_wait.c's window_open
- * waits for some). */
+ * or -errno (-ENOMEM; -ENOSPC, no room for a window: window_open, in
+ * ns_wait.c, waits for some). */
 int stream_open(struct ns *ns, struct object *o, struct ns_waiter *w, struct ns_wakes *wl);
 /* A reader's open of o is refused ENOSPC: counted, and said in the log. */
 void stream_refused(struct ns *ns, const struct object *o);
-/* Pool room or a window came back (ns_wait.c): opens waiting for a window try
- * again. */
+/* Pool room or a window came back: opens waiting for a window try again
+ * (ns_wait.c). */
 void window_room(struct ns *ns);
 void stream_pump_all(struct ns *ns, struct stream *list);       /* unlocked: ns_wake's */
 /* Waits for its turn and for [off, off+len) (len > 0, clipped to a slot)
