@@ -125,7 +125,10 @@ ok "... and the key leaves b with both" wait_until 5 gone_on b 0/1/dup
 # is ENOENT at once.
 cp "$T/r3" "$T/a/0/4/k0"
 ok "wait_ms 0: b reads a's 3 MiB object all the same" cmp "$T/r3" "$T/b/0/4/k0"
-is "$(M=$T/b pyerr "open(M + '/0/4/none', 'rb')")" "ENOENT" "... and a key published nowhere is ENOENT at once"
+t0=$(date +%s%N)
+is "$(M=$T/b pyerr "open(M + '/0/4/none', 'rb')")" "ENOENT" "... and a key published nowhere is ENOENT"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+ok "... at once, not after the cluster's 8 s wait_ms (took $ms ms)" test "$ms" -lt 2000
 
 # --- waiting opens answered by a remote publish ----------------------------
 $PY -c "import sys; sys.stdout.write(open('$T/b/0/1/w1').read())" >"$T/w1.b" 2>&1 &
