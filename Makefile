@@ -61,7 +61,7 @@ LIB_SRCS := $(KV_SRCS) transport/pool.c transport/gpu.c transport/xxh3sum.c tran
             transport/xport_accept.c transport/xport_pull.c transport/xport_serve.c transport/xport_rdma.c transport/rdma.c transport/rdma_read.c \
             transport/rdma_grant.c fs/cluster.c fs/lease.c fs/owedlog.c \
             fs/names.c fs/ended.c fs/htab.c fs/subs.c fs/timerq.c fs/rangeset.c fs/stats.c \
-            fs/ns.c fs/ns_wait.c fs/ns_direct.c fs/ns_hash.c fs/ns_remote.c fs/ns_stream.c fs/ns_xattr.c fs/view.c fs/caller.c fs/callwait.c fs/vfile.c fs/loop.c fs/kinit.c fs/ops.c \
+            fs/ns.c fs/ns_io.c fs/ns_wait.c fs/ns_direct.c fs/ns_hash.c fs/ns_remote.c fs/ns_stream.c fs/ns_xattr.c fs/view.c fs/caller.c fs/callwait.c fs/vfile.c fs/loop.c fs/kinit.c fs/ops.c \
             fs/ops_ioctl.c mount/conf.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT     := $(patsubst tests/unit/%.c,$(BUILD)/t/%.t,$(wildcard tests/unit/*.c))

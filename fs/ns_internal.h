@@ -265,6 +265,9 @@ void obj_detach(struct ns *ns, struct object *o, enum stat_id why);  /* keeps o'
  * hold a newline: the line must stay one); o must be on its key. */
 const char *obj_path_esc(const struct object *o, char out[static NAME_ESC_MAX]);
 void obj_remove(struct ns *ns, struct object *o);       /* the kernel's rm */
+/* o, never published, goes: its writer failed or was killed, or another
+ * node's object took its name. */
+void obj_abort(struct ns *ns, struct object *o);
 int obj_reserve(struct ns *ns, struct object *o, uint64_t end);
 /* 0 if h may still add bytes to its object; -EBADF (a reader's), -ENOENT
  * (removed meanwhile) or -EACCES (published).  Called locked. */
@@ -309,6 +312,14 @@ void handle_drop(struct ns *ns, struct ns_handle *h, int *owner, uint64_t *lease
 /* o left its key while opens wait there, or (refused) a peer's object of
  * its name was refused for it: the peers are asked for theirs (wl). */
 void waiters_reask(struct ns *ns, struct object *o, int refused, struct ns_wakes *wl);
+/* News for the peers (hooks): an event about o, not queued yet (ev_new,
+ * NULL if no hook wants it or out of memory); queued, to be delivered in
+ * order once the lock is dropped (ev_push, ev_queue: both of NULL is
+ * NULL); one never queued, freed (ev_free). */
+struct ns_event *ev_new(struct ns *ns, int type, struct object *o);
+struct ns_event *ev_push(struct ns *ns, struct ns_event *e);
+struct ns_event *ev_queue(struct ns *ns, int type, struct object *o);
+void ev_free(struct ns *ns, struct ns_event *e);
 /* Drops the lock and delivers queued events. */
 void ns_unlock(struct ns *ns);
 
