@@ -59,7 +59,7 @@ KV_OBJS  := $(KV_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_SRCS := $(KV_SRCS) transport/pool.c transport/gpu.c transport/xxh3sum.c transport/rdma_probe.c transport/proto.c \
             transport/auth.c transport/xport.c transport/xport_dial.c \
             transport/xport_accept.c transport/xport_pull.c transport/xport_serve.c transport/xport_rdma.c transport/rdma.c transport/rdma_read.c \
-            transport/rdma_grant.c fs/cluster.c fs/lease.c fs/owedlog.c \
+            transport/rdma_grant.c fs/cluster.c fs/cluster_serve.c fs/lease.c fs/owedlog.c \
             fs/names.c fs/ended.c fs/htab.c fs/subs.c fs/timerq.c fs/rangeset.c fs/stats.c \
             fs/ns.c fs/ns_io.c fs/ns_wait.c fs/ns_direct.c fs/ns_hash.c fs/ns_remote.c fs/ns_stream.c fs/ns_xattr.c fs/view.c fs/caller.c fs/callwait.c fs/vfile.c fs/loop.c fs/kinit.c fs/ops.c \
             fs/ops_ioctl.c mount/conf.c
