@@ -197,31 +197,43 @@ static void put_listing(struct wr *w, const struct proto_msg *m)
 	}
 }
 
+/* HELLO, CHALLENGE, AUTH and WELCOME: a connection's first frames. */
+static void put_handshake(struct wr *w, const struct proto_msg *m)
+{
+	switch (m->type) {
+	case PT_HELLO:
+		put_le(w, m->u.hello.version, 2);
+		put_le(w, m->u.hello.caps, 4);
+		put(w, m->u.hello.nonce, PROTO_NONCE);
+		put_str(w, m->u.hello.name, 1);
+		break;
+	case PT_CHALLENGE:
+		put_le(w, m->u.challenge.version, 2);
+		put(w, m->u.challenge.nonce, PROTO_NONCE);
+		break;
+	case PT_AUTH:
+		put(w, m->u.auth.mac, PROTO_MAC);
+		break;
+	case PT_WELCOME:
+		put_le(w, m->u.welcome.caps, 4);
+		put(w, m->u.welcome.mac, PROTO_MAC);
+		put_str(w, m->u.welcome.name, 1);
+		put_le(w, m->u.welcome.rdma_port, 2);
+		put(w, m->u.welcome.token, PROTO_TOKEN);
+		put_le(w, m->u.welcome.digest, 8);
+		break;
+	default:
+		break;
+	}
+}
+
 int proto_encode(const struct proto_msg *m, uint8_t *buf, size_t cap)
 {
 	struct wr w = { buf, 0, cap, 0 };
 
 	switch (m->type) {
-	case PT_HELLO:
-		put_le(&w, m->u.hello.version, 2);
-		put_le(&w, m->u.hello.caps, 4);
-		put(&w, m->u.hello.nonce, PROTO_NONCE);
-		put_str(&w, m->u.hello.name, 1);
-		break;
-	case PT_CHALLENGE:
-		put_le(&w, m->u.challenge.version, 2);
-		put(&w, m->u.challenge.nonce, PROTO_NONCE);
-		break;
-	case PT_AUTH:
-		put(&w, m->u.auth.mac, PROTO_MAC);
-		break;
-	case PT_WELCOME:
-		put_le(&w, m->u.welcome.caps, 4);
-		put(&w, m->u.welcome.mac, PROTO_MAC);
-		put_str(&w, m->u.welcome.name, 1);
-		put_le(&w, m->u.welcome.rdma_port, 2);
-		put(&w, m->u.welcome.token, PROTO_TOKEN);
-		put_le(&w, m->u.welcome.digest, 8);
+	case PT_HELLO: case PT_CHALLENGE: case PT_AUTH: case PT_WELCOME:
+		put_handshake(&w, m);
 		break;
 	case PT_PING: case PT_PONG: case PT_REDIAL:
 		break;
@@ -411,6 +423,78 @@ int proto_encode_granted(uint64_t size, uint64_t ready, uint64_t first, const ui
 	return w.err ? -EMSGSIZE : (int)w.len;
 }
 
+/* HELLO, CHALLENGE, AUTH and WELCOME: a connection's first frames. */
+static void get_handshake(struct rd *r, struct proto_msg *m)
+{
+	switch (m->type) {
+	case PT_HELLO:
+		m->u.hello.version = (uint16_t)get_le(r, 2);
+		m->u.hello.caps = (uint32_t)get_le(r, 4);
+		get_bytes(r, m->u.hello.nonce, PROTO_NONCE);
+		get_str(r, m->u.hello.name, PROTO_NAME_MAX, 1, 0);
+		break;
+	case PT_CHALLENGE:
+		m->u.challenge.version = (uint16_t)get_le(r, 2);
+		get_bytes(r, m->u.challenge.nonce, PROTO_NONCE);
+		break;
+	case PT_AUTH:
+		get_bytes(r, m->u.auth.mac, PROTO_MAC);
+		break;
+	case PT_WELCOME:
+		m->u.welcome.caps = (uint32_t)get_le(r, 4);
+		get_bytes(r, m->u.welcome.mac, PROTO_MAC);
+		get_str(r, m->u.welcome.name, PROTO_NAME_MAX, 1, 0);
+		m->u.welcome.rdma_port = (uint16_t)get_le(r, 2);
+		get_bytes(r, m->u.welcome.token, PROTO_TOKEN);
+		m->u.welcome.digest = get_le(r, 8);
+		break;
+	default:
+		break;
+	}
+}
+
+/* A read that delivered oid whole (of 0), or its pieces [first, first+n)
+ * of of (heads of a KV payload). */
+static void get_consumed(struct rd *r, struct proto_msg *m)
+{
+	m->u.consumed.oid = get_le(r, 8);
+	m->u.consumed.first = (uint32_t)get_le(r, 4);
+	m->u.consumed.n = (uint32_t)get_le(r, 4);
+	m->u.consumed.of = (uint32_t)get_le(r, 4);
+	m->u.consumed.rid = get_le(r, 8);
+	if (m->u.consumed.of && (m->u.consumed.first >= m->u.consumed.of ||
+				 m->u.consumed.n > m->u.consumed.of - m->u.consumed.first))
+		r->err = 1;
+}
+
+static void get_pull(struct rd *r, struct proto_msg *m)
+{
+	m->u.pull.oid = get_le(r, 8);
+	m->u.pull.off = get_le(r, 8);
+	m->u.pull.len = get_le(r, 8);
+	m->u.pull.stride = get_le(r, 8);
+	m->u.pull.count = (uint32_t)get_le(r, 4);
+	m->u.pull.lease = get_le(r, 8);
+	/* count pieces of len at off + k*stride: bounded, apart, in order. */
+	if (m->u.pull.off > (UINT64_MAX >> 2) || m->u.pull.len > (UINT64_MAX >> 2) ||
+	    !m->u.pull.count || m->u.pull.count > PROTO_PULL_PIECES ||
+	    (m->u.pull.count > 1 && (m->u.pull.stride < m->u.pull.len ||
+				     m->u.pull.stride > (UINT64_MAX >> 26))))
+		r->err = 1;
+}
+
+static void get_grant(struct rd *r, struct proto_msg *m)
+{
+	m->u.grant.oid = get_le(r, 8);
+	m->u.grant.lease = get_le(r, 8);
+	m->u.grant.first = get_le(r, 8);
+	m->u.grant.n = (uint32_t)get_le(r, 4);
+	m->u.grant.upto = get_le(r, 8);
+	if (!m->u.grant.lease || m->u.grant.n > PROTO_GRANT_HASHES ||
+	    m->u.grant.first > (UINT64_MAX >> 24))
+		r->err = 1;
+}
+
 int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg *m)
 {
 	struct rd r = { body, len, 0, 0 };
@@ -419,26 +503,8 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 	memset(m, 0, sizeof(*m));
 	m->type = (enum proto_type)type;
 	switch (type) {
-	case PT_HELLO:
-		m->u.hello.version = (uint16_t)get_le(&r, 2);
-		m->u.hello.caps = (uint32_t)get_le(&r, 4);
-		get_bytes(&r, m->u.hello.nonce, PROTO_NONCE);
-		get_str(&r, m->u.hello.name, PROTO_NAME_MAX, 1, 0);
-		break;
-	case PT_CHALLENGE:
-		m->u.challenge.version = (uint16_t)get_le(&r, 2);
-		get_bytes(&r, m->u.challenge.nonce, PROTO_NONCE);
-		break;
-	case PT_AUTH:
-		get_bytes(&r, m->u.auth.mac, PROTO_MAC);
-		break;
-	case PT_WELCOME:
-		m->u.welcome.caps = (uint32_t)get_le(&r, 4);
-		get_bytes(&r, m->u.welcome.mac, PROTO_MAC);
-		get_str(&r, m->u.welcome.name, PROTO_NAME_MAX, 1, 0);
-		m->u.welcome.rdma_port = (uint16_t)get_le(&r, 2);
-		get_bytes(&r, m->u.welcome.token, PROTO_TOKEN);
-		m->u.welcome.digest = get_le(&r, 8);
+	case PT_HELLO: case PT_CHALLENGE: case PT_AUTH: case PT_WELCOME:
+		get_handshake(&r, m);
 		break;
 	case PT_PING: case PT_PONG: case PT_REDIAL:
 		break;
@@ -465,14 +531,7 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		}
 		break;
 	case PT_CONSUMED:
-		m->u.consumed.oid = get_le(&r, 8);
-		m->u.consumed.first = (uint32_t)get_le(&r, 4);
-		m->u.consumed.n = (uint32_t)get_le(&r, 4);
-		m->u.consumed.of = (uint32_t)get_le(&r, 4);
-		m->u.consumed.rid = get_le(&r, 8);
-		if (m->u.consumed.of && (m->u.consumed.first >= m->u.consumed.of ||
-					 m->u.consumed.n > m->u.consumed.of - m->u.consumed.first))
-			r.err = 1;
+		get_consumed(&r, m);
 		break;
 	case PT_LIST:
 		get_str(&r, m->u.list.from, PROTO_NAME_MAX, 1, 1);
@@ -480,18 +539,7 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 		get_str(&r, m->u.list.base, PROTO_KEY_MAX, 1, 1);
 		break;
 	case PT_PULL:
-		m->u.pull.oid = get_le(&r, 8);
-		m->u.pull.off = get_le(&r, 8);
-		m->u.pull.len = get_le(&r, 8);
-		m->u.pull.stride = get_le(&r, 8);
-		m->u.pull.count = (uint32_t)get_le(&r, 4);
-		m->u.pull.lease = get_le(&r, 8);
-		/* count pieces of len at off + k*stride: bounded, apart, in order. */
-		if (m->u.pull.off > (UINT64_MAX >> 2) || m->u.pull.len > (UINT64_MAX >> 2) ||
-		    !m->u.pull.count || m->u.pull.count > PROTO_PULL_PIECES ||
-		    (m->u.pull.count > 1 && (m->u.pull.stride < m->u.pull.len ||
-					     m->u.pull.stride > (UINT64_MAX >> 26))))
-			r.err = 1;
+		get_pull(&r, m);
 		break;
 	case PT_RELEASE:
 		m->u.release.lease = get_le(&r, 8);
@@ -512,14 +560,7 @@ int proto_decode(uint8_t type, const uint8_t *body, size_t len, struct proto_msg
 			m->u.acks.reqid[i] = get_le(&r, 8);
 		break;
 	case PT_GRANT:
-		m->u.grant.oid = get_le(&r, 8);
-		m->u.grant.lease = get_le(&r, 8);
-		m->u.grant.first = get_le(&r, 8);
-		m->u.grant.n = (uint32_t)get_le(&r, 4);
-		m->u.grant.upto = get_le(&r, 8);
-		if (!m->u.grant.lease || m->u.grant.n > PROTO_GRANT_HASHES ||
-		    m->u.grant.first > (UINT64_MAX >> 24))
-			r.err = 1;
+		get_grant(&r, m);
 		break;
 	case PT_GRANTED:
 		get_granted(&r, m);
