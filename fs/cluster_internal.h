@@ -51,11 +51,12 @@ struct cluster {
 	pthread_t relister;
 };
 
-/* An object's description, for the wire and back; from_proto's points
- * into p (its names, inline bytes and KV header). */
+/* An object's description, for the wire and back; what from_proto gives
+ * points into p (its names, inline bytes and KV header). */
 void to_proto(const struct ns_objinfo *o, struct proto_obj *p);
 struct ns_objinfo from_proto(const struct proto_obj *p);
-/* Tests: a message of peer's served ms late, said on stderr (OMNIFS_TEST_*). */
+/* Tests: a message served or sent ms late, said on stderr (the
+ * OMNIFS_TEST_*_HOLD_MS of cluster_create). */
 void test_hold(unsigned ms, const char *what, const char *key);
 
 /* ------------------------------------------------------- cluster_serve.c */

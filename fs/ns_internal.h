@@ -265,8 +265,8 @@ void obj_detach(struct ns *ns, struct object *o, enum stat_id why);  /* keeps o'
  * hold a newline: the line must stay one); o must be on its key. */
 const char *obj_path_esc(const struct object *o, char out[static NAME_ESC_MAX]);
 void obj_remove(struct ns *ns, struct object *o);       /* the kernel's rm */
-/* o, never published, goes: its writer failed or was killed, or another
- * node's object took its name. */
+/* o, never published, goes: its writer failed, was killed or got no
+ * handle, or another node's object took its name. */
 void obj_abort(struct ns *ns, struct object *o);
 int obj_reserve(struct ns *ns, struct object *o, uint64_t end);
 /* 0 if h may still add bytes to its object; -EBADF (a reader's), -ENOENT
