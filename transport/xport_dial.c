@@ -210,6 +210,32 @@ static void dial_failed(struct peer *p, int rc)
 		snprintf(p->down_why, sizeof(p->down_why), "connecting: %s", strerror(-rc));
 }
 
+/* c, handshaken, becomes p's connection, with what its handshake settled
+ * (o; xp and why: the transport and the reason for it; pair_failed: its
+ * queue pair did not connect, and is tried again in QP_RETRY_MS), and its
+ * receiver starts.  Under x->lock.  0, or -EAGAIN (c is let go of). */
+static int peer_adopt(struct peer *p, struct xport_conn *c, const struct offer *o,
+		      int xp, const char *why, int pair_failed)
+{
+	p->out = c;
+	p->rejoining = 0;
+	p->caps = o->caps;
+	p->xp = xp;
+	snprintf(p->why, sizeof(p->why), "%s", why);
+	p->since_ns = clock_wall_ns();
+	p->qp_port = o->port;
+	memcpy(p->qp_token, o->token, PROTO_TOKEN);
+	p->qp_retry_ns = pair_failed ? clock_mono_ns() + QP_RETRY_MS * 1000000ull : 0;
+	p->qp_tries = 0;
+	if (pthread_create(&p->rx, NULL, rx_thread, c)) {
+		p->out = NULL;
+		conn_put(c);
+		return -EAGAIN;
+	}
+	p->rx_joinable = 1;
+	return 0;
+}
+
 /* Connects to peer i and starts its receiver.  0, or -errno. */
 static int peer_connect(struct xport *x, int i)
 {
@@ -245,23 +271,7 @@ static int peer_connect(struct xport *x, int i)
 	say = differs && !p->config_differs;
 	p->config_differs = differs;
 	turned = rdma_turns(x) != turns;
-	p->out = c;
-	p->rejoining = 0;
-	p->caps = o.caps;
-	p->xp = xp;
-	snprintf(p->why, sizeof(p->why), "%s", why);
-	p->since_ns = clock_wall_ns();
-	p->qp_port = o.port;
-	memcpy(p->qp_token, o.token, PROTO_TOKEN);
-	p->qp_retry_ns = pair_failed ? clock_mono_ns() + QP_RETRY_MS * 1000000ull : 0;
-	p->qp_tries = 0;
-	if (pthread_create(&p->rx, NULL, rx_thread, c)) {
-		p->out = NULL;
-		conn_put(c);
-		rc = -EAGAIN;
-	} else {
-		p->rx_joinable = 1;
-	}
+	rc = peer_adopt(p, c, &o, xp, why, pair_failed);
 	pthread_mutex_unlock(&x->lock);
 	if (say)
 		fprintf(stderr, "omnifs: peer %s (%s) runs another cluster config than this node "
