@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#define XXH_STATIC_LINKING_ONLY         /* XXH3_state_t on the stack */
 #include <xxhash.h>
 #if defined(__x86_64__)
 #include <xxh_x86dispatch.h>      /* libxxhash's AVX2/AVX-512 paths, chosen at run time */
